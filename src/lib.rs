@@ -1,0 +1,10 @@
+//! fieldgate: field devices as safe, well-described tools for an AI reporting agent.
+//!
+//! See ARCHITECTURE.md for the codemap and the invariants.
+
+pub mod config;
+pub mod ids;
+pub mod registry;
+pub mod suggest;
+pub mod toml_reader;
+pub mod tools;

@@ -1,0 +1,199 @@
+//! The device file format as types, for `schemas/device-file.json` (editor completion
+//! and documentation). The loader in `load.rs` is the authority; a test checks that every
+//! demo device file validates against this schema.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::ids::{DEVICE_ID_PATTERN, PLANT_PATTERN, SENSOR_ID_PATTERN, ZONE_PATTERN};
+
+/// One field device (a PLC, a gateway, an OPC UA server) and its sensors.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "fieldgate device file")]
+pub struct DeviceFile {
+    /// Device ID, unique across all files, e.g. "a-line1-plc".
+    #[schemars(regex(pattern = DEVICE_ID_PATTERN))]
+    pub id: String,
+    /// Must equal the PLANT part of every sensor ID in this file.
+    #[schemars(regex(pattern = PLANT_PATTERN))]
+    pub plant: String,
+    /// Must equal the ZONE part of every sensor ID in this file.
+    #[schemars(regex(pattern = ZONE_PATTERN))]
+    pub zone: String,
+    pub description: String,
+    pub protocol: Protocol,
+    /// host:port; a serial device path for modbus-rtu; opc.tcp://host:port/path for opcua.
+    pub endpoint: String,
+    /// Modbus unit (slave) ID. Default 1.
+    #[schemars(range(min = 0, max = 247))]
+    pub unit_id: Option<u8>,
+    /// Per-request timeout. Default 1000.
+    #[schemars(range(min = 1, max = 60000))]
+    pub timeout_ms: Option<u32>,
+    /// Polling period for history; 0 = not polled. Default 1000.
+    #[schemars(range(min = 0, max = 86400000))]
+    pub poll_interval_ms: Option<u32>,
+    /// Cap for coalesced reads. Default 125.
+    #[schemars(range(min = 1, max = 125))]
+    pub max_registers_per_read: Option<u16>,
+    /// Registers a coalesced read may skip over. Default 8.
+    #[schemars(range(min = 0, max = 124))]
+    pub max_gap: Option<u16>,
+    /// Default word order of multi-register values. Default ABCD.
+    pub word_order: Option<WordOrder>,
+    /// modbus-rtu only.
+    pub serial: Option<Serial>,
+    /// opcua only.
+    pub opcua: Option<OpcUa>,
+    #[serde(default)]
+    pub sensors: Vec<SensorEntry>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    ModbusTcp,
+    ModbusRtu,
+    ModbusRtuOverTcp,
+    Opcua,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub enum WordOrder {
+    ABCD,
+    BADC,
+    CDAB,
+    DCBA,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Serial {
+    #[schemars(range(min = 300, max = 4000000))]
+    pub baud_rate: Option<u32>,
+    pub parity: Option<Parity>,
+    #[schemars(range(min = 5, max = 8))]
+    pub data_bits: Option<u8>,
+    #[schemars(range(min = 1, max = 2))]
+    pub stop_bits: Option<u8>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Parity {
+    None,
+    Even,
+    Odd,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpcUa {
+    pub security_policy: Option<SecurityPolicy>,
+    pub security_mode: Option<SecurityMode>,
+    /// Name of the environment variable holding the user name.
+    #[schemars(regex(pattern = "^[A-Z0-9_]+$"))]
+    pub username_env: Option<String>,
+    /// Name of the environment variable holding the password.
+    #[schemars(regex(pattern = "^[A-Z0-9_]+$"))]
+    pub password_env: Option<String>,
+    pub mode: Option<OpcUaMode>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub enum SecurityPolicy {
+    None,
+    Basic256Sha256,
+    #[serde(rename = "Aes128_Sha256_RsaOaep")]
+    Aes128Sha256RsaOaep,
+    #[serde(rename = "Aes256_Sha256_RsaPss")]
+    Aes256Sha256RsaPss,
+}
+
+#[derive(Deserialize, JsonSchema)]
+pub enum SecurityMode {
+    None,
+    Sign,
+    SignAndEncrypt,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OpcUaMode {
+    Poll,
+    Subscribe,
+}
+
+/// One sensor. Modbus sensors use table/address/type; OPC UA sensors use node_id.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SensorEntry {
+    /// PLANT_ZONE_NNN, unique across all files, e.g. "A_LINE1_042".
+    #[schemars(regex(pattern = SENSOR_ID_PATTERN))]
+    pub id: String,
+    pub description: String,
+    /// One lower-case word used for filtering: temperature, pressure, flow, level, ...
+    #[schemars(regex(pattern = "^[a-z][a-z0-9_]{0,31}$"))]
+    pub kind: String,
+    /// Engineering unit after scaling.
+    pub unit: String,
+    /// Asset tag of the equipment the sensor belongs to.
+    pub equipment: Option<String>,
+    pub table: Option<Table>,
+    /// 0-based protocol address (not the 4xxxx notation).
+    #[schemars(range(min = 0, max = 65535))]
+    pub address: Option<u16>,
+    #[serde(rename = "type")]
+    pub data_type: Option<DataType>,
+    /// Overrides the device's word order.
+    pub word_order: Option<WordOrder>,
+    /// Read one bit (0-15) of a register as bool.
+    #[schemars(range(min = 0, max = 15))]
+    pub bit: Option<u8>,
+    /// Registers, for type = "string".
+    #[schemars(range(min = 1, max = 125))]
+    pub length: Option<u16>,
+    /// normalized = raw * scale + offset. Default 1.
+    pub scale: Option<f64>,
+    /// Default 0.
+    pub offset: Option<f64>,
+    /// OPC UA node, e.g. "ns=2;s=Line1.Pump42.Pressure".
+    pub node_id: Option<String>,
+    /// Normal operating range, normalized units.
+    pub range: Option<Range>,
+    /// History stores a new point only when the value moves this much.
+    #[schemars(range(min = 0.0))]
+    pub deadband: Option<f64>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Table {
+    Coil,
+    Discrete,
+    Input,
+    Holding,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DataType {
+    Bool,
+    U16,
+    I16,
+    U32,
+    I32,
+    U64,
+    I64,
+    F32,
+    F64,
+    String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Range {
+    pub min: f64,
+    pub max: f64,
+}

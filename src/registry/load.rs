@@ -1,0 +1,563 @@
+//! Reading and validating `devices/*.toml`: every problem, with file and line, at once.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use super::model::*;
+use crate::ids::{DeviceId, SensorId, check_plant, check_zone};
+use crate::toml_reader::{Doc, Problem, Table};
+
+/// Where something was declared, for "also declared at" messages.
+#[derive(Clone)]
+struct Origin {
+    file: String,
+    line: usize,
+}
+
+/// What one file yielded: a device (if its header was valid) and its valid sensors.
+struct Parsed {
+    device: Option<Device>,
+    sensors: Vec<(Sensor, Origin)>,
+    device_origin: Origin,
+}
+
+/// Lists the `*.toml` files of a folder, sorted by name.
+pub fn device_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, Problem> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Problem {
+        source: dir.display().to_string(),
+        line: 0,
+        message: format!("cannot read the devices folder: {}", e.kind()),
+    })?;
+    let mut files: Vec<_> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Loads and validates every device file in `dir`.
+pub fn load_dir(dir: &Path) -> Result<(Vec<Device>, Vec<Sensor>), Vec<Problem>> {
+    let files = device_files(dir).map_err(|p| vec![p])?;
+    if files.is_empty() {
+        return Err(vec![Problem {
+            source: dir.display().to_string(),
+            line: 0,
+            message: "no device files (*.toml) in this folder".into(),
+        }]);
+    }
+    let mut inputs = Vec::new();
+    let mut problems = Vec::new();
+    for path in files {
+        let name = path.display().to_string();
+        match std::fs::read(&path) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => inputs.push((name, text)),
+                Err(_) => problems.push(Problem {
+                    source: name,
+                    line: 0,
+                    message: "unreadable file: not valid UTF-8".into(),
+                }),
+            },
+            Err(e) => problems.push(Problem {
+                source: name,
+                line: 0,
+                message: format!("unreadable file: {}", e.kind()),
+            }),
+        }
+    }
+    match load_texts(&inputs) {
+        Ok(r) if problems.is_empty() => Ok(r),
+        Ok(_) => Err(problems),
+        Err(mut more) => {
+            problems.append(&mut more);
+            Err(problems)
+        }
+    }
+}
+
+/// Validates device files given as `(name, text)` pairs.
+pub fn load_texts(inputs: &[(String, String)]) -> Result<(Vec<Device>, Vec<Sensor>), Vec<Problem>> {
+    let mut problems = Vec::new();
+    let mut parsed = Vec::new();
+    for (name, text) in inputs {
+        let doc = Doc::new(name.clone(), text);
+        if let Some(root) = doc.parse(text) {
+            let table = Table::root(&doc, &root);
+            parsed.push(read_device_file(&table));
+        }
+        problems.extend(doc.into_problems());
+    }
+
+    // Cross-file checks: unique device and sensor IDs.
+    let mut devices = Vec::new();
+    let mut sensors = Vec::new();
+    let mut seen_devices: HashMap<DeviceId, Origin> = HashMap::new();
+    let mut seen_sensors: HashMap<SensorId, Origin> = HashMap::new();
+    for p in parsed {
+        if let Some(device) = p.device {
+            if let Some(first) = seen_devices.get(&device.id) {
+                problems.push(dup_problem("device", device.id.as_str(), &p.device_origin, first));
+            } else {
+                seen_devices.insert(device.id.clone(), p.device_origin.clone());
+                devices.push(device);
+            }
+        }
+        for (sensor, origin) in p.sensors {
+            if let Some(first) = seen_sensors.get(&sensor.id) {
+                problems.push(dup_problem("sensor", sensor.id.as_str(), &origin, first));
+            } else {
+                seen_sensors.insert(sensor.id.clone(), origin);
+                sensors.push(sensor);
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok((devices, sensors))
+    } else {
+        problems.sort_by(|a, b| (&a.source, a.line).cmp(&(&b.source, b.line)));
+        Err(problems)
+    }
+}
+
+fn dup_problem(what: &str, id: &str, here: &Origin, first: &Origin) -> Problem {
+    Problem {
+        source: here.file.clone(),
+        line: here.line,
+        message: format!("duplicate {what} ID {id}: already declared at {}:{}", first.file, first.line),
+    }
+}
+
+const MODBUS_SENSOR_KEYS: [&str; 8] =
+    ["table", "address", "type", "word_order", "bit", "length", "scale", "offset"];
+
+fn read_device_file(t: &Table<'_, '_>) -> Parsed {
+    let doc = t.doc();
+    let id_line = t.key_span("id").map_or(1, |s| doc.line(s.start));
+    let device_origin = Origin { file: doc.name().to_string(), line: id_line };
+
+    let id = t.req_str("id").and_then(|s| match s.parse::<DeviceId>() {
+        Ok(id) => Some(id),
+        Err(e) => {
+            t.problem("id", format!("{e}, found {s:?}"));
+            None
+        }
+    });
+    let plant = t.req_str("plant").filter(|p| match check_plant(p) {
+        Ok(()) => true,
+        Err(e) => {
+            t.problem("plant", format!("{e}, found {p:?}"));
+            false
+        }
+    });
+    let zone = t.req_str("zone").filter(|z| match check_zone(z) {
+        Ok(()) => true,
+        Err(e) => {
+            t.problem("zone", format!("{e}, found {z:?}"));
+            false
+        }
+    });
+    let description = t.req_str("description");
+    let protocol = t.req_choice("protocol", &Protocol::NAMES).and_then(Protocol::parse);
+    let endpoint_text = t.req_str("endpoint");
+    let unit_id = t.int("unit_id", 0..=247).unwrap_or(1) as u8;
+    let timeout_ms = t.int("timeout_ms", 1..=60_000).unwrap_or(1000);
+    let poll_ms = t.int("poll_interval_ms", 0..=86_400_000).unwrap_or(1000);
+    let max_regs = t.int("max_registers_per_read", 1..=125).unwrap_or(125) as u16;
+    let max_gap = t.int("max_gap", 0..=124).unwrap_or(8) as u16;
+    let word_order =
+        t.choice("word_order", &WordOrder::NAMES).and_then(WordOrder::parse).unwrap_or(WordOrder::ABCD);
+
+    let endpoint = match (protocol, endpoint_text) {
+        (Some(p), Some(e)) => parse_endpoint(p, e).map_err(|m| t.problem("endpoint", m)).ok(),
+        _ => None,
+    };
+
+    let serial = t.table("serial").and_then(|s| {
+        let v = read_serial(&s);
+        s.finish();
+        v
+    });
+    if protocol == Some(Protocol::ModbusRtu) && serial.is_none() && !t.has("serial") {
+        t.table_problem(
+            "a modbus-rtu device needs a [serial] table (baud_rate, parity, data_bits, stop_bits)",
+        );
+    }
+    if serial.is_some() && protocol.is_some_and(|p| p != Protocol::ModbusRtu) {
+        t.problem("serial", "only modbus-rtu devices take a [serial] table");
+    }
+    let opcua_table = t.table("opcua");
+    let opcua = opcua_table.as_ref().and_then(|o| {
+        let v = read_opcua(o);
+        o.finish();
+        v
+    });
+    if opcua_table.is_some() && protocol.is_some_and(|p| p != Protocol::Opcua) {
+        t.problem("opcua", "only opcua devices take an [opcua] table");
+    }
+    let opcua = match (protocol, opcua) {
+        (Some(Protocol::Opcua), None) if opcua_table.is_none() => Some(OpcUaSettings {
+            security_policy: "None".into(),
+            security_mode: "None".into(),
+            username_env: None,
+            password_env: None,
+            mode: OpcUaMode::Poll,
+        }),
+        (_, o) => o,
+    };
+
+    let mut sensors = Vec::new();
+    let mut spans: Vec<(RegisterTable, u32, u32, DataType, String)> = Vec::new();
+    for mut s in t.tables("sensors") {
+        let line = doc.line(s.span().start);
+        if let Some(sid) = s.str("id") {
+            s.set_path(format!("sensor {sid}"));
+        }
+        if let Some(sensor) = read_sensor(&s, protocol, plant, zone, word_order, id.as_ref()) {
+            if let SensorSource::Modbus(p) = &sensor.source {
+                let (start, end) = (u32::from(p.address), u32::from(p.address) + u32::from(p.count));
+                for (table, s0, e0, ty, other) in &spans {
+                    if *table == p.table && start < *e0 && *s0 < end && *ty != p.data_type {
+                        s.table_problem(format!(
+                            "{} {} registers {}..{} overlap {other} ({}) with a different type",
+                            p.data_type.name(),
+                            RegisterTable::NAMES[p.table as usize],
+                            start,
+                            end - 1,
+                            ty.name()
+                        ));
+                    }
+                }
+                spans.push((p.table, start, end, p.data_type, sensor.id.to_string()));
+            }
+            sensors.push((sensor, Origin { file: doc.name().to_string(), line }));
+        }
+        s.finish();
+    }
+    t.finish();
+
+    let device = match (id, plant, zone, description, protocol, endpoint) {
+        (Some(id), Some(plant), Some(zone), Some(description), Some(protocol), Some(endpoint))
+            if !doc.has_problems() =>
+        {
+            Some(Device {
+                id,
+                plant: plant.to_string(),
+                zone: zone.to_string(),
+                description: description.to_string(),
+                protocol,
+                endpoint,
+                unit_id,
+                timeout: Duration::from_millis(timeout_ms as u64),
+                poll_interval: (poll_ms > 0).then(|| Duration::from_millis(poll_ms as u64)),
+                max_registers_per_read: max_regs,
+                max_gap,
+                word_order,
+                serial,
+                opcua,
+                source: doc.name().to_string(),
+            })
+        }
+        _ => None,
+    };
+    if device.is_none() {
+        sensors.clear();
+    }
+    Parsed { device, sensors, device_origin }
+}
+
+fn parse_endpoint(protocol: Protocol, e: &str) -> Result<Endpoint, String> {
+    match protocol {
+        Protocol::ModbusTcp | Protocol::ModbusRtuOverTcp => {
+            let bad = || format!("must be host:port, e.g. \"127.0.0.1:5020\", found {e:?}");
+            let (host, port) = e.rsplit_once(':').ok_or_else(bad)?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let port: u16 = port.parse().map_err(|_| bad())?;
+            if host.is_empty() || host.contains(char::is_whitespace) || port == 0 {
+                return Err(bad());
+            }
+            Ok(Endpoint::Tcp { host: host.to_string(), port })
+        }
+        Protocol::ModbusRtu => {
+            if e.is_empty() || e.contains(char::is_whitespace) {
+                Err(format!("must be a serial device path such as \"/dev/ttyUSB0\", found {e:?}"))
+            } else {
+                Ok(Endpoint::Serial { path: e.to_string() })
+            }
+        }
+        Protocol::Opcua => {
+            let rest = e
+                .strip_prefix("opc.tcp://")
+                .ok_or_else(|| format!("must be opc.tcp://host:port/path, found {e:?}"))?;
+            let authority = rest.split('/').next().unwrap_or("");
+            let ok = authority
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+            if ok {
+                Ok(Endpoint::OpcUa { url: e.to_string() })
+            } else {
+                Err(format!("must be opc.tcp://host:port/path, found {e:?}"))
+            }
+        }
+    }
+}
+
+fn read_serial(s: &Table<'_, '_>) -> Option<SerialSettings> {
+    let baud = s.int("baud_rate", 300..=4_000_000);
+    let parity = s.choice("parity", &["none", "even", "odd"]).map(|p| match p {
+        "even" => Parity::Even,
+        "odd" => Parity::Odd,
+        _ => Parity::None,
+    });
+    let data_bits = s.int("data_bits", 5..=8);
+    let stop_bits = s.int("stop_bits", 1..=2);
+    Some(SerialSettings {
+        baud_rate: baud.unwrap_or(19200) as u32,
+        parity: parity.unwrap_or(Parity::Even),
+        data_bits: data_bits.unwrap_or(8) as u8,
+        stop_bits: stop_bits.unwrap_or(1) as u8,
+    })
+}
+
+fn read_opcua(o: &Table<'_, '_>) -> Option<OpcUaSettings> {
+    let policy = o.choice(
+        "security_policy",
+        &["None", "Basic256Sha256", "Aes128_Sha256_RsaOaep", "Aes256_Sha256_RsaPss"],
+    );
+    let mode = o.choice("security_mode", &["None", "Sign", "SignAndEncrypt"]);
+    let env_name = |key: &'static str| {
+        o.str(key).filter(|v| {
+            let ok =
+                !v.is_empty() && v.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+            if !ok {
+                o.problem(
+                    key,
+                    "must name an environment variable (A-Z, 0-9, _); credentials never go in device files",
+                );
+            }
+            ok
+        })
+    };
+    let username_env = env_name("username_env").map(str::to_string);
+    let password_env = env_name("password_env").map(str::to_string);
+    if username_env.is_some() != password_env.is_some() {
+        o.table_problem("username_env and password_env go together");
+    }
+    let sub = o.choice("mode", &["poll", "subscribe"]);
+    let (policy, mode) = (policy.unwrap_or("None"), mode.unwrap_or("None"));
+    if (policy == "None") != (mode == "None") {
+        o.table_problem(format!(
+            "security_policy {policy:?} and security_mode {mode:?} do not fit: both are \"None\" or neither is"
+        ));
+    }
+    Some(OpcUaSettings {
+        security_policy: policy.to_string(),
+        security_mode: mode.to_string(),
+        username_env,
+        password_env,
+        mode: if sub == Some("subscribe") { OpcUaMode::Subscribe } else { OpcUaMode::Poll },
+    })
+}
+
+fn read_sensor(
+    s: &Table<'_, '_>,
+    protocol: Option<Protocol>,
+    plant: Option<&str>,
+    zone: Option<&str>,
+    device_word_order: WordOrder,
+    device: Option<&DeviceId>,
+) -> Option<Sensor> {
+    let id = s.req_str("id").and_then(|raw| match raw.parse::<SensorId>() {
+        Ok(id) => Some(id),
+        Err(e) => {
+            let norm = crate::suggest::normalize_sensor_id(raw);
+            let hint = if norm != raw && norm.parse::<SensorId>().is_ok() {
+                format!("; did you mean {norm}?")
+            } else {
+                String::new()
+            };
+            s.problem("id", format!("{e}, found {raw:?}{hint}"));
+            None
+        }
+    });
+    if let (Some(id), Some(plant), Some(zone)) = (&id, plant, zone)
+        && (id.plant() != plant || id.zone() != zone)
+    {
+        s.problem(
+            "id",
+            format!(
+                "sensor {id} must start with this device's PLANT_ZONE {plant}_{zone}_ (found {}_{}_)",
+                id.plant(),
+                id.zone()
+            ),
+        );
+    }
+    let description = s.req_str("description");
+    let kind = s.req_str("kind").filter(|k| {
+        let ok = !k.is_empty()
+            && k.len() <= 32
+            && k.starts_with(|c: char| c.is_ascii_lowercase())
+            && k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !ok {
+            s.problem("kind", format!("must be one lower-case word such as \"pressure\", found {k:?}"));
+        }
+        ok
+    });
+    let unit = s.req_str("unit");
+    let equipment = s.str("equipment");
+    let range = s.table("range").and_then(|r| {
+        let (min, max) = (r.float("min"), r.float("max"));
+        if !r.has("min") || !r.has("max") {
+            r.table_problem("range needs both min and max");
+        }
+        r.finish();
+        match (min, max) {
+            (Some(min), Some(max)) if min < max => Some(NormalRange { min, max }),
+            (Some(min), Some(max)) => {
+                s.problem("range", format!("min ({min}) must be less than max ({max})"));
+                None
+            }
+            _ => None,
+        }
+    });
+    let deadband = s.float("deadband").filter(|d| {
+        if *d < 0.0 {
+            s.problem("deadband", format!("must not be negative, found {d}"));
+        }
+        *d >= 0.0
+    });
+
+    let modbus_keys_present: Vec<&str> = MODBUS_SENSOR_KEYS.iter().copied().filter(|k| s.has(k)).collect();
+    let has_node = s.has("node_id");
+    let source = match protocol {
+        Some(Protocol::Opcua) => {
+            for k in &modbus_keys_present {
+                s.problem(k, "an OPC UA sensor is addressed by node_id, not by Modbus keys");
+            }
+            let node = s.req_str("node_id");
+            node.and_then(|n| match check_node_id(n) {
+                Ok(()) => Some(SensorSource::OpcUa { node_id: n.to_string() }),
+                Err(m) => {
+                    s.problem("node_id", m);
+                    None
+                }
+            })
+        }
+        Some(_) => {
+            if has_node {
+                s.problem("node_id", "a Modbus sensor is addressed by table and address, not node_id");
+            }
+            read_modbus_point(s, device_word_order).map(SensorSource::Modbus)
+        }
+        None => None,
+    };
+
+    Some(Sensor {
+        id: id?,
+        device: device?.clone(),
+        description: description?.to_string(),
+        kind: kind?.to_string(),
+        unit: unit?.to_string(),
+        equipment: equipment.map(str::to_string),
+        source: source?,
+        range,
+        deadband,
+    })
+}
+
+fn read_modbus_point(s: &Table<'_, '_>, device_word_order: WordOrder) -> Option<ModbusPoint> {
+    let table = s.req_choice("table", &RegisterTable::NAMES).and_then(RegisterTable::parse);
+    let address = if s.require("address") { s.int("address", 0..=65535) } else { None };
+    let data_type = s.req_choice("type", &DataType::NAMES).and_then(DataType::parse);
+    let word_order =
+        s.choice("word_order", &WordOrder::NAMES).and_then(WordOrder::parse).unwrap_or(device_word_order);
+    let bit = s.int("bit", 0..=15);
+    let has_bit = s.has("bit");
+    let length = s.int("length", 1..=125);
+    let scale = s.float("scale").unwrap_or(1.0);
+    let offset = s.float("offset").unwrap_or(0.0);
+    if scale == 0.0 {
+        s.problem("scale", "must not be 0");
+    }
+    let (table, address, data_type) = (table?, address?, data_type?);
+
+    if table.is_bits() {
+        if data_type != DataType::Bool {
+            s.problem(
+                "type",
+                format!(
+                    "a {} table holds single bits: type must be \"bool\", found {:?}",
+                    RegisterTable::NAMES[table as usize],
+                    data_type.name()
+                ),
+            );
+            return None;
+        }
+        if has_bit {
+            s.problem("bit", "`bit` selects a bit of a register; coils and discrete inputs are bits already");
+            return None;
+        }
+    } else if data_type == DataType::Bool && !has_bit {
+        s.problem("type", "bool on a register table needs `bit` (0-15) to say which bit of the register");
+        return None;
+    } else if has_bit && data_type != DataType::Bool {
+        s.problem(
+            "bit",
+            format!("`bit` reads one bit as bool: type must be \"bool\", found {:?}", data_type.name()),
+        );
+        return None;
+    }
+    if data_type == DataType::String && length.is_none() {
+        if !s.has("length") {
+            s.problem("type", "a string needs `length` (registers, 1-125)");
+        }
+        return None;
+    }
+    if data_type != DataType::String && s.has("length") {
+        s.problem("length", "`length` applies to type \"string\" only");
+        return None;
+    }
+    if has_bit && bit.is_none() {
+        return None;
+    }
+    let count = data_type.registers().or(length.map(|l| l as u16))?;
+    if address + i64::from(count) > 65536 {
+        s.problem(
+            "address",
+            format!("address {address} + {count} registers runs past the end of the table (65536)"),
+        );
+        return None;
+    }
+    Some(ModbusPoint {
+        table,
+        address: address as u16,
+        data_type,
+        word_order,
+        bit: bit.map(|b| b as u8),
+        count,
+        scale,
+        offset,
+    })
+}
+
+/// Checks the shape of an OPC UA node ID string (`ns=2;s=Line1.Temp`, `i=2258`).
+fn check_node_id(n: &str) -> Result<(), String> {
+    let body = match n.strip_prefix("ns=") {
+        Some(rest) => {
+            let (ns, body) = rest
+                .split_once(';')
+                .ok_or_else(|| format!("must look like \"ns=2;s=Line1.Temp\", found {n:?}"))?;
+            ns.parse::<u16>().map_err(|_| format!("namespace index must be 0-65535, found {ns:?}"))?;
+            body
+        }
+        None => n,
+    };
+    let ok = match body.split_once('=') {
+        Some(("i", v)) => v.parse::<u32>().is_ok(),
+        Some(("s" | "g" | "b", v)) => !v.is_empty(),
+        _ => false,
+    };
+    if ok { Ok(()) } else { Err(format!("must look like \"ns=2;s=Line1.Temp\" or \"i=2258\", found {n:?}")) }
+}

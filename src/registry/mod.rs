@@ -1,0 +1,145 @@
+//! The sensor registry: every device and sensor of the plant, validated, indexed, and
+//! the only source of truth for which IDs exist.
+//!
+//! **Invariant:** every `Sensor` refers to a `Device` of the same PLANT and ZONE, and
+//! IDs are unique. A `Registry` that exists is valid; loading reports every problem.
+
+pub mod file_schema;
+mod load;
+mod model;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+
+pub use load::{device_files, load_dir, load_texts};
+pub use model::*;
+
+use crate::ids::{DeviceId, SensorId};
+use crate::toml_reader::Problem;
+
+/// All devices and sensors, sorted by ID, with lookups by ID, equipment and zone.
+#[derive(Debug)]
+pub struct Registry {
+    devices: Vec<Device>,
+    sensors: Vec<Sensor>,
+    device_index: HashMap<DeviceId, usize>,
+    sensor_index: HashMap<SensorId, usize>,
+    by_equipment: BTreeMap<String, Vec<usize>>,
+    by_device: HashMap<DeviceId, Vec<usize>>,
+}
+
+/// Loading failed: every problem found, each with file and line.
+#[derive(Debug, thiserror::Error)]
+#[error("{} problem(s) in the device files", .0.len())]
+pub struct RegistryError(pub Vec<Problem>);
+
+impl Registry {
+    /// Loads `dir/*.toml`, reporting every problem at once.
+    pub fn load(dir: &Path) -> Result<Registry, RegistryError> {
+        let (devices, sensors) = load_dir(dir).map_err(RegistryError)?;
+        Ok(Registry::new(devices, sensors))
+    }
+
+    /// Builds the registry from device files given as text (used by tests and tools).
+    pub fn from_texts(inputs: &[(String, String)]) -> Result<Registry, RegistryError> {
+        let (devices, sensors) = load_texts(inputs).map_err(RegistryError)?;
+        Ok(Registry::new(devices, sensors))
+    }
+
+    fn new(mut devices: Vec<Device>, mut sensors: Vec<Sensor>) -> Registry {
+        devices.sort_by(|a, b| a.id.cmp(&b.id));
+        sensors.sort_by(|a, b| a.id.cmp(&b.id));
+        let device_index = devices.iter().enumerate().map(|(i, d)| (d.id.clone(), i)).collect();
+        let sensor_index = sensors.iter().enumerate().map(|(i, s)| (s.id.clone(), i)).collect();
+        let mut by_equipment: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        let mut by_device: HashMap<DeviceId, Vec<usize>> = HashMap::new();
+        for (i, s) in sensors.iter().enumerate() {
+            if let Some(eq) = &s.equipment {
+                by_equipment.entry(eq.clone()).or_default().push(i);
+            }
+            by_device.entry(s.device.clone()).or_default().push(i);
+        }
+        Registry { devices, sensors, device_index, sensor_index, by_equipment, by_device }
+    }
+
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// All sensors, sorted by ID.
+    pub fn sensors(&self) -> &[Sensor] {
+        &self.sensors
+    }
+
+    pub fn device(&self, id: &DeviceId) -> Option<&Device> {
+        self.device_index.get(id).map(|&i| &self.devices[i])
+    }
+
+    pub fn sensor(&self, id: &SensorId) -> Option<&Sensor> {
+        self.sensor_index.get(id).map(|&i| &self.sensors[i])
+    }
+
+    /// The device a sensor belongs to. Always present: the registry checked it.
+    pub fn device_of(&self, sensor: &Sensor) -> &Device {
+        &self.devices[self.device_index[&sensor.device]]
+    }
+
+    pub fn sensors_of_device(&self, id: &DeviceId) -> impl Iterator<Item = &Sensor> {
+        self.by_device.get(id).into_iter().flatten().map(|&i| &self.sensors[i])
+    }
+
+    pub fn sensors_of_equipment(&self, tag: &str) -> impl Iterator<Item = &Sensor> {
+        self.by_equipment.get(tag).into_iter().flatten().map(|&i| &self.sensors[i])
+    }
+
+    pub fn plants(&self) -> BTreeSet<&str> {
+        self.devices.iter().map(|d| d.plant.as_str()).collect()
+    }
+
+    pub fn zones(&self) -> BTreeSet<&str> {
+        self.devices.iter().map(|d| d.zone.as_str()).collect()
+    }
+
+    pub fn kinds(&self) -> BTreeSet<&str> {
+        self.sensors.iter().map(|s| s.kind.as_str()).collect()
+    }
+
+    /// Up to three registered sensor IDs close to `input` (well-formed or not).
+    pub fn suggest_sensors(&self, input: &str) -> Vec<String> {
+        crate::suggest::nearest_ids(
+            input,
+            self.sensors.iter().map(|s| (s.id.as_str(), s.id.plant(), s.id.zone())),
+            3,
+        )
+    }
+
+    /// Up to three registered device IDs close to `input`.
+    pub fn suggest_devices(&self, input: &str) -> Vec<String> {
+        let lower = input.trim().to_ascii_lowercase().replace(['_', ' '], "-");
+        let mut scored: Vec<(usize, &str)> = self
+            .devices
+            .iter()
+            .map(|d| (crate::suggest::distance(&lower, d.id.as_str()), d.id.as_str()))
+            .filter(|(dist, _)| *dist <= (lower.len() / 3).max(2))
+            .collect();
+        scored.sort();
+        scored.into_iter().take(3).map(|(_, id)| id.to_string()).collect()
+    }
+
+    /// Counts of devices and sensors per protocol, for `fieldgate check`.
+    pub fn summary(&self) -> Vec<(Protocol, usize, usize)> {
+        let mut out: Vec<(Protocol, usize, usize)> = Vec::new();
+        for d in &self.devices {
+            let n = self.by_device.get(&d.id).map_or(0, Vec::len);
+            match out.iter_mut().find(|(p, _, _)| *p == d.protocol) {
+                Some(row) => {
+                    row.1 += 1;
+                    row.2 += n;
+                }
+                None => out.push((d.protocol, 1, n)),
+            }
+        }
+        out.sort_by_key(|(p, _, _)| p.name());
+        out
+    }
+}

@@ -1,0 +1,274 @@
+//! The validated model of the plant: devices and sensors as the rest of the crate sees them.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::ids::{DeviceId, SensorId};
+
+/// How fieldgate talks to a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    ModbusTcp,
+    ModbusRtu,
+    ModbusRtuOverTcp,
+    Opcua,
+}
+
+impl Protocol {
+    pub const NAMES: [&'static str; 4] = ["modbus-tcp", "modbus-rtu", "modbus-rtu-over-tcp", "opcua"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::ModbusTcp => "modbus-tcp",
+            Protocol::ModbusRtu => "modbus-rtu",
+            Protocol::ModbusRtuOverTcp => "modbus-rtu-over-tcp",
+            Protocol::Opcua => "opcua",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Protocol> {
+        Some(match s {
+            "modbus-tcp" => Protocol::ModbusTcp,
+            "modbus-rtu" => Protocol::ModbusRtu,
+            "modbus-rtu-over-tcp" => Protocol::ModbusRtuOverTcp,
+            "opcua" => Protocol::Opcua,
+            _ => return None,
+        })
+    }
+
+    pub fn is_modbus(self) -> bool {
+        !matches!(self, Protocol::Opcua)
+    }
+}
+
+/// Where a device is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `host:port` (Modbus TCP and RTU-over-TCP).
+    Tcp { host: String, port: u16 },
+    /// A serial device path (Modbus RTU).
+    Serial { path: String },
+    /// `opc.tcp://host:port/path`.
+    OpcUa { url: String },
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp { host, port } => write!(f, "{host}:{port}"),
+            Endpoint::Serial { path } => f.write_str(path),
+            Endpoint::OpcUa { url } => f.write_str(url),
+        }
+    }
+}
+
+/// Register byte/word order of multi-register values (see DEVICE-FILES.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum WordOrder {
+    ABCD,
+    BADC,
+    CDAB,
+    DCBA,
+}
+
+impl WordOrder {
+    pub const NAMES: [&'static str; 4] = ["ABCD", "BADC", "CDAB", "DCBA"];
+
+    pub fn parse(s: &str) -> Option<WordOrder> {
+        Some(match s {
+            "ABCD" => WordOrder::ABCD,
+            "BADC" => WordOrder::BADC,
+            "CDAB" => WordOrder::CDAB,
+            "DCBA" => WordOrder::DCBA,
+            _ => return None,
+        })
+    }
+
+    /// Registers are sent least significant first.
+    pub fn swaps_words(self) -> bool {
+        matches!(self, WordOrder::CDAB | WordOrder::DCBA)
+    }
+
+    /// The two bytes inside each register are swapped.
+    pub fn swaps_bytes(self) -> bool {
+        matches!(self, WordOrder::BADC | WordOrder::DCBA)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SerialSettings {
+    pub baud_rate: u32,
+    pub parity: Parity,
+    pub data_bits: u8,
+    pub stop_bits: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Parity {
+    None,
+    Even,
+    Odd,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpcUaSettings {
+    pub security_policy: String,
+    pub security_mode: String,
+    pub username_env: Option<String>,
+    pub password_env: Option<String>,
+    pub mode: OpcUaMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpcUaMode {
+    Poll,
+    Subscribe,
+}
+
+/// A field device as declared in one `devices/*.toml` file.
+#[derive(Debug, Clone)]
+pub struct Device {
+    pub id: DeviceId,
+    pub plant: String,
+    pub zone: String,
+    pub description: String,
+    pub protocol: Protocol,
+    pub endpoint: Endpoint,
+    pub unit_id: u8,
+    pub timeout: Duration,
+    /// `None` when the device is not polled.
+    pub poll_interval: Option<Duration>,
+    pub max_registers_per_read: u16,
+    pub max_gap: u16,
+    pub word_order: WordOrder,
+    pub serial: Option<SerialSettings>,
+    pub opcua: Option<OpcUaSettings>,
+    /// The file the device came from, for messages.
+    pub source: String,
+}
+
+/// A Modbus table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RegisterTable {
+    Coil,
+    Discrete,
+    Input,
+    Holding,
+}
+
+impl RegisterTable {
+    pub const NAMES: [&'static str; 4] = ["coil", "discrete", "input", "holding"];
+
+    pub fn parse(s: &str) -> Option<RegisterTable> {
+        Some(match s {
+            "coil" => RegisterTable::Coil,
+            "discrete" => RegisterTable::Discrete,
+            "input" => RegisterTable::Input,
+            "holding" => RegisterTable::Holding,
+            _ => return None,
+        })
+    }
+
+    /// Coils and discrete inputs hold bits, the others 16-bit registers.
+    pub fn is_bits(self) -> bool {
+        matches!(self, RegisterTable::Coil | RegisterTable::Discrete)
+    }
+}
+
+/// The type a sensor's registers are decoded as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataType {
+    Bool,
+    U16,
+    I16,
+    U32,
+    I32,
+    U64,
+    I64,
+    F32,
+    F64,
+    String,
+}
+
+impl DataType {
+    pub const NAMES: [&'static str; 10] =
+        ["bool", "u16", "i16", "u32", "i32", "u64", "i64", "f32", "f64", "string"];
+
+    pub fn parse(s: &str) -> Option<DataType> {
+        Some(match s {
+            "bool" => DataType::Bool,
+            "u16" => DataType::U16,
+            "i16" => DataType::I16,
+            "u32" => DataType::U32,
+            "i32" => DataType::I32,
+            "u64" => DataType::U64,
+            "i64" => DataType::I64,
+            "f32" => DataType::F32,
+            "f64" => DataType::F64,
+            "string" => DataType::String,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// Registers a value of this type occupies (strings: their `length`).
+    pub fn registers(self) -> Option<u16> {
+        match self {
+            DataType::Bool | DataType::U16 | DataType::I16 => Some(1),
+            DataType::U32 | DataType::I32 | DataType::F32 => Some(2),
+            DataType::U64 | DataType::I64 | DataType::F64 => Some(4),
+            DataType::String => None,
+        }
+    }
+}
+
+/// Where a Modbus sensor's value lives and how it is decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModbusPoint {
+    pub table: RegisterTable,
+    pub address: u16,
+    pub data_type: DataType,
+    pub word_order: WordOrder,
+    /// A single bit of a register, read as bool.
+    pub bit: Option<u8>,
+    /// Registers (or bits) the value occupies.
+    pub count: u16,
+    pub scale: f64,
+    pub offset: f64,
+}
+
+/// Where a sensor's value comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SensorSource {
+    Modbus(ModbusPoint),
+    OpcUa { node_id: String },
+}
+
+/// The normal operating range of a sensor, in normalized units.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct NormalRange {
+    pub min: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Sensor {
+    pub id: SensorId,
+    pub device: DeviceId,
+    pub description: String,
+    pub kind: String,
+    pub unit: String,
+    pub equipment: Option<String>,
+    pub source: SensorSource,
+    pub range: Option<NormalRange>,
+    pub deadband: Option<f64>,
+}

@@ -1,0 +1,192 @@
+//! The tools the agent calls: validation in three layers, the envelope, and one
+//! implementation per tool. Transports call [`ToolService::call`] and map the
+//! [`Envelope`] to their wire; nothing here knows about MCP or HTTP.
+
+pub mod catalog;
+pub mod defs;
+pub mod envelope;
+mod list_sensors;
+pub mod validate;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use catalog::{TOOLS, ToolSpec};
+pub use envelope::{Detail, Envelope, ErrorCode, Meta, ToolError};
+
+use crate::config::Config;
+use crate::registry::Registry;
+use validate::InputValidator;
+
+/// The call could not be made at all (a JSON-RPC error in MCP, 404 in HTTP).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CallError {
+    #[error("unknown tool `{0}`")]
+    UnknownTool(String),
+}
+
+/// What a tool returns before the envelope is put around it.
+pub(crate) type ToolResult = Result<Value, ToolError>;
+
+/// All tools over one registry; cheap to clone and share between transports.
+#[derive(Clone)]
+pub struct ToolService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Arc<Registry>,
+    #[allow(dead_code)]
+    config: Config,
+    validators: HashMap<&'static str, InputValidator>,
+}
+
+impl ToolService {
+    pub fn new(registry: Arc<Registry>, config: Config) -> ToolService {
+        let validators = TOOLS
+            .iter()
+            .filter(|t| t.served)
+            .filter_map(|t| match InputValidator::new(&t.input_schema()) {
+                Ok(v) => Some((t.name, v)),
+                Err(error) => {
+                    // The schemas are generated from our own types; the golden test keeps them valid.
+                    tracing::error!(tool = t.name, %error, "input schema does not compile");
+                    None
+                }
+            })
+            .collect();
+        ToolService { inner: Arc::new(Inner { registry, config, validators }) }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The tools this build serves.
+    pub fn served(&self) -> impl Iterator<Item = &'static ToolSpec> {
+        TOOLS.iter().filter(|t| t.served)
+    }
+
+    /// Runs one tool call. Every outcome except an unknown tool is an envelope.
+    pub async fn call(&self, tool: &str, args: Value) -> Result<Envelope, CallError> {
+        let spec = catalog::spec(tool)
+            .filter(|s| s.served)
+            .ok_or_else(|| CallError::UnknownTool(envelope::cut(tool)))?;
+        let started = Instant::now();
+        let call_id = new_call_id();
+        let result = self.dispatch(spec.name, args.clone()).await;
+        let meta = Meta {
+            call_id: call_id.clone(),
+            tool: spec.name.to_string(),
+            duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
+            attempts: 0,
+        };
+        let envelope = match result {
+            Ok(data) => Envelope::success(data, meta),
+            Err(e) => Envelope::failure(e, meta),
+        };
+        trace_call(&envelope, &args);
+        Ok(envelope)
+    }
+
+    async fn dispatch(&self, tool: &str, args: Value) -> ToolResult {
+        // Absent arguments mean "all defaults".
+        let args = if args.is_null() { Value::Object(Default::default()) } else { args };
+        if !args.is_object() {
+            return Err(ToolError::invalid(
+                "arguments",
+                Some(&args.to_string()),
+                "a JSON object",
+                "The arguments must be a JSON object.",
+                "Pass the arguments as an object of named parameters, e.g. {\"zone\": \"LINE1\"}.",
+            ));
+        }
+        let registry = &self.inner.registry;
+        let suggest = |param: &str, received: &str| suggestions_for(registry, param, received);
+        match self.inner.validators.get(tool) {
+            Some(v) => v.check(&args, &suggest)?,
+            None => return Err(ToolError::internal()),
+        }
+        match tool {
+            "list_sensors" => list_sensors::run(parse(args)?, registry),
+            _ => Err(ToolError::internal()),
+        }
+    }
+}
+
+/// Close registered values for a malformed ID-like argument.
+fn suggestions_for(registry: &Registry, param: &str, received: &str) -> Vec<String> {
+    if validate::is_sensor_param(param) {
+        return registry.suggest_sensors(received);
+    }
+    let known = match param {
+        "plant" => registry.plants(),
+        "zone" => registry.zones(),
+        "device_id" => return registry.suggest_devices(received),
+        _ => return Vec::new(),
+    };
+    crate::suggest::closest(&received.to_ascii_uppercase(), known.iter().copied())
+        .map(|k| vec![k.to_string()])
+        .unwrap_or_default()
+}
+
+/// Arguments that passed the schema into their type.
+fn parse<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args).map_err(|_| {
+        ToolError::new(
+            ErrorCode::InvalidArgument,
+            "The arguments do not fit the tool's input schema.",
+            "Check the arguments against the tool's inputSchema and call again.",
+        )
+    })
+}
+
+/// One structured event per call (TOOL-CONTRACT.md §8).
+fn trace_call(e: &Envelope, args: &Value) {
+    let code = e.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
+    let retryable = e.error.as_ref().is_some_and(|e| e.retryable);
+    let device = e.error.as_ref().and_then(|e| e.device_id.as_deref()).unwrap_or("");
+    tracing::info!(
+        call_id = %e.meta.call_id,
+        tool = %e.meta.tool,
+        arguments = %redact(args),
+        outcome = if e.ok { "ok" } else { "error" },
+        code,
+        retryable,
+        attempts = e.meta.attempts,
+        device,
+        duration_ms = e.meta.duration_ms,
+        "tool call"
+    );
+}
+
+/// Arguments for the log, with anything that looks like a secret replaced.
+fn redact(args: &Value) -> String {
+    let mut v = args.clone();
+    if let Some(o) = v.as_object_mut() {
+        for (k, val) in o.iter_mut() {
+            let k = k.to_ascii_lowercase();
+            if ["token", "password", "secret", "authorization"].iter().any(|s| k.contains(s)) {
+                *val = Value::String("[redacted]".into());
+            }
+        }
+    }
+    envelope::cut(&v.to_string())
+}
+
+/// `c_` + 13 hex digits of milliseconds + 8 of a process-wide sequence mixed with a
+/// per-process random seed: unique, sortable by time.
+fn new_call_id() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let seed = *SEED.get_or_init(|| RandomState::new().hash_one(std::process::id()));
+    let ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    format!("c_{ms:013x}{:08x}", (seed.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 32) as u32)
+}

@@ -1,0 +1,276 @@
+//! Layer 1 of argument validation: the arguments against the tool's input schema.
+//!
+//! Layer 2 (domain: ID grammar, dates, bounds) and layer 3 (the referenced thing exists)
+//! live with each tool, through the helpers at the end of this file.
+
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use serde_json::Value;
+
+use super::envelope::{Detail, ErrorCode, ToolError, cut};
+use crate::ids::SensorId;
+use crate::registry::Registry;
+
+/// A compiled input schema.
+pub struct InputValidator {
+    validator: jsonschema::Validator,
+    /// Top-level parameter names, for "unknown parameter" suggestions.
+    params: Vec<String>,
+}
+
+impl InputValidator {
+    pub fn new(schema: &Value) -> Result<InputValidator, String> {
+        let validator = jsonschema::validator_for(schema).map_err(|e| e.to_string())?;
+        let params = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        Ok(InputValidator { validator, params })
+    }
+
+    /// Every schema violation, as one `INVALID_ARGUMENT` (with `details` when several).
+    ///
+    /// `suggest(parameter, received)` offers close valid values for a malformed string.
+    pub fn check(&self, args: &Value, suggest: &dyn Fn(&str, &str) -> Vec<String>) -> Result<(), ToolError> {
+        let mut details = Vec::new();
+        for error in self.validator.iter_errors(args) {
+            let path = error.instance_path().to_string();
+            let parameter = path.trim_start_matches('/').to_string();
+            let received = Some(render(error.instance()));
+            let mut d = |parameter: String, received: Option<String>, expected: String, message: String| {
+                details.push(Detail {
+                    parameter,
+                    received,
+                    expected: Some(expected),
+                    message,
+                    suggestions: Vec::new(),
+                })
+            };
+            match error.kind() {
+                ValidationErrorKind::Required { property } => {
+                    let name = property.as_str().unwrap_or("?").to_string();
+                    d(name.clone(), None, "a value".into(), format!("`{name}` is required."));
+                }
+                ValidationErrorKind::AdditionalProperties { unexpected } => {
+                    for name in unexpected {
+                        let near = crate::suggest::closest(name, self.params.iter().map(String::as_str));
+                        details.push(Detail {
+                            parameter: name.clone(),
+                            received: None,
+                            expected: Some(format!("one of the parameters: {}", self.params.join(", "))),
+                            message: format!("`{}` is not a parameter of this tool.", cut(name)),
+                            suggestions: near.map(|n| vec![n.to_string()]).unwrap_or_default(),
+                        });
+                    }
+                }
+                ValidationErrorKind::Type { kind } => {
+                    let want = match kind {
+                        TypeKind::Single(t) => t.to_string(),
+                        TypeKind::Multiple(set) => {
+                            let names: Vec<String> =
+                                set.iter().map(|t| t.to_string()).filter(|t| t != "null").collect();
+                            names.join(" or ")
+                        }
+                    };
+                    let name = if parameter.is_empty() { "arguments".into() } else { parameter.clone() };
+                    d(
+                        parameter.clone(),
+                        received,
+                        want.clone(),
+                        format!("`{name}` must be {}.", article(&want)),
+                    );
+                }
+                ValidationErrorKind::Enum { options } => {
+                    let opts: Vec<String> = options
+                        .as_array()
+                        .map(|a| a.iter().filter(|v| !v.is_null()).map(render).collect())
+                        .unwrap_or_default();
+                    d(
+                        parameter.clone(),
+                        received,
+                        format!("one of {}", opts.join(", ")),
+                        format!("`{parameter}` is not an allowed value."),
+                    );
+                }
+                ValidationErrorKind::Pattern { pattern } => {
+                    let (expected, message) = pattern_text(&parameter, pattern);
+                    let suggestions =
+                        error.instance().as_str().map(|s| suggest(&parameter, s)).unwrap_or_default();
+                    details.push(Detail {
+                        parameter: parameter.clone(),
+                        received,
+                        expected: Some(expected),
+                        message,
+                        suggestions,
+                    });
+                }
+                ValidationErrorKind::Minimum { limit } | ValidationErrorKind::ExclusiveMinimum { limit } => {
+                    d(
+                        parameter.clone(),
+                        received,
+                        format!(">= {limit}"),
+                        format!("`{parameter}` is too small."),
+                    );
+                }
+                ValidationErrorKind::Maximum { limit } | ValidationErrorKind::ExclusiveMaximum { limit } => {
+                    d(
+                        parameter.clone(),
+                        received,
+                        format!("<= {limit}"),
+                        format!("`{parameter}` is too large."),
+                    );
+                }
+                ValidationErrorKind::MinLength { limit } => {
+                    d(
+                        parameter.clone(),
+                        received,
+                        format!("at least {limit} characters"),
+                        format!("`{parameter}` is too short."),
+                    );
+                }
+                ValidationErrorKind::MaxLength { limit } => {
+                    d(
+                        parameter.clone(),
+                        received,
+                        format!("at most {limit} characters"),
+                        format!("`{parameter}` is too long."),
+                    );
+                }
+                ValidationErrorKind::MinItems { limit } => {
+                    d(
+                        parameter.clone(),
+                        None,
+                        format!("at least {limit} items"),
+                        format!("`{parameter}` has too few items."),
+                    );
+                }
+                ValidationErrorKind::MaxItems { limit } => {
+                    d(
+                        parameter.clone(),
+                        None,
+                        format!("at most {limit} items"),
+                        format!("`{parameter}` has too many items."),
+                    );
+                }
+                ValidationErrorKind::UniqueItems => {
+                    d(
+                        parameter.clone(),
+                        None,
+                        "distinct items".into(),
+                        format!("`{parameter}` lists an item twice."),
+                    );
+                }
+                _ => {
+                    d(
+                        parameter.clone(),
+                        received,
+                        "a value matching the input schema".into(),
+                        format!("`{parameter}` does not match the input schema."),
+                    );
+                }
+            }
+        }
+        match details.len() {
+            0 => Ok(()),
+            1 => {
+                let d = details.remove(0);
+                let hint = hint_for(&d.parameter);
+                let mut e =
+                    ToolError::invalid(d.parameter, None, d.expected.unwrap_or_default(), d.message, hint);
+                e.received = d.received;
+                e.suggestions = d.suggestions;
+                Err(e)
+            }
+            n => {
+                let mut e = ToolError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("{n} arguments are invalid."),
+                    "Fix every parameter listed in details and call again; the tool's inputSchema lists what is allowed.",
+                );
+                e.details = details;
+                Err(e)
+            }
+        }
+    }
+}
+
+fn article(t: &str) -> String {
+    match t.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => format!("an {t}"),
+        _ => format!("a {t}"),
+    }
+}
+
+/// A value as the caller sent it, for `received`, cut to 100 characters.
+fn render(v: &Value) -> String {
+    match v {
+        Value::String(s) => cut(s),
+        other => cut(&other.to_string()),
+    }
+}
+
+pub fn is_sensor_param(p: &str) -> bool {
+    p == "sensor_id" || p.starts_with("sensor_ids/")
+}
+
+fn pattern_text(parameter: &str, pattern: &str) -> (String, String) {
+    if is_sensor_param(parameter) {
+        return (
+            "a sensor ID PLANT_ZONE_NNN in upper case, e.g. A_LINE1_042".into(),
+            format!("`{parameter}` is not a well-formed sensor ID."),
+        );
+    }
+    let what = match parameter {
+        "plant" => "a plant code in upper case, e.g. A",
+        "zone" => "a zone code in upper case, e.g. LINE1",
+        "device_id" => "a device ID of a-z, 0-9 and -, e.g. a-line1-plc",
+        _ => "",
+    };
+    let expected = if what.is_empty() { format!("a string matching {pattern}") } else { what.to_string() };
+    (expected, format!("`{parameter}` is not in the expected format."))
+}
+
+fn hint_for(parameter: &str) -> String {
+    if is_sensor_param(parameter) {
+        "Use a suggested ID, or call list_sensors to see valid sensor IDs.".into()
+    } else if parameter == "cursor" {
+        "Pass next_cursor from the previous page unchanged, or omit cursor to start over.".into()
+    } else {
+        format!("Fix `{parameter}` and call again; the tool's inputSchema lists what is allowed.")
+    }
+}
+
+// ---------------------------------------------------------------- layers 2 and 3
+
+/// Layer 2: a sensor ID in the right grammar, or an error with suggestions.
+pub fn parse_sensor_id(parameter: &str, raw: &str, registry: &Registry) -> Result<SensorId, ToolError> {
+    raw.parse::<SensorId>().map_err(|e| {
+        ToolError::invalid(
+            parameter,
+            Some(raw),
+            "a sensor ID PLANT_ZONE_NNN in upper case, e.g. A_LINE1_042",
+            format!("`{parameter}` is not a well-formed sensor ID: {e}."),
+            "Use a suggested ID, or call list_sensors to see valid sensor IDs.",
+        )
+        .with_suggestions(registry.suggest_sensors(raw))
+    })
+}
+
+/// Layer 3: the sensor exists.
+pub fn known_sensor<'r>(
+    parameter: &str,
+    id: &SensorId,
+    registry: &'r Registry,
+) -> Result<&'r crate::registry::Sensor, ToolError> {
+    registry.sensor(id).ok_or_else(|| {
+        let mut e = ToolError::new(
+            ErrorCode::SensorNotFound,
+            format!("No sensor {id} is registered."),
+            format!("Call list_sensors with plant={} zone={} to see valid IDs.", id.plant(), id.zone()),
+        )
+        .with_suggestions(registry.suggest_sensors(id.as_str()));
+        e.parameter = Some(parameter.to_string());
+        e.received = Some(id.to_string());
+        e
+    })
+}
