@@ -51,6 +51,15 @@ pub fn check_zone(s: &str) -> Result<(), IdError> {
 }
 
 /// A sensor ID of the form `PLANT_ZONE_NNN`, e.g. `A_LINE1_042`.
+///
+/// ```
+/// use fieldgate::ids::SensorId;
+///
+/// let id: SensorId = "A_LINE1_042".parse().unwrap();
+/// assert_eq!((id.plant(), id.zone(), id.number()), ("A", "LINE1", 42));
+/// // Input is never corrected: lower case is an error, not a guess.
+/// assert!("a_line1_042".parse::<SensorId>().is_err());
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SensorId {
     text: Box<str>,

@@ -22,10 +22,14 @@ fn threshold(len: usize) -> usize {
 }
 
 /// The single closest candidate within the threshold (used for unknown config keys).
+/// A candidate that extends the input (`baud` → `baud_rate`) counts as one edit away.
 pub fn closest<'c>(input: &str, candidates: impl IntoIterator<Item = &'c str>) -> Option<&'c str> {
     candidates
         .into_iter()
-        .map(|c| (distance(input, c), c))
+        .map(|c| {
+            let prefix = input.len() >= 3 && c.starts_with(input);
+            (if prefix { 1 } else { distance(input, c) }, c)
+        })
         .filter(|(d, _)| *d <= threshold(input.len()))
         .min()
         .map(|(_, c)| c)
@@ -58,14 +62,21 @@ pub fn nearest_ids<'c>(
     let norm = normalize_sensor_id(input);
     let mut parts = norm.split('_');
     let (plant, zone) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let number = |s: &str| s.rsplit('_').next().and_then(|n| n.parse::<i64>().ok());
+    let wanted = number(&norm);
     let limit = threshold(norm.len());
-    let mut scored: Vec<(usize, usize, &str)> = ids
+    let mut scored: Vec<(usize, i64, &str)> = ids
         .into_iter()
         .filter_map(|(id, p, z)| {
             let d = distance(&norm, id);
             // Same plant and zone is worth one edit; same plant alone half of that.
             let locality = usize::from(p != plant) + usize::from(z != zone);
-            (d <= limit).then_some((d * 2 + locality, d, id))
+            // Among equals, the numerically nearest sensor of the same zone comes first.
+            let near = match (wanted, number(id)) {
+                (Some(a), Some(b)) if locality == 0 => (a - b).abs(),
+                _ => i64::MAX,
+            };
+            (d <= limit).then_some((d * 2 + locality, near, id))
         })
         .collect();
     scored.sort();

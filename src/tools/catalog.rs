@@ -74,16 +74,35 @@ fn settings() -> SchemaSettings {
     SchemaSettings::draft2020_12().with(|s| s.inline_subschemas = true)
 }
 
+/// Doc comments wrap; agents read descriptions as one line each.
+fn flatten_descriptions(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                match child {
+                    Value::String(s) if k == "description" => *s = s.replace('\n', " "),
+                    _ => flatten_descriptions(child),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(flatten_descriptions),
+        _ => {}
+    }
+}
+
 /// The input schema of an argument type.
 pub fn input_schema<T: JsonSchema>() -> Value {
     let schema = settings().into_generator().into_root_schema_for::<T>();
-    serde_json::to_value(schema).unwrap_or(Value::Null)
+    let mut v = serde_json::to_value(schema).unwrap_or(Value::Null);
+    flatten_descriptions(&mut v);
+    v
 }
 
 /// The output schema: the envelope around `T`.
 pub fn output_schema<T: JsonSchema>() -> Value {
     let schema = settings().into_generator().into_root_schema_for::<Envelope<T>>();
     let mut v = serde_json::to_value(schema).unwrap_or(Value::Null);
+    flatten_descriptions(&mut v);
     if let Some(o) = v.as_object_mut() {
         o.insert(
             "title".into(),
@@ -175,7 +194,8 @@ pub static TOOLS: [ToolSpec; 8] = [
         DeviceStatusData,
         "Connection and circuit-breaker state of field devices: up, degraded or down, last \
          success, last error, read latency and number of sensors. Use it when readings fail, to \
-         learn whether a device is down and when to try again. Do not use it for sensor values. \
+         learn whether a device is down and when to try again. Do not use it for sensor values \
+         (call get_sensor_reading). \
          No side effects; does not contact devices."
     ),
     spec!(
@@ -225,5 +245,7 @@ pub fn device_file_schema() -> Value {
     let schema = SchemaSettings::draft2020_12()
         .into_generator()
         .into_root_schema_for::<crate::registry::file_schema::DeviceFile>();
-    serde_json::to_value(schema).unwrap_or(Value::Null)
+    let mut v = serde_json::to_value(schema).unwrap_or(Value::Null);
+    flatten_descriptions(&mut v);
+    v
 }

@@ -98,8 +98,8 @@ pub struct GetSensorReadingArgs {
     /// The sensor, as `PLANT_ZONE_NNN`, e.g. "A_LINE1_001". Use list_sensors to find IDs.
     #[schemars(regex(pattern = SENSOR_ID_PATTERN), example = &"A_LINE1_001")]
     pub sensor_id: String,
-    /// "normalized" (engineering units, the default) or "raw" (the decoded device value
-    /// before scaling), e.g. "raw".
+    /// "normalized" (engineering units) or "raw" (the decoded device value before scale and
+    /// offset), e.g. "raw". Default "normalized".
     #[schemars(example = &"normalized")]
     pub unit: Option<UnitMode>,
     /// Accept a value read at most this many milliseconds ago instead of asking the device,
@@ -115,7 +115,7 @@ pub struct GetSensorReadingsArgs {
     #[schemars(length(min = 1, max = 100), inner(regex(pattern = SENSOR_ID_PATTERN)))]
     #[schemars(extend("uniqueItems" = true), example = ["A_LINE1_001", "A_LINE1_002"])]
     pub sensor_ids: Vec<String>,
-    /// "normalized" (default) or "raw", for every sensor, e.g. "normalized".
+    /// "normalized" or "raw", for every sensor, e.g. "raw". Default "normalized".
     #[schemars(example = &"normalized")]
     pub unit: Option<UnitMode>,
     /// Accept values read at most this many milliseconds ago, 0-86400000, e.g. 5000. Default 0.

@@ -15,6 +15,25 @@ pub struct InputValidator {
     validator: jsonschema::Validator,
     /// Top-level parameter names, for "unknown parameter" suggestions.
     params: Vec<String>,
+    /// Allowed values of enum-like parameters (`unit`: normalized, raw).
+    choices: std::collections::HashMap<String, Vec<String>>,
+}
+
+/// Every `const` and `enum` value under a schema node.
+fn collect_choices(v: &Value, out: &mut Vec<String>) {
+    if let Value::Object(m) = v {
+        if let Some(c) = m.get("const").and_then(Value::as_str) {
+            out.push(c.to_string());
+        }
+        if let Some(e) = m.get("enum").and_then(Value::as_array) {
+            out.extend(e.iter().filter_map(Value::as_str).map(str::to_string));
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(Value::Array(alts)) = m.get(key) {
+                alts.iter().for_each(|a| collect_choices(a, out));
+            }
+        }
+    }
 }
 
 impl InputValidator {
@@ -25,7 +44,17 @@ impl InputValidator {
             .and_then(Value::as_object)
             .map(|p| p.keys().cloned().collect())
             .unwrap_or_default();
-        Ok(InputValidator { validator, params })
+        let mut choices = std::collections::HashMap::new();
+        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            for (name, p) in props {
+                let mut values = Vec::new();
+                collect_choices(p, &mut values);
+                if !values.is_empty() {
+                    choices.insert(name.clone(), values);
+                }
+            }
+        }
+        Ok(InputValidator { validator, params, choices })
     }
 
     /// Every schema violation, as one `INVALID_ARGUMENT` (with `details` when several).
@@ -158,6 +187,17 @@ impl InputValidator {
                         None,
                         "distinct items".into(),
                         format!("`{parameter}` lists an item twice."),
+                    );
+                }
+                ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. }
+                    if self.choices.contains_key(&parameter) =>
+                {
+                    let opts = self.choices[&parameter].join(", ");
+                    d(
+                        parameter.clone(),
+                        received,
+                        format!("one of {opts}"),
+                        format!("`{parameter}` is not an allowed value."),
                     );
                 }
                 _ => {

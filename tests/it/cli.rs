@@ -1,0 +1,120 @@
+//! The real `fieldgate` binary, run as a user would.
+
+use std::process::{Command, Output};
+
+use super::support::*;
+use serde_json::Value;
+
+fn fieldgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("FIELDGATE_LOG")
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn check_summarises_the_demo_plant() {
+    let o = fieldgate(&["check"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let n = demo_registry().sensors().len();
+    let out = stdout(&o);
+    assert!(out.starts_with(&format!("ok: 4 devices, {n} sensors")), "{out}");
+    assert!(out.contains("modbus-tcp           2 device(s)"), "{out}");
+    assert!(out.contains("opcua                1 device(s), 8 sensor(s)"), "{out}");
+}
+
+#[test]
+fn check_prints_every_problem_and_exits_1() {
+    let bad = GOOD.replace("address = 0", "address = 70000").replace("kind = \"pressure\"", "kind = 3");
+    let dir = device_dir(&[("bad.toml", &bad), ("dup.toml", &GOOD.replace("t-plc", "t-plc2"))]);
+    let o = fieldgate(&["check", "--devices", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("bad.toml:11: `kind` in sensor T_ZONE1_001: must be a string, found an integer"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "bad.toml:14: `address` in sensor T_ZONE1_001: must be between 0 and 65535, found 70000"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("2 problem(s); fieldgate will not start until they are fixed."), "{err}");
+    assert!(stdout(&o).is_empty());
+}
+
+#[test]
+fn check_reports_configuration_problems_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fieldgate.toml");
+    std::fs::write(&cfg, "[server]\nlisten = \"nowhere\"\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["check", "--config", cfg.to_str().unwrap()])
+        .current_dir(root())
+        .env("FIELDGATE_CALLS_DEADLINE_MS", "-5")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("fieldgate.toml:2: `listen` in [server]: must be ip:port"), "{err}");
+    assert!(
+        err.contains(
+            "environment variable FIELDGATE_CALLS_DEADLINE_MS: `deadline_ms` in [calls]: must be between"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn tools_prints_the_served_definitions() {
+    let o = fieldgate(&["tools"]);
+    assert!(o.status.success());
+    let defs: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let names: Vec<&str> = defs.as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["list_sensors"]);
+    for key in ["description", "inputSchema", "outputSchema", "annotations"] {
+        assert!(defs[0].get(key).is_some(), "{key}");
+    }
+}
+
+#[test]
+fn call_prints_the_envelope_and_exits_by_outcome() {
+    let o = fieldgate(&["call", "list_sensors", r#"{"zone":"UTIL","limit":3}"#]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(e["ok"], true);
+    assert_eq!(e["data"]["sensors"].as_array().unwrap().len(), 3);
+    assert_eq!(e["data"]["total"], 9);
+
+    let o = fieldgate(&["call", "list_sensors", r#"{"zone":"util"}"#]);
+    assert_eq!(o.status.code(), Some(2));
+    let e: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(e["ok"], false);
+    assert_eq!(e["error"]["code"], "INVALID_ARGUMENT");
+    assert_eq!(e["error"]["suggestions"][0], "UTIL");
+
+    let o = fieldgate(&["call", "list_sensors"]);
+    assert!(o.status.success());
+}
+
+#[test]
+fn call_refuses_bad_json_and_unknown_tools() {
+    let o = fieldgate(&["call", "list_sensors", "{zone: LINE1}"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("not valid JSON"));
+    let o = fieldgate(&["call", "make_coffee", "{}"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown tool `make_coffee`; tools served: list_sensors"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"));
+}

@@ -1,0 +1,160 @@
+//! `list_sensors`: filters, paging with cursors, errors, and the output schema.
+
+use std::collections::BTreeSet;
+
+use super::support::*;
+use fieldgate::tools::{ErrorCode, TOOLS};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn ids(e: &fieldgate::tools::Envelope) -> Vec<String> {
+    e.data.as_ref().unwrap()["sensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sensor_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Follows `next_cursor` to the end and returns every ID in order.
+async fn all_pages(mut args: Value) -> (Vec<String>, usize) {
+    let svc = service();
+    let mut out = Vec::new();
+    let mut pages = 0;
+    loop {
+        let e = svc.call("list_sensors", args.clone()).await.unwrap();
+        assert!(e.ok, "{e:?}");
+        pages += 1;
+        out.extend(ids(&e));
+        let data = e.data.unwrap();
+        match data["next_cursor"].as_str() {
+            Some(c) => {
+                assert_eq!(data["complete"], false);
+                args["cursor"] = json!(c);
+            }
+            None => {
+                assert_eq!(data["complete"], true);
+                assert_eq!(data["total"].as_u64().unwrap() as usize, out.len());
+                return (out, pages);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn default_page_lists_every_demo_sensor_sorted() {
+    let e = call("list_sensors", json!({})).await;
+    let got = ids(&e);
+    let want: Vec<String> = demo_registry().sensors().iter().map(|s| s.id.to_string()).collect();
+    assert_eq!(got, want);
+    assert_eq!(e.data.unwrap()["total"], want.len());
+}
+
+#[tokio::test]
+async fn paging_returns_every_sensor_exactly_once() {
+    let n = demo_registry().sensors().len();
+    for limit in [1, 2, 3, 7, 10, n - 1, n, n + 1, 1000] {
+        let (got, pages) = all_pages(json!({ "limit": limit })).await;
+        let unique: BTreeSet<_> = got.iter().collect();
+        assert_eq!(unique.len(), got.len(), "duplicates with limit {limit}");
+        assert_eq!(got.len(), n, "limit {limit}");
+        assert_eq!(pages, n.div_ceil(limit).max(1), "limit {limit}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+    #[test]
+    fn paging_with_filters_matches_an_unpaged_listing(
+        limit in 1u32..12,
+        plant in prop::option::of(prop::sample::select(vec!["A", "B"])),
+        kind in prop::option::of(prop::sample::select(vec!["pressure", "temperature", "status", "count"])),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let mut args = json!({ "limit": limit });
+        if let Some(p) = plant { args["plant"] = json!(p); }
+        if let Some(k) = kind { args["kind"] = json!(k); }
+        let (paged, _) = rt.block_on(all_pages(args));
+        let want: Vec<String> = demo_registry()
+            .sensors()
+            .iter()
+            .filter(|s| plant.is_none_or(|p| s.id.plant() == p) && kind.is_none_or(|k| s.kind == k))
+            .map(|s| s.id.to_string())
+            .collect();
+        prop_assert_eq!(paged, want);
+    }
+}
+
+#[tokio::test]
+async fn filters_combine() {
+    let e = call("list_sensors", json!({"zone": "LINE1", "kind": "pressure"})).await;
+    assert_eq!(ids(&e), ["A_LINE1_001", "A_LINE1_002"]);
+    let e = call("list_sensors", json!({"device_id": "a-util-meter", "text": "voltage l2"})).await;
+    assert_eq!(ids(&e), ["A_UTIL_002"]);
+    // Text matches the equipment tag, case-insensitively.
+    let e = call("list_sensors", json!({"text": "p-101"})).await;
+    assert!(ids(&e).len() >= 4 && ids(&e).iter().all(|i| i.starts_with("A_LINE1_")));
+    // A text that matches nothing is an empty success, not an error.
+    let e = call("list_sensors", json!({"text": "no such words"})).await;
+    assert!(e.ok);
+    assert_eq!(e.data.unwrap()["total"], 0);
+}
+
+#[tokio::test]
+async fn unknown_filter_values_are_errors_with_suggestions() {
+    let e = call("list_sensors", json!({"zone": "LINE2"})).await;
+    let err = e.error.unwrap();
+    assert_eq!(err.code, ErrorCode::InvalidArgument);
+    assert_eq!(err.parameter.as_deref(), Some("zone"));
+    assert_eq!(err.suggestions, ["LINE1"]);
+    assert!(err.expected.unwrap().contains("BOILER"));
+
+    let e = call("list_sensors", json!({"kind": "presure"})).await;
+    assert_eq!(e.error.unwrap().suggestions, ["pressure"]);
+
+    let e = call("list_sensors", json!({"device_id": "a-line1-plk"})).await;
+    let err = e.error.unwrap();
+    assert_eq!(err.code, ErrorCode::DeviceNotFound);
+    assert!(!err.retryable);
+    assert_eq!(err.suggestions, ["a-line1-plc"]);
+}
+
+#[tokio::test]
+async fn cursors_are_checked() {
+    let e = call("list_sensors", json!({"limit": 2})).await;
+    let cursor = e.data.unwrap()["next_cursor"].as_str().unwrap().to_string();
+
+    // The same cursor with other filters is refused, not silently misapplied.
+    let e = call("list_sensors", json!({"limit": 2, "plant": "B", "cursor": cursor})).await;
+    let err = e.error.unwrap();
+    assert_eq!((err.code, err.parameter.as_deref()), (ErrorCode::InvalidArgument, Some("cursor")));
+    assert!(err.message.contains("other filters"), "{}", err.message);
+
+    for bad in ["garbage", "eyJ4IjoxfQ", "!!!"] {
+        let e = call("list_sensors", json!({"cursor": bad})).await;
+        let err = e.error.unwrap();
+        assert_eq!(err.parameter.as_deref(), Some("cursor"), "{bad}");
+        assert!(err.hint.contains("omit cursor"));
+    }
+}
+
+#[tokio::test]
+async fn every_result_matches_the_output_schema() {
+    let schema = TOOLS.iter().find(|t| t.name == "list_sensors").unwrap().output_schema();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for args in [
+        json!({}),
+        json!({"limit": 3}),
+        json!({"zone": "NOPE"}),
+        json!({"device_id": "x"}),
+        json!({"limit": "3", "extra": true}),
+        json!({"cursor": "bad"}),
+    ] {
+        let e = call("list_sensors", args.clone()).await;
+        let v = serde_json::to_value(&e).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{args}: {errors:?}\n{v}");
+        assert_eq!(v["ok"], e.error.is_none());
+        assert!(v["meta"]["call_id"].as_str().unwrap().starts_with("c_"));
+    }
+}

@@ -1,0 +1,81 @@
+//! Shared helpers: the demo plant, temporary device folders, the tool service.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fieldgate::config::Config;
+use fieldgate::registry::Registry;
+use fieldgate::tools::{Envelope, ToolService};
+use serde_json::Value;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn demo_dir() -> PathBuf {
+    root().join("devices")
+}
+
+pub fn demo_registry() -> Registry {
+    Registry::load(&demo_dir()).expect("the demo plant is valid")
+}
+
+pub fn service() -> ToolService {
+    ToolService::new(Arc::new(demo_registry()), Config::default())
+}
+
+/// Calls a tool on the demo plant.
+pub async fn call(tool: &str, args: Value) -> Envelope {
+    service().call(tool, args).await.expect("tool is served")
+}
+
+/// A temporary folder holding the given device files.
+pub fn device_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    dir
+}
+
+/// Every problem reported for these files, as printed (`file:line: message`), with the
+/// temporary folder removed from the file names.
+pub fn problems(files: &[(&str, &str)]) -> Vec<String> {
+    let dir = device_dir(files);
+    problems_in(dir.path())
+}
+
+pub fn problems_in(dir: &Path) -> Vec<String> {
+    match Registry::load(dir) {
+        Ok(_) => Vec::new(),
+        Err(e) => {
+            let prefix = format!("{}/", dir.display());
+            e.0.iter().map(|p| p.to_string().replace(&prefix, "")).collect()
+        }
+    }
+}
+
+/// A valid Modbus TCP device file for plant T, zone ZONE1; tests change one thing in it.
+pub const GOOD: &str = r#"id = "t-plc"
+plant = "T"
+zone = "ZONE1"
+description = "Test PLC"
+protocol = "modbus-tcp"
+endpoint = "127.0.0.1:5020"
+
+[[sensors]]
+id = "T_ZONE1_001"
+description = "Pressure"
+kind = "pressure"
+unit = "bar"
+table = "holding"
+address = 0
+type = "f32"
+"#;
+
+/// `GOOD` plus one more sensor whose body is `extra`.
+pub fn with_sensor(extra: &str) -> String {
+    format!(
+        "{GOOD}\n[[sensors]]\nid = \"T_ZONE1_002\"\ndescription = \"Second\"\nkind = \"flow\"\nunit = \"m3/h\"\n{extra}\n"
+    )
+}
