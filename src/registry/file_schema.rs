@@ -5,6 +5,7 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::model::{DataType, OpcUaMode, Parity, Protocol, RegisterTable, WordOrder};
 use crate::ids::{DEVICE_ID_PATTERN, PLANT_PATTERN, SENSOR_ID_PATTERN, ZONE_PATTERN};
 
 /// One field device (a PLC, a gateway, an OPC UA server) and its sensors.
@@ -51,23 +52,6 @@ pub struct DeviceFile {
 }
 
 #[derive(Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Protocol {
-    ModbusTcp,
-    ModbusRtu,
-    ModbusRtuOverTcp,
-    Opcua,
-}
-
-#[derive(Deserialize, JsonSchema)]
-pub enum WordOrder {
-    ABCD,
-    BADC,
-    CDAB,
-    DCBA,
-}
-
-#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Serial {
     #[schemars(range(min = 300, max = 4000000))]
@@ -77,14 +61,6 @@ pub struct Serial {
     pub data_bits: Option<u8>,
     #[schemars(range(min = 1, max = 2))]
     pub stop_bits: Option<u8>,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Parity {
-    None,
-    Even,
-    Odd,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -118,13 +94,6 @@ pub enum SecurityMode {
     SignAndEncrypt,
 }
 
-#[derive(Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum OpcUaMode {
-    Poll,
-    Subscribe,
-}
-
 /// One sensor. Modbus sensors use table/address/type; OPC UA sensors use node_id.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -140,7 +109,7 @@ pub struct SensorEntry {
     pub unit: String,
     /// Asset tag of the equipment the sensor belongs to.
     pub equipment: Option<String>,
-    pub table: Option<Table>,
+    pub table: Option<RegisterTable>,
     /// 0-based protocol address (not the 4xxxx notation).
     #[schemars(range(min = 0, max = 65535))]
     pub address: Option<u16>,
@@ -165,30 +134,6 @@ pub struct SensorEntry {
     /// History stores a new point only when the value moves this much.
     #[schemars(range(min = 0.0))]
     pub deadband: Option<f64>,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Table {
-    Coil,
-    Discrete,
-    Input,
-    Holding,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum DataType {
-    Bool,
-    U16,
-    I16,
-    U32,
-    I32,
-    U64,
-    I64,
-    F32,
-    F64,
-    String,
 }
 
 #[derive(Deserialize, JsonSchema)]

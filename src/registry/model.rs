@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::ids::{DeviceId, SensorId};
 
 /// How fieldgate talks to a device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Protocol {
     ModbusTcp,
@@ -65,7 +65,7 @@ impl std::fmt::Display for Endpoint {
 }
 
 /// Register byte/word order of multi-register values (see DEVICE-FILES.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub enum WordOrder {
     ABCD,
     BADC,
@@ -105,7 +105,7 @@ pub struct SerialSettings {
     pub stop_bits: u8,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Parity {
     None,
@@ -122,7 +122,7 @@ pub struct OpcUaSettings {
     pub mode: OpcUaMode,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OpcUaMode {
     Poll,
@@ -152,7 +152,19 @@ pub struct Device {
 }
 
 /// A Modbus table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum RegisterTable {
     Coil,
@@ -181,7 +193,7 @@ impl RegisterTable {
 }
 
 /// The type a sensor's registers are decoded as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DataType {
     Bool,
