@@ -3,6 +3,7 @@
 //! See ARCHITECTURE.md for the codemap and the invariants.
 
 pub mod config;
+pub mod driver;
 pub mod ids;
 pub mod registry;
 pub mod suggest;

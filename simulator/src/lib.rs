@@ -1,1 +1,313 @@
-//! fieldgate-sim: serves the demo plant's devices over real protocols, with fault injection.
+//! fieldgate-sim: serves the devices of `devices/*.toml` over real Modbus TCP and
+//! RTU-over-TCP, with waveforms from a scenario and fault injection that can be changed
+//! while it runs (from code, or over the HTTP control API).
+//!
+//! Tests start it on port 0 ([`Bind::Ephemeral`]), learn each device's address with
+//! [`Simulator::addr`], and compare what the service reads with [`Simulator::expected`].
+
+pub mod control;
+pub mod encode;
+pub mod faults;
+pub mod plant;
+mod server;
+pub mod wave;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_modbus::prelude::ExceptionCode;
+
+pub use faults::Faults;
+pub use plant::Device;
+pub use server::{Framing, Stats};
+pub use wave::{Scenario, SimValue, Wave};
+
+use plant::{Protocol, Table};
+use server::Endpoint;
+
+/// Where the simulated devices listen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bind {
+    /// On the endpoints the device files declare.
+    Declared,
+    /// On 127.0.0.1, each endpoint on a free port chosen by the OS.
+    Ephemeral,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot listen on {addr} for {device}: {source}")]
+    Bind { device: String, addr: String, source: std::io::Error },
+    #[error("device {0}: endpoint is not host:port")]
+    Endpoint(String),
+    #[error("no simulated device {0}")]
+    UnknownDevice(String),
+    #[error("invalid faults: {0}")]
+    Faults(String),
+}
+
+/// Simulation time: seconds since start, or a frozen instant.
+pub struct Clock {
+    start: Instant,
+    frozen: Mutex<Option<f64>>,
+}
+
+impl Clock {
+    pub fn now(&self) -> f64 {
+        match *self.frozen.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(t) => t,
+            None => self.start.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+/// Everything the servers share.
+pub struct State {
+    devices: BTreeMap<String, Device>,
+    waves: RwLock<BTreeMap<String, Wave>>,
+    faults: RwLock<BTreeMap<String, Faults>>,
+    seed: u64,
+    draws: AtomicU64,
+    pub clock: Clock,
+    changes: watch::Sender<u64>,
+    shut: AtomicBool,
+}
+
+impl State {
+    fn unit_of(&self, device: &str) -> Option<u8> {
+        self.devices.get(device).map(Device::unit)
+    }
+
+    pub fn faults(&self, device: &str) -> Faults {
+        self.faults.read().unwrap_or_else(|e| e.into_inner()).get(device).cloned().unwrap_or_default()
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn is_shut_down(&self) -> bool {
+        self.shut.load(Ordering::Acquire)
+    }
+
+    fn notify(&self) {
+        self.changes.send_modify(|g| *g += 1);
+    }
+
+    /// A reproducible draw in `0..n`.
+    fn uniform(&self, device: &str, n: u64) -> u64 {
+        let k = self.draws.fetch_add(1, Ordering::Relaxed);
+        let h = device.bytes().fold(self.seed, |h, b| wave::splitmix(h ^ u64::from(b)));
+        wave::splitmix(h ^ k) % n.max(1)
+    }
+
+    /// True with probability `p`.
+    fn chance(&self, device: &str, p: f64) -> bool {
+        p >= 1.0 || (p > 0.0 && (self.uniform(device, 1 << 24) as f64) < p * f64::from(1u32 << 24))
+    }
+
+    /// The signal of a sensor: its scenario wave, or a constant in the middle of its range.
+    fn wave_of(&self, p: &plant::Point) -> Wave {
+        if let Some(w) = self.waves.read().unwrap_or_else(|e| e.into_inner()).get(&p.id) {
+            return w.clone();
+        }
+        match (p.kind, &p.range) {
+            (Some(plant::Kind::String), _) => Wave::Text { text: "SIM".into() },
+            (_, Some(r)) => Wave::Constant { value: (r.min + r.max) / 2.0 },
+            _ => Wave::Constant { value: 0.0 },
+        }
+    }
+
+    /// The registers (or bits) `addr..addr+qty` of a table of a device at time `t`.
+    #[allow(clippy::type_complexity)]
+    fn read(
+        &self,
+        device: &str,
+        table: Table,
+        addr: u16,
+        qty: u16,
+        bits: bool,
+        t: f64,
+    ) -> Result<(Vec<u16>, Vec<bool>), ExceptionCode> {
+        let max = if bits { 2000 } else { 125 };
+        if qty == 0 || qty > max {
+            return Err(ExceptionCode::IllegalDataValue);
+        }
+        if u32::from(addr) + u32::from(qty) > 65536 {
+            return Err(ExceptionCode::IllegalDataAddress);
+        }
+        let Some(dev) = self.devices.get(device) else { return Err(ExceptionCode::GatewayTargetDevice) };
+        let (start, end) = (u32::from(addr), u32::from(addr) + u32::from(qty));
+        let mut words = vec![0u16; if bits { 0 } else { qty as usize }];
+        let mut flags = vec![false; if bits { qty as usize } else { 0 }];
+        for p in dev.sensors.iter().filter(|p| p.table == Some(table)) {
+            let Some(a) = p.address.map(u32::from) else { continue };
+            if a + u32::from(p.width()) <= start || a >= end {
+                continue;
+            }
+            let value = self.wave_of(p).at(t);
+            if bits {
+                if let SimValue::Bool(b) = encode::expected(p, &value) {
+                    flags[(a - start) as usize] = b;
+                }
+            } else if let Some(bit) = p.bit {
+                let on = matches!(encode::expected(p, &value), SimValue::Bool(true));
+                let w = &mut words[(a - start) as usize];
+                *w = if on { *w | (1 << bit) } else { *w & !(1 << bit) };
+            } else {
+                for (i, r) in encode::encode(p, dev.order_of(p), &value).into_iter().enumerate() {
+                    let at = a + i as u32;
+                    if (start..end).contains(&at) {
+                        words[(at - start) as usize] = r;
+                    }
+                }
+            }
+        }
+        Ok((words, flags))
+    }
+}
+
+/// A running simulator.
+pub struct Simulator {
+    state: Arc<State>,
+    endpoints: Vec<Arc<Endpoint>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Simulator {
+    /// Starts a server for every Modbus TCP and RTU-over-TCP endpoint of `devices`.
+    /// Devices behind the same endpoint share one server, told apart by unit ID. Serial
+    /// RTU and OPC UA devices are not served (yet); they are listed by [`Simulator::skipped`].
+    pub async fn start(
+        devices: BTreeMap<String, Device>,
+        scenario: Scenario,
+        bind: Bind,
+    ) -> Result<Simulator, SimError> {
+        for f in scenario.faults.values() {
+            f.validate().map_err(SimError::Faults)?;
+        }
+        let (changes, _) = watch::channel(0);
+        let state = Arc::new(State {
+            waves: RwLock::new(scenario.sensors),
+            faults: RwLock::new(scenario.faults),
+            seed: scenario.seed,
+            draws: AtomicU64::new(0),
+            clock: Clock { start: Instant::now(), frozen: Mutex::new(None) },
+            changes,
+            shut: AtomicBool::new(false),
+            devices,
+        });
+        let mut groups: BTreeMap<(String, Framing), Vec<String>> = BTreeMap::new();
+        for d in state.devices.values() {
+            let framing = match d.protocol {
+                Protocol::ModbusTcp => Framing::Tcp,
+                Protocol::ModbusRtuOverTcp => Framing::RtuOverTcp,
+                Protocol::ModbusRtu | Protocol::Opcua => continue,
+            };
+            groups.entry((d.endpoint.clone(), framing)).or_default().push(d.id.clone());
+        }
+        let mut endpoints = Vec::new();
+        let mut tasks = Vec::new();
+        for ((declared, framing), ids) in groups {
+            let target = match bind {
+                Bind::Declared => declared.clone(),
+                Bind::Ephemeral => "127.0.0.1:0".to_string(),
+            };
+            let listener = TcpListener::bind(&target).await.map_err(|source| SimError::Bind {
+                device: ids.join(", "),
+                addr: target.clone(),
+                source,
+            })?;
+            let addr = listener.local_addr().map_err(|source| SimError::Bind {
+                device: ids.join(", "),
+                addr: target,
+                source,
+            })?;
+            let ep = Arc::new(Endpoint { addr, framing, devices: ids, counters: Default::default() });
+            tasks.push(tokio::spawn(server::run(state.clone(), ep.clone(), listener)));
+            endpoints.push(ep);
+        }
+        Ok(Simulator { state, endpoints, tasks })
+    }
+
+    fn endpoint(&self, device: &str) -> Option<&Arc<Endpoint>> {
+        self.endpoints.iter().find(|e| e.devices.iter().any(|d| d == device))
+    }
+
+    /// The address a device is served on.
+    pub fn addr(&self, device: &str) -> Option<SocketAddr> {
+        self.endpoint(device).map(|e| e.addr)
+    }
+
+    /// Served devices and their addresses.
+    pub fn addrs(&self) -> BTreeMap<String, SocketAddr> {
+        self.endpoints.iter().flat_map(|e| e.devices.iter().map(move |d| (d.clone(), e.addr))).collect()
+    }
+
+    /// Devices of the plant that this simulator does not serve.
+    pub fn skipped(&self) -> Vec<String> {
+        self.state.devices.keys().filter(|d| self.endpoint(d).is_none()).cloned().collect()
+    }
+
+    pub fn devices(&self) -> &BTreeMap<String, Device> {
+        &self.state.devices
+    }
+
+    pub fn faults(&self, device: &str) -> Option<Faults> {
+        self.state.devices.contains_key(device).then(|| self.state.faults(device))
+    }
+
+    /// Replaces a device's faults; takes effect for the next request or connection.
+    pub fn set_faults(&self, device: &str, faults: Faults) -> Result<(), SimError> {
+        if !self.state.devices.contains_key(device) {
+            return Err(SimError::UnknownDevice(device.to_string()));
+        }
+        faults.validate().map_err(SimError::Faults)?;
+        self.state.faults.write().unwrap_or_else(|e| e.into_inner()).insert(device.to_string(), faults);
+        self.state.notify();
+        Ok(())
+    }
+
+    pub fn stats(&self, device: &str) -> Option<Stats> {
+        self.endpoint(device).map(|e| e.counters.snapshot())
+    }
+
+    /// Pins simulation time (`Some(seconds)`) so values stop changing, or lets it run.
+    pub fn freeze(&self, at: Option<f64>) {
+        *self.state.clock.frozen.lock().unwrap_or_else(|e| e.into_inner()) = at;
+    }
+
+    pub fn now(&self) -> f64 {
+        self.state.clock.now()
+    }
+
+    pub fn set_wave(&self, sensor: &str, wave: Wave) {
+        self.state.waves.write().unwrap_or_else(|e| e.into_inner()).insert(sensor.to_string(), wave);
+    }
+
+    /// What a correct master reads for `sensor` at time `t` (after scaling).
+    pub fn expected_at(&self, sensor: &str, t: f64) -> Option<SimValue> {
+        let p = self.state.devices.values().flat_map(|d| d.sensors.iter()).find(|p| p.id == sensor)?;
+        Some(encode::expected(p, &self.state.wave_of(p).at(t)))
+    }
+
+    /// What a correct master reads for `sensor` now.
+    pub fn expected(&self, sensor: &str) -> Option<SimValue> {
+        self.expected_at(sensor, self.now())
+    }
+
+    /// Stops every server.
+    pub async fn shutdown(self) {
+        self.state.shut.store(true, Ordering::Release);
+        self.state.notify();
+        for t in self.tasks {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+}

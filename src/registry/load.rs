@@ -216,6 +216,15 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
             s.set_path(format!("sensor {sid}"));
         }
         if let Some(sensor) = read_sensor(&s, protocol, plant, zone, word_order, id.as_ref()) {
+            if let SensorSource::Modbus(p) = &sensor.source
+                && !p.table.is_bits()
+                && p.count > max_regs
+            {
+                s.table_problem(format!(
+                    "needs {} registers but the device reads at most {max_regs} per request (max_registers_per_read)",
+                    p.count
+                ));
+            }
             if let SensorSource::Modbus(p) = &sensor.source {
                 let (start, end) = (u32::from(p.address), u32::from(p.address) + u32::from(p.count));
                 for (table, s0, e0, ty, other) in &spans {

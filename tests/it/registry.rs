@@ -282,3 +282,12 @@ fn reports_every_problem_of_every_file_at_once() {
     assert_one(&p, "b.toml:9: `id` in sensor T_ZONE1_01: NNN must be exactly three digits");
     assert_eq!(p.len(), 3, "{p:#?}");
 }
+
+#[test]
+fn rejects_a_point_larger_than_one_read() {
+    let text = GOOD.replace("endpoint =", "max_registers_per_read = 1\nendpoint =");
+    assert_one(
+        &problems(&[("t.toml", &text)]),
+        "sensor T_ZONE1_001: needs 2 registers but the device reads at most 1 per request",
+    );
+}

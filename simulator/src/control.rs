@@ -1,0 +1,89 @@
+//! The HTTP control API (`--control ADDR`): look at devices and change faults at run time.
+//!
+//! - `GET  /devices`                 every served device: address, faults, counters
+//! - `GET  /devices/{id}/faults`     one device's faults
+//! - `PUT  /devices/{id}/faults`     replace them (JSON; omitted fields are healthy)
+//! - `GET  /sensors/{id}`            the value a correct master reads now
+//! - `PUT  /clock`                   `{"frozen_at_s": 12.5}` pins time, `null` releases it
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::{Faults, Simulator};
+
+type Sim = Arc<Simulator>;
+
+fn not_found(what: &str) -> Response {
+    (StatusCode::NOT_FOUND, Json(json!({ "error": format!("no simulated {what}") }))).into_response()
+}
+
+async fn devices(State(sim): State<Sim>) -> Json<serde_json::Value> {
+    let list: Vec<_> = sim
+        .addrs()
+        .into_iter()
+        .map(|(id, addr)| json!({ "id": id, "addr": addr, "faults": sim.faults(&id), "stats": sim.stats(&id) }))
+        .collect();
+    Json(json!({ "devices": list, "skipped": sim.skipped(), "time_s": sim.now() }))
+}
+
+async fn get_faults(State(sim): State<Sim>, Path(id): Path<String>) -> Response {
+    match sim.faults(&id) {
+        Some(f) => Json(f).into_response(),
+        None => not_found("device"),
+    }
+}
+
+async fn put_faults(State(sim): State<Sim>, Path(id): Path<String>, Json(f): Json<Faults>) -> Response {
+    match sim.set_faults(&id, f) {
+        Ok(()) => Json(sim.faults(&id)).into_response(),
+        Err(crate::SimError::UnknownDevice(_)) => not_found("device"),
+        Err(e) => (StatusCode::BAD_REQUEST, Json(json!({ "error": e.to_string() }))).into_response(),
+    }
+}
+
+async fn sensor(State(sim): State<Sim>, Path(id): Path<String>) -> Response {
+    let t = sim.now();
+    match sim.expected_at(&id, t) {
+        Some(v) => Json(json!({ "sensor_id": id, "value": v, "time_s": t })).into_response(),
+        None => not_found("sensor"),
+    }
+}
+
+#[derive(Deserialize)]
+struct ClockBody {
+    frozen_at_s: Option<f64>,
+}
+
+async fn clock(State(sim): State<Sim>, Json(body): Json<ClockBody>) -> Json<serde_json::Value> {
+    sim.freeze(body.frozen_at_s);
+    Json(json!({ "time_s": sim.now(), "frozen": body.frozen_at_s.is_some() }))
+}
+
+pub fn router(sim: Sim) -> Router {
+    Router::new()
+        .route("/devices", get(devices))
+        .route("/devices/{id}/faults", get(get_faults).put(put_faults))
+        .route("/sensors/{id}", get(sensor))
+        .route("/clock", put(clock))
+        .with_state(sim)
+}
+
+/// Serves the control API on `addr`; returns the bound address.
+pub async fn serve(sim: Sim, addr: SocketAddr) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, router(sim)).await {
+            tracing::warn!(%error, "control API stopped");
+        }
+    });
+    Ok((bound, task))
+}

@@ -1,0 +1,134 @@
+//! Values to registers: the reverse of what a Modbus master decodes.
+//!
+//! Independent of fieldgate's decoder on purpose (see `plant.rs`).
+
+use crate::plant::{Kind, Order, Point};
+use crate::wave::SimValue;
+
+/// Registers as sent on the wire for a value, per the point's type and word order.
+/// Numbers are first turned back into raw units: `raw = (value - offset) / scale`,
+/// rounded and clamped for integer types.
+pub fn encode(p: &Point, order: Order, value: &SimValue) -> Vec<u16> {
+    let kind = p.kind.unwrap_or(Kind::U16);
+    if kind == Kind::String {
+        let text = match value {
+            SimValue::Text(t) => t.clone(),
+            SimValue::Num(n) => format!("{n}"),
+            SimValue::Bool(b) => b.to_string(),
+        };
+        return encode_string(&text, p.width(), order);
+    }
+    let num = match value {
+        SimValue::Num(n) => *n,
+        SimValue::Bool(b) => f64::from(u8::from(*b)),
+        SimValue::Text(_) => 0.0,
+    };
+    let raw = (num - p.offset()) / p.scale();
+    let be: Vec<u8> = match kind {
+        Kind::Bool => vec![0, u8::from(num >= 0.5)],
+        Kind::U16 => (clamp(raw, 0.0, 65535.0) as u16).to_be_bytes().to_vec(),
+        Kind::I16 => (clamp(raw, -32768.0, 32767.0) as i16).to_be_bytes().to_vec(),
+        Kind::U32 => (clamp(raw, 0.0, 4_294_967_295.0) as u32).to_be_bytes().to_vec(),
+        Kind::I32 => (clamp(raw, -2_147_483_648.0, 2_147_483_647.0) as i32).to_be_bytes().to_vec(),
+        Kind::U64 => (raw.round().max(0.0) as u64).to_be_bytes().to_vec(),
+        Kind::I64 => (raw.round() as i64).to_be_bytes().to_vec(),
+        Kind::F32 => (raw as f32).to_be_bytes().to_vec(),
+        Kind::F64 => raw.to_be_bytes().to_vec(),
+        Kind::String => Vec::new(),
+    };
+    wire(&be, order)
+}
+
+fn clamp(raw: f64, lo: f64, hi: f64) -> f64 {
+    raw.round().clamp(lo, hi)
+}
+
+/// Big-endian bytes A B C D … to registers in the given order.
+pub fn wire(be: &[u8], order: Order) -> Vec<u16> {
+    let mut regs: Vec<u16> = be
+        .chunks(2)
+        .map(|c| {
+            let (hi, lo) = (c[0], c.get(1).copied().unwrap_or(0));
+            match order {
+                Order::BADC | Order::DCBA => u16::from_be_bytes([lo, hi]),
+                Order::ABCD | Order::CDAB => u16::from_be_bytes([hi, lo]),
+            }
+        })
+        .collect();
+    if matches!(order, Order::CDAB | Order::DCBA) {
+        regs.reverse();
+    }
+    regs
+}
+
+/// Two characters per register, first in the high byte (swapped for BADC and DCBA),
+/// NUL-padded to `width` registers.
+pub fn encode_string(text: &str, width: u16, order: Order) -> Vec<u16> {
+    let mut bytes: Vec<u8> = text.bytes().take(width as usize * 2).collect();
+    bytes.resize(width as usize * 2, 0);
+    bytes
+        .chunks(2)
+        .map(|c| match order {
+            Order::BADC | Order::DCBA => u16::from_be_bytes([c[1], c[0]]),
+            _ => u16::from_be_bytes([c[0], c[1]]),
+        })
+        .collect()
+}
+
+/// What a correct master reads back for `value` through this point: the value after
+/// the register round trip (integer rounding, f32 precision, string length), scaled.
+pub fn expected(p: &Point, value: &SimValue) -> SimValue {
+    let kind = p.kind.unwrap_or(Kind::U16);
+    if p.bit.is_some()
+        || p.table.is_some_and(|t| matches!(t, crate::plant::Table::Coil | crate::plant::Table::Discrete))
+        || kind == Kind::Bool
+    {
+        return SimValue::Bool(match value {
+            SimValue::Bool(b) => *b,
+            SimValue::Num(n) => *n >= 0.5,
+            SimValue::Text(_) => false,
+        });
+    }
+    if kind == Kind::String {
+        let SimValue::Text(t) = value else { return SimValue::Text(String::new()) };
+        let cut: String = t.chars().take(p.width() as usize * 2).collect();
+        return SimValue::Text(cut.trim_end().to_string());
+    }
+    let num = match value {
+        SimValue::Num(n) => *n,
+        SimValue::Bool(b) => f64::from(u8::from(*b)),
+        SimValue::Text(_) => 0.0,
+    };
+    let raw = (num - p.offset()) / p.scale();
+    let back = match kind {
+        Kind::U16 => clamp(raw, 0.0, 65535.0),
+        Kind::I16 => clamp(raw, -32768.0, 32767.0),
+        Kind::U32 => clamp(raw, 0.0, 4_294_967_295.0),
+        Kind::I32 => clamp(raw, -2_147_483_648.0, 2_147_483_647.0),
+        Kind::U64 => raw.round().max(0.0) as u64 as f64,
+        Kind::I64 => raw.round() as i64 as f64,
+        Kind::F32 => f64::from(raw as f32),
+        _ => raw,
+    };
+    SimValue::Num(back * p.scale() + p.offset())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_orders_of_a_float() {
+        let be = 123.456f32.to_be_bytes(); // 42 F6 E9 79
+        assert_eq!(wire(&be, Order::ABCD), [0x42F6, 0xE979]);
+        assert_eq!(wire(&be, Order::CDAB), [0xE979, 0x42F6]);
+        assert_eq!(wire(&be, Order::BADC), [0xF642, 0x79E9]);
+        assert_eq!(wire(&be, Order::DCBA), [0x79E9, 0xF642]);
+    }
+
+    #[test]
+    fn strings_pad_and_swap() {
+        assert_eq!(encode_string("AB", 2, Order::ABCD), [0x4142, 0]);
+        assert_eq!(encode_string("AB", 1, Order::BADC), [0x4241]);
+    }
+}

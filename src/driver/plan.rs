@@ -1,0 +1,177 @@
+//! Coalescing: the fewest reads per table that cover a set of points, within the
+//! device's `max_registers_per_read` and `max_gap`.
+//!
+//! For coil and discrete tables a read covers up to 16 × `max_registers_per_read` bits
+//! (at most 2000, the protocol's limit) and may skip 16 × `max_gap` bits: the same
+//! number of bytes on the wire as the register limits.
+
+use crate::registry::{ModbusPoint, RegisterTable};
+
+/// One read request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    pub table: RegisterTable,
+    pub start: u16,
+    pub count: u16,
+    /// Indices (into the planned slice) of the points this read covers.
+    pub members: Vec<usize>,
+}
+
+/// The limits of one table of one device.
+fn limits(table: RegisterTable, max_regs: u16, max_gap: u16) -> (u32, u32) {
+    if table.is_bits() {
+        ((u32::from(max_regs) * 16).min(2000), u32::from(max_gap) * 16)
+    } else {
+        (u32::from(max_regs), u32::from(max_gap))
+    }
+}
+
+/// Plans reads for `points`. A point larger than the limit gets a read of its own (the
+/// registry refuses such points, so this only guards against misuse).
+pub fn plan(points: &[&ModbusPoint], max_regs: u16, max_gap: u16) -> Vec<Block> {
+    let mut order: Vec<usize> = (0..points.len()).collect();
+    order.sort_by_key(|&i| (points[i].table, points[i].address, points[i].count));
+    let mut blocks: Vec<Block> = Vec::new();
+    let mut cur: Option<(Block, u32)> = None; // the block and its exclusive end
+    for i in order {
+        let p = points[i];
+        let (start, end) = (u32::from(p.address), u32::from(p.address) + u32::from(p.count));
+        let (limit, gap) = limits(p.table, max_regs, max_gap);
+        if let Some((b, b_end)) = &mut cur {
+            let new_end = end.max(*b_end);
+            let fits = b.table == p.table && start <= *b_end + gap && new_end - u32::from(b.start) <= limit;
+            if fits {
+                *b_end = new_end;
+                b.count = (new_end - u32::from(b.start)) as u16;
+                b.members.push(i);
+                continue;
+            }
+        }
+        if let Some((b, _)) = cur.take() {
+            blocks.push(b);
+        }
+        cur = Some((Block { table: p.table, start: p.address, count: p.count, members: vec![i] }, end));
+    }
+    if let Some((b, _)) = cur {
+        blocks.push(b);
+    }
+    blocks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{DataType, WordOrder};
+    use proptest::prelude::*;
+
+    fn pt(table: RegisterTable, address: u16, count: u16) -> ModbusPoint {
+        ModbusPoint {
+            table,
+            address,
+            data_type: if table.is_bits() { DataType::Bool } else { DataType::U16 },
+            word_order: WordOrder::ABCD,
+            bit: None,
+            count,
+            scale: 1.0,
+            offset: 0.0,
+        }
+    }
+
+    #[test]
+    fn adjacent_and_near_points_share_a_read() {
+        use RegisterTable::*;
+        let pts =
+            [pt(Holding, 0, 2), pt(Holding, 2, 2), pt(Holding, 10, 1), pt(Holding, 30, 2), pt(Input, 0, 2)];
+        let refs: Vec<&ModbusPoint> = pts.iter().collect();
+        let blocks = plan(&refs, 125, 8);
+        // Tables in declaration order (input before holding); 0..4 and 10 share a read.
+        assert_eq!(
+            blocks,
+            vec![
+                Block { table: Input, start: 0, count: 2, members: vec![4] },
+                Block { table: Holding, start: 0, count: 11, members: vec![0, 1, 2] },
+                Block { table: Holding, start: 30, count: 2, members: vec![3] },
+            ]
+        );
+        // With max_gap 0 the register at 10 needs its own read.
+        assert_eq!(plan(&refs, 125, 0).len(), 4);
+        // With 4 registers per read, 0..4 fits but 0..11 does not.
+        assert_eq!(plan(&refs, 4, 8).iter().filter(|b| b.table == Holding).count(), 3);
+    }
+
+    #[test]
+    fn overlapping_points_are_read_once() {
+        let a = pt(RegisterTable::Holding, 20, 1);
+        let b = pt(RegisterTable::Holding, 20, 1);
+        let blocks = plan(&[&a, &b], 125, 0);
+        assert_eq!(blocks.len(), 1);
+        assert_eq!((blocks[0].start, blocks[0].count), (20, 1));
+    }
+
+    #[test]
+    fn coils_use_bit_limits() {
+        let a = pt(RegisterTable::Coil, 0, 1);
+        let b = pt(RegisterTable::Coil, 100, 1);
+        // max_gap 8 registers = 128 bits, so coils 0 and 100 share a read.
+        assert_eq!(plan(&[&a, &b], 125, 8).len(), 1);
+        assert_eq!(plan(&[&a, &b], 125, 4).len(), 2);
+    }
+
+    /// Fewest blocks by dynamic programming over the sorted points (blocks are runs).
+    fn optimum(points: &[ModbusPoint], max_regs: u16, max_gap: u16) -> usize {
+        let mut ps: Vec<&ModbusPoint> = points.iter().collect();
+        ps.sort_by_key(|p| (p.table, p.address, p.count));
+        let n = ps.len();
+        let mut best = vec![usize::MAX; n + 1];
+        best[0] = 0;
+        for i in 0..n {
+            if best[i] == usize::MAX {
+                continue;
+            }
+            let (limit, gap) = limits(ps[i].table, max_regs, max_gap);
+            let start = u32::from(ps[i].address);
+            let mut end = start + u32::from(ps[i].count);
+            for j in i..n {
+                let p = ps[j];
+                let (s, e) = (u32::from(p.address), u32::from(p.address) + u32::from(p.count));
+                if p.table != ps[i].table || (j > i && s > end + gap) {
+                    break;
+                }
+                end = end.max(e);
+                if end - start > limit && j > i {
+                    break;
+                }
+                best[j + 1] = best[j + 1].min(best[i] + 1);
+            }
+        }
+        best[n]
+    }
+
+    proptest! {
+        #[test]
+        fn plans_cover_every_point_within_limits_with_the_fewest_reads(
+            raw in prop::collection::vec((0u8..2, 0u16..200, prop::sample::select(vec![1u16, 2, 4])), 1..25),
+            max_regs in 4u16..40,
+            max_gap in 0u16..10,
+        ) {
+            let points: Vec<ModbusPoint> = raw
+                .iter()
+                .map(|(t, a, c)| pt(if *t == 0 { RegisterTable::Holding } else { RegisterTable::Input }, *a, *c))
+                .collect();
+            let refs: Vec<&ModbusPoint> = points.iter().collect();
+            let blocks = plan(&refs, max_regs, max_gap);
+            let mut seen = vec![0; points.len()];
+            for b in &blocks {
+                prop_assert!(b.count <= max_regs);
+                for &m in &b.members {
+                    let p = &points[m];
+                    seen[m] += 1;
+                    prop_assert_eq!(p.table, b.table);
+                    prop_assert!(p.address >= b.start && p.address + p.count <= b.start + b.count);
+                }
+            }
+            prop_assert!(seen.iter().all(|&n| n == 1), "every point in exactly one read");
+            prop_assert_eq!(blocks.len(), optimum(&points, max_regs, max_gap));
+        }
+    }
+}
