@@ -2,8 +2,115 @@
 //!
 //! [`Driver`] is transport-independent: the Modbus implementation lives in `modbus.rs`,
 //! OPC UA will implement the same trait. Drivers return [`DriverError`]s that keep "the
-//! device answered no" (`Rejected`, `Busy`) apart from "the device did not answer"
-//! (`Timeout`, `Unavailable`), because only the second kind is a sign of a dead device.
+//! device answered no" (`Rejected`) apart from "the device did not answer" (`Timeout`,
+//! `Unavailable`, `Malformed`) and "the device is busy" (`Busy`): only the transient kinds
+//! say anything about a device's health.
 
 pub mod codec;
+pub mod modbus;
 pub mod plan;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::ids::DeviceId;
+use crate::registry::{Registry, Sensor};
+use codec::RawValue;
+use modbus::{Link, ModbusDriver};
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A value read from a device, decoded but not scaled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub value: RawValue,
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Why a read failed. No variant carries text from the device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DriverError {
+    #[error("no reply in time")]
+    Timeout,
+    #[error("connection refused, reset or closed")]
+    Unavailable { retry_after: Option<Duration> },
+    #[error("the device is busy")]
+    Busy,
+    #[error("the device rejected the request (exception {code})")]
+    Rejected { code: u8 },
+    #[error("malformed reply")]
+    Malformed,
+    #[error("this protocol is not supported by this build")]
+    NotSupported,
+}
+
+impl DriverError {
+    /// Whether the failure says the device may be unhealthy (and may pass).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            DriverError::Timeout
+                | DriverError::Unavailable { .. }
+                | DriverError::Busy
+                | DriverError::Malformed
+        )
+    }
+}
+
+/// Reads sensors of one device.
+pub trait Driver: Send + Sync {
+    /// Reads `sensors` (all of this driver's device) before `deadline`; one result per
+    /// sensor, in order.
+    fn read<'a>(
+        &'a self,
+        sensors: &'a [&'a Sensor],
+        deadline: Instant,
+    ) -> BoxFuture<'a, Vec<Result<Sample, DriverError>>>;
+}
+
+/// Devices whose protocol this build cannot read yet.
+struct Unsupported;
+
+impl Driver for Unsupported {
+    fn read<'a>(
+        &'a self,
+        sensors: &'a [&'a Sensor],
+        _: Instant,
+    ) -> BoxFuture<'a, Vec<Result<Sample, DriverError>>> {
+        Box::pin(async move { vec![Err(DriverError::NotSupported); sensors.len()] })
+    }
+}
+
+/// A driver for every device of the registry; Modbus devices behind the same endpoint
+/// share one link (one connection).
+pub struct Drivers {
+    by_device: HashMap<DeviceId, Arc<dyn Driver>>,
+}
+
+impl Drivers {
+    pub fn new(registry: &Registry) -> Drivers {
+        let mut links: HashMap<modbus::Target, Arc<Link>> = HashMap::new();
+        let mut by_device: HashMap<DeviceId, Arc<dyn Driver>> = HashMap::new();
+        for d in registry.devices() {
+            let driver: Arc<dyn Driver> = match ModbusDriver::target(d) {
+                Some(target) => {
+                    let link =
+                        links.entry(target.clone()).or_insert_with(|| Arc::new(Link::new(target))).clone();
+                    Arc::new(ModbusDriver::new(d.clone(), link))
+                }
+                None => Arc::new(Unsupported),
+            };
+            by_device.insert(d.id.clone(), driver);
+        }
+        Drivers { by_device }
+    }
+
+    pub fn get(&self, device: &DeviceId) -> Option<&Arc<dyn Driver>> {
+        self.by_device.get(device)
+    }
+}

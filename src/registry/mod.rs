@@ -62,6 +62,18 @@ impl Registry {
         Registry { devices, sensors, device_index, sensor_index, by_equipment, by_device }
     }
 
+    /// Points a device at another endpoint (the simulator on a free port, in tests and
+    /// the demo). Returns false when there is no such device.
+    pub fn override_endpoint(&mut self, id: &DeviceId, endpoint: Endpoint) -> bool {
+        match self.device_index.get(id) {
+            Some(&i) => {
+                self.devices[i].endpoint = endpoint;
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn devices(&self) -> &[Device] {
         &self.devices
     }

@@ -149,7 +149,7 @@ pub static TOOLS: [ToolSpec; 8] = [
         "get_sensor_reading",
         "Read one sensor",
         READ_DEVICE,
-        false,
+        true,
         GetSensorReadingArgs,
         Reading,
         "Read the current value of one sensor from its device. Use it when you need one value now. \
@@ -163,7 +163,7 @@ pub static TOOLS: [ToolSpec; 8] = [
         "get_sensor_readings",
         "Read several sensors",
         READ_DEVICE,
-        false,
+        true,
         GetSensorReadingsArgs,
         ReadingsData,
         "Read the current values of 1-100 sensors in one call; sensors on the same device are read \

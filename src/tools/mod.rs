@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod defs;
 pub mod envelope;
 mod list_sensors;
+pub mod readings;
 pub mod validate;
 
 use std::collections::HashMap;
@@ -20,6 +21,7 @@ pub use catalog::{TOOLS, ToolSpec};
 pub use envelope::{Detail, Envelope, ErrorCode, Meta, ToolError};
 
 use crate::config::Config;
+use crate::driver::Drivers;
 use crate::registry::Registry;
 use validate::InputValidator;
 
@@ -39,11 +41,12 @@ pub struct ToolService {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    registry: Arc<Registry>,
-    #[allow(dead_code)]
-    config: Config,
+pub(crate) struct Inner {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) config: Config,
     validators: HashMap<&'static str, InputValidator>,
+    pub(crate) drivers: Drivers,
+    pub(crate) cache: readings::Cache,
 }
 
 impl ToolService {
@@ -60,7 +63,10 @@ impl ToolService {
                 }
             })
             .collect();
-        ToolService { inner: Arc::new(Inner { registry, config, validators }) }
+        let drivers = Drivers::new(&registry);
+        ToolService {
+            inner: Arc::new(Inner { registry, config, validators, drivers, cache: Default::default() }),
+        }
     }
 
     pub fn registry(&self) -> &Registry {
@@ -79,12 +85,13 @@ impl ToolService {
             .ok_or_else(|| CallError::UnknownTool(envelope::cut(tool)))?;
         let started = Instant::now();
         let call_id = new_call_id();
-        let result = self.dispatch(spec.name, args.clone()).await;
+        let mut attempts = 0;
+        let result = self.dispatch(spec.name, args.clone(), &mut attempts).await;
         let meta = Meta {
             call_id: call_id.clone(),
             tool: spec.name.to_string(),
             duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
-            attempts: 0,
+            attempts,
         };
         let envelope = match result {
             Ok(data) => Envelope::success(data, meta),
@@ -94,7 +101,7 @@ impl ToolService {
         Ok(envelope)
     }
 
-    async fn dispatch(&self, tool: &str, args: Value) -> ToolResult {
+    async fn dispatch(&self, tool: &str, args: Value, attempts: &mut u32) -> ToolResult {
         // Absent arguments mean "all defaults".
         let args = if args.is_null() { Value::Object(Default::default()) } else { args };
         if !args.is_object() {
@@ -114,6 +121,8 @@ impl ToolService {
         }
         match tool {
             "list_sensors" => list_sensors::run(parse(args)?, registry),
+            "get_sensor_reading" => readings::get_one(&self.inner, parse(args)?, attempts).await,
+            "get_sensor_readings" => readings::get_many(&self.inner, parse(args)?, attempts).await,
             _ => Err(ToolError::internal()),
         }
     }

@@ -82,7 +82,7 @@ fn tools_prints_the_served_definitions() {
     assert!(o.status.success());
     let defs: Value = serde_json::from_str(&stdout(&o)).unwrap();
     let names: Vec<&str> = defs.as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["list_sensors"]);
+    assert_eq!(names, ["list_sensors", "get_sensor_reading", "get_sensor_readings"]);
     for key in ["description", "inputSchema", "outputSchema", "annotations"] {
         assert!(defs[0].get(key).is_some(), "{key}");
     }
@@ -115,6 +115,10 @@ fn call_refuses_bad_json_and_unknown_tools() {
     assert!(stderr(&o).contains("not valid JSON"));
     let o = fieldgate(&["call", "make_coffee", "{}"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("unknown tool `make_coffee`; tools served: list_sensors"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unknown tool `make_coffee`; tools served: list_sensors, get_sensor_reading"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!stderr(&o).contains("panicked"));
 }

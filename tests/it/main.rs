@@ -2,6 +2,7 @@
 
 mod cli;
 mod list_sensors;
+mod modbus;
 mod registry;
 mod schemas;
 mod support;

@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fieldgate::config::Config;
-use fieldgate::registry::Registry;
+use fieldgate::registry::{Endpoint, Registry};
 use fieldgate::tools::{Envelope, ToolService};
+use fieldgate_sim::{Bind, Scenario, Simulator};
 use serde_json::Value;
 
 pub fn root() -> PathBuf {
@@ -78,4 +79,40 @@ pub fn with_sensor(extra: &str) -> String {
     format!(
         "{GOOD}\n[[sensors]]\nid = \"T_ZONE1_002\"\ndescription = \"Second\"\nkind = \"flow\"\nunit = \"m3/h\"\n{extra}\n"
     )
+}
+
+/// The simulator and a tool service pointed at it, both on loopback with free ports.
+pub struct Plant {
+    pub sim: Simulator,
+    pub service: ToolService,
+}
+
+impl Plant {
+    pub async fn call(&self, tool: &str, args: Value) -> Envelope {
+        self.service.call(tool, args).await.expect("tool is served")
+    }
+
+    pub fn faults(&self, device: &str, f: fieldgate_sim::Faults) {
+        self.sim.set_faults(device, f).unwrap();
+    }
+}
+
+/// Starts the simulator on the device files of `dir` and a service reading from it.
+pub async fn plant_from(dir: &Path, scenario: Scenario) -> Plant {
+    let devices = fieldgate_sim::plant::load_dir(dir).unwrap();
+    let sim = Simulator::start(devices, scenario, Bind::Ephemeral).await.unwrap();
+    let mut registry = Registry::load(dir).unwrap();
+    for (id, addr) in sim.addrs() {
+        let endpoint = Endpoint::Tcp { host: addr.ip().to_string(), port: addr.port() };
+        assert!(registry.override_endpoint(&id.parse().unwrap(), endpoint));
+    }
+    let service = ToolService::new(Arc::new(registry), Config::default());
+    Plant { sim, service }
+}
+
+/// The demo plant with the demo scenario's waveforms and no faults.
+pub async fn demo_plant() -> Plant {
+    let mut scenario = Scenario::load(&root().join("simulator/scenarios/demo.toml")).unwrap();
+    scenario.faults.clear();
+    plant_from(&demo_dir(), scenario).await
 }

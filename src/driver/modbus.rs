@@ -1,0 +1,336 @@
+//! Modbus TCP and RTU-over-TCP on tokio-modbus.
+//!
+//! One [`Link`] per endpoint owns the only connection to it and serves a queue of reads
+//! for every unit ID behind it, one at a time: a device that accepts one connection is
+//! never offered two. Identical reads that are queued or in flight are shared (single
+//! flight). After a timeout the connection is dropped and reopened: tokio-modbus matches
+//! replies by order, so a late reply left on the socket would otherwise become the answer
+//! to the next request (slowtec/tokio-modbus#324).
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_modbus::client::{Context, Reader};
+use tokio_modbus::prelude::{ExceptionCode, Slave, SlaveContext};
+
+use super::codec::{RawValue, decode_registers};
+use super::plan::{Block, plan};
+use super::{BoxFuture, Driver, DriverError, Sample};
+use crate::registry::{Device, Endpoint, ModbusPoint, Protocol, RegisterTable, Sensor, SensorSource};
+
+/// Reconnect backoff after a failed connect: doubles from the first to the last, with
+/// jitter, and resets on success.
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Reads waiting for one endpoint; more are refused as busy rather than queued forever.
+const QUEUE: usize = 256;
+
+/// One read request on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReadKey {
+    pub unit: u8,
+    pub table: RegisterTable,
+    pub start: u16,
+    pub count: u16,
+}
+
+/// What a read returns: registers or bits.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Words {
+    Registers(Vec<u16>),
+    Bits(Vec<bool>),
+}
+
+type Waiters = Vec<oneshot::Sender<Result<Words, DriverError>>>;
+
+struct Job {
+    key: ReadKey,
+    timeout: Duration,
+    deadline: Instant,
+}
+
+/// How to reach an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub host: String,
+    pub port: u16,
+    /// RTU framing over the TCP stream (a serial gateway) instead of Modbus TCP.
+    pub rtu: bool,
+}
+
+/// The one connection to an endpoint and its queue.
+pub struct Link {
+    target: Target,
+    queue: OnceLock<mpsc::Sender<Job>>,
+    inflight: Arc<Mutex<HashMap<ReadKey, Waiters>>>,
+}
+
+impl Link {
+    pub fn new(target: Target) -> Link {
+        Link { target, queue: OnceLock::new(), inflight: Arc::new(Mutex::new(HashMap::new())) }
+    }
+
+    /// The queue, with its connection task started on first use (inside the runtime).
+    fn queue(&self) -> &mpsc::Sender<Job> {
+        self.queue.get_or_init(|| {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            let conn = Connection::new(self.target.clone(), self.inflight.clone());
+            tokio::spawn(conn.run(rx));
+            tx
+        })
+    }
+
+    /// Reads one block, sharing an identical read already queued or in flight.
+    pub async fn read(
+        &self,
+        key: ReadKey,
+        timeout: Duration,
+        deadline: Instant,
+    ) -> Result<Words, DriverError> {
+        let (tx, rx) = oneshot::channel();
+        let first = {
+            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            match map.entry(key) {
+                Entry::Occupied(mut e) => {
+                    e.get_mut().push(tx);
+                    false
+                }
+                Entry::Vacant(e) => {
+                    e.insert(vec![tx]);
+                    true
+                }
+            }
+        };
+        if first && self.queue().try_send(Job { key, timeout, deadline }).is_err() {
+            // The queue is full (or the task is gone): answer everyone waiting on this key.
+            let waiters = self.inflight.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+            for w in waiters.into_iter().flatten() {
+                let _ = w.send(Err(DriverError::Busy));
+            }
+        }
+        // The connection task always answers; the margin only guards against a bug there.
+        match tokio::time::timeout_at(deadline + Duration::from_millis(50), rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(DriverError::Unavailable { retry_after: None }),
+            Err(_) => Err(DriverError::Timeout),
+        }
+    }
+}
+
+/// The connection task's state.
+struct Connection {
+    target: Target,
+    inflight: Arc<Mutex<HashMap<ReadKey, Waiters>>>,
+    ctx: Option<Context>,
+    failures: u32,
+    next_connect: Instant,
+}
+
+impl Connection {
+    fn new(target: Target, inflight: Arc<Mutex<HashMap<ReadKey, Waiters>>>) -> Connection {
+        Connection { target, inflight, ctx: None, failures: 0, next_connect: Instant::now() }
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Job>) {
+        while let Some(job) = rx.recv().await {
+            let result = if Instant::now() >= job.deadline {
+                Err(DriverError::Timeout)
+            } else {
+                self.execute(&job).await
+            };
+            let waiters = self.inflight.lock().unwrap_or_else(|e| e.into_inner()).remove(&job.key);
+            for w in waiters.into_iter().flatten() {
+                let _ = w.send(result.clone());
+            }
+        }
+    }
+
+    fn connect_failed(&mut self) -> Duration {
+        let exp = BACKOFF_FIRST.saturating_mul(1 << self.failures.min(8)).min(BACKOFF_MAX);
+        self.failures += 1;
+        // Jitter in [50%, 100%] so endpoints that failed together do not retry together.
+        let wait = exp.mul_f64(0.5 + 0.5 * jitter());
+        self.next_connect = Instant::now() + wait;
+        wait
+    }
+
+    async fn connect(&mut self, limit: Duration) -> Result<(), DriverError> {
+        let now = Instant::now();
+        if now < self.next_connect {
+            return Err(DriverError::Unavailable { retry_after: Some(self.next_connect - now) });
+        }
+        let addr = (self.target.host.as_str(), self.target.port);
+        match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                self.ctx = Some(if self.target.rtu {
+                    tokio_modbus::client::rtu::attach(stream)
+                } else {
+                    tokio_modbus::client::tcp::attach(stream)
+                });
+                self.failures = 0;
+                Ok(())
+            }
+            Ok(Err(_)) => {
+                let wait = self.connect_failed();
+                Err(DriverError::Unavailable { retry_after: Some(wait) })
+            }
+            Err(_) => {
+                self.connect_failed();
+                Err(DriverError::Timeout)
+            }
+        }
+    }
+
+    async fn execute(&mut self, job: &Job) -> Result<Words, DriverError> {
+        let limit = |job: &Job| job.timeout.min(job.deadline.saturating_duration_since(Instant::now()));
+        if self.ctx.is_none() {
+            self.connect(limit(job)).await?;
+        }
+        let Some(ctx) = self.ctx.as_mut() else { return Err(DriverError::Unavailable { retry_after: None }) };
+        ctx.set_slave(Slave(job.key.unit));
+        let (start, count) = (job.key.start, job.key.count);
+        let read = async {
+            match job.key.table {
+                RegisterTable::Holding => {
+                    ctx.read_holding_registers(start, count).await.map(|r| r.map(Words::Registers))
+                }
+                RegisterTable::Input => {
+                    ctx.read_input_registers(start, count).await.map(|r| r.map(Words::Registers))
+                }
+                RegisterTable::Coil => ctx.read_coils(start, count).await.map(|r| r.map(Words::Bits)),
+                RegisterTable::Discrete => {
+                    ctx.read_discrete_inputs(start, count).await.map(|r| r.map(Words::Bits))
+                }
+            }
+        };
+        let outcome = tokio::time::timeout(limit(job), read).await;
+        let result = match outcome {
+            // No reply in time: the reply may still come, so this connection is finished.
+            Err(_) => Err(DriverError::Timeout),
+            Ok(Err(tokio_modbus::Error::Transport(_))) => Err(DriverError::Unavailable { retry_after: None }),
+            Ok(Err(tokio_modbus::Error::Protocol(_))) => Err(DriverError::Malformed),
+            Ok(Ok(Err(exception))) => return Err(from_exception(exception)),
+            Ok(Ok(Ok(words))) => {
+                let n = match &words {
+                    Words::Registers(r) => r.len(),
+                    // Bits come back padded to whole bytes.
+                    Words::Bits(b) => b.len().min(count as usize),
+                };
+                if n == count as usize {
+                    return Ok(match words {
+                        Words::Bits(mut b) => {
+                            b.truncate(count as usize);
+                            Words::Bits(b)
+                        }
+                        w => w,
+                    });
+                }
+                Err(DriverError::Malformed)
+            }
+        };
+        // Any failure but an exception reply leaves the connection in an unknown state.
+        self.ctx = None;
+        result
+    }
+}
+
+/// A number in [0, 1) that differs between calls, for backoff jitter.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, RandomState};
+    let n = RandomState::new().hash_one(std::time::SystemTime::now());
+    (n >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Exception replies mean the device is alive and said no.
+fn from_exception(e: ExceptionCode) -> DriverError {
+    let code = u8::from(e);
+    match e {
+        ExceptionCode::ServerDeviceBusy | ExceptionCode::Acknowledge => DriverError::Busy,
+        ExceptionCode::GatewayTargetDevice => DriverError::Timeout,
+        ExceptionCode::GatewayPathUnavailable => DriverError::Unavailable { retry_after: None },
+        _ => DriverError::Rejected { code },
+    }
+}
+
+/// One Modbus device: its settings and the link to its endpoint.
+pub struct ModbusDriver {
+    device: Device,
+    link: Arc<Link>,
+}
+
+impl ModbusDriver {
+    pub fn new(device: Device, link: Arc<Link>) -> ModbusDriver {
+        ModbusDriver { device, link }
+    }
+
+    /// The link target of a Modbus device, or `None` for other protocols.
+    pub fn target(device: &Device) -> Option<Target> {
+        match (&device.endpoint, device.protocol) {
+            (Endpoint::Tcp { host, port }, Protocol::ModbusTcp | Protocol::ModbusRtuOverTcp) => {
+                Some(Target {
+                    host: host.clone(),
+                    port: *port,
+                    rtu: device.protocol == Protocol::ModbusRtuOverTcp,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    async fn read_block(&self, b: &Block, deadline: Instant) -> Result<Words, DriverError> {
+        let key = ReadKey { unit: self.device.unit_id, table: b.table, start: b.start, count: b.count };
+        self.link.read(key, self.device.timeout, deadline).await
+    }
+}
+
+fn slice(words: &Words, block: &Block, p: &ModbusPoint) -> Result<RawValue, DriverError> {
+    let from = (p.address - block.start) as usize;
+    let to = from + p.count as usize;
+    match words {
+        Words::Bits(bits) => bits.get(from).map(|b| RawValue::Bool(*b)).ok_or(DriverError::Malformed),
+        Words::Registers(regs) => {
+            let regs = regs.get(from..to).ok_or(DriverError::Malformed)?;
+            decode_registers(p, regs).map_err(|_| DriverError::Malformed)
+        }
+    }
+}
+
+impl Driver for ModbusDriver {
+    fn read<'a>(
+        &'a self,
+        sensors: &'a [&'a Sensor],
+        deadline: Instant,
+    ) -> BoxFuture<'a, Vec<Result<Sample, DriverError>>> {
+        Box::pin(async move {
+            let mut out: Vec<Result<Sample, DriverError>> =
+                vec![Err(DriverError::NotSupported); sensors.len()];
+            let mut points = Vec::new();
+            let mut index = Vec::new();
+            for (i, s) in sensors.iter().enumerate() {
+                if let SensorSource::Modbus(p) = &s.source {
+                    points.push(p);
+                    index.push(i);
+                }
+            }
+            let blocks = plan(&points, self.device.max_registers_per_read, self.device.max_gap);
+            let reads =
+                futures_util::future::join_all(blocks.iter().map(|b| self.read_block(b, deadline))).await;
+            for (block, words) in blocks.iter().zip(reads) {
+                let at = chrono::Utc::now();
+                for &m in &block.members {
+                    out[index[m]] = match &words {
+                        Ok(w) => slice(w, block, points[m]).map(|value| Sample { value, at }),
+                        Err(e) => Err(e.clone()),
+                    };
+                }
+            }
+            out
+        })
+    }
+}

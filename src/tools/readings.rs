@@ -1,0 +1,274 @@
+//! `get_sensor_reading` and `get_sensor_readings`: live values, or young cached ones.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use tokio::time::Instant;
+
+use super::defs::{
+    FailedSensor, GetSensorReadingArgs, GetSensorReadingsArgs, Quality, Reading, ReadingSource, ReadingsData,
+    UnitMode, Value,
+};
+use super::envelope::{Detail, ErrorCode, ToolError};
+use super::validate::{known_sensor, parse_sensor_id};
+use super::{Inner, ToolResult};
+use crate::driver::codec::{RawValue, normalize};
+use crate::driver::{DriverError, Sample};
+use crate::ids::SensorId;
+use crate::registry::{DataType, Device, Sensor, SensorSource};
+
+/// The last value read of every sensor, for `max_age_ms`.
+#[derive(Default)]
+pub struct Cache {
+    map: Mutex<HashMap<SensorId, Sample>>,
+}
+
+impl Cache {
+    pub fn put(&self, id: &SensorId, sample: &Sample) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        // Never let an older sample (a slow read finishing late) replace a newer one.
+        if map.get(id).is_none_or(|old| old.at <= sample.at) {
+            map.insert(id.clone(), sample.clone());
+        }
+    }
+
+    /// The cached sample if it is at most `max_age_ms` old.
+    pub fn fresh(&self, id: &SensorId, max_age_ms: u64) -> Option<Sample> {
+        if max_age_ms == 0 {
+            return None;
+        }
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let s = map.get(id)?;
+        let age = (Utc::now() - s.at).num_milliseconds();
+        (age >= 0 && age as u64 <= max_age_ms).then(|| s.clone())
+    }
+}
+
+/// Rounds to `digits` significant digits (f32 values carry about 7; scaled integers are
+/// exact to 12, beyond which only binary noise such as 72.30000000000001 remains).
+fn significant(v: f64, digits: usize) -> f64 {
+    format!("{:.*e}", digits - 1, v).parse().unwrap_or(v)
+}
+
+/// The agent-facing reading of a sample.
+fn reading(sensor: &Sensor, sample: &Sample, mode: UnitMode, source: ReadingSource) -> Reading {
+    let (value, data_type) = match &sensor.source {
+        SensorSource::Modbus(p) if mode == UnitMode::Normalized => {
+            (normalize(p, &sample.value), Some(p.data_type))
+        }
+        SensorSource::Modbus(p) => (sample.value.clone(), Some(p.data_type)),
+        SensorSource::OpcUa { .. } => (sample.value.clone(), None),
+    };
+    let (value, quality) = match value {
+        RawValue::Float(f) if !f.is_finite() => (None, Quality::Bad),
+        RawValue::Bool(b) => (Some(Value::Bool(b)), Quality::Good),
+        RawValue::Text(t) => (Some(Value::Text(t)), Quality::Good),
+        other => {
+            let v = other.as_f64().unwrap_or(f64::NAN);
+            let v = match data_type {
+                Some(DataType::F32) => significant(v, 7),
+                Some(DataType::F64) | None => v,
+                Some(_) => significant(v, 12),
+            };
+            (Some(Value::Number(v)), Quality::Good)
+        }
+    };
+    let in_range = match (&value, sensor.range, mode) {
+        (Some(Value::Number(v)), Some(r), UnitMode::Normalized) => Some(r.min <= *v && *v <= r.max),
+        _ => None,
+    };
+    Reading {
+        sensor_id: sensor.id.to_string(),
+        value,
+        unit: if mode == UnitMode::Raw { "raw".into() } else { sensor.unit.clone() },
+        timestamp: sample.at.to_rfc3339_opts(SecondsFormat::Millis, true),
+        quality,
+        source,
+        age_ms: (Utc::now() - sample.at).num_milliseconds().max(0) as u64,
+        device_id: sensor.device.to_string(),
+        range: sensor.range,
+        in_range,
+    }
+}
+
+const EXCEPTIONS: [&str; 5] =
+    ["", "illegal function", "illegal data address", "illegal data value", "server device failure"];
+
+/// The one mapping from driver failures to the contract's errors.
+pub fn device_error(e: &DriverError, device: &Device, sensor: &Sensor) -> ToolError {
+    let id = device.id.as_str();
+    let retry =
+        "Wait retry_after_ms, then retry; if it keeps failing, call get_device_status and report the device.";
+    let err = match e {
+        DriverError::Timeout => ToolError::new(
+            ErrorCode::DeviceTimeout,
+            format!("Device {id} did not answer within {} ms.", device.timeout.as_millis()),
+            retry,
+        )
+        .with_retry_after(1000),
+        DriverError::Unavailable { retry_after } => ToolError::new(
+            ErrorCode::DeviceUnavailable,
+            format!("Device {id} refused or dropped the connection."),
+            retry,
+        )
+        .with_retry_after(retry_after.map_or(1000, |d| d.as_millis() as u64).max(100)),
+        DriverError::Malformed => ToolError::new(
+            ErrorCode::DeviceUnavailable,
+            format!("Device {id} sent a malformed reply; the connection was reset."),
+            retry,
+        )
+        .with_retry_after(500),
+        DriverError::Busy => ToolError::new(ErrorCode::DeviceBusy, format!("Device {id} is busy."), retry)
+            .with_retry_after(500),
+        DriverError::Rejected { code } => {
+            let name =
+                EXCEPTIONS.get(*code as usize).copied().filter(|n| !n.is_empty()).unwrap_or("device error");
+            let place = match &sensor.source {
+                SensorSource::Modbus(p) => format!("{:?} register {}", p.table, p.address).to_lowercase(),
+                SensorSource::OpcUa { node_id } => format!("node {node_id}"),
+            };
+            ToolError::new(
+                ErrorCode::DeviceRejected,
+                format!(
+                    "Device {id} rejected the read of sensor {} (Modbus exception {code}: {name}).",
+                    sensor.id
+                ),
+                format!(
+                    "This is a configuration fault, not a passing failure: tell an operator that sensor {} ({place}) cannot be read from {id}. Do not retry.",
+                    sensor.id
+                ),
+            )
+        }
+        DriverError::NotSupported => ToolError::new(
+            ErrorCode::DeviceRejected,
+            format!("fieldgate cannot read {} devices in this version.", device.protocol.name()),
+            "Tell an operator that this device's readings are not available; do not retry.",
+        ),
+    };
+    err.with_device(id)
+}
+
+fn deadline(inner: &Inner) -> Instant {
+    Instant::now() + Duration::from_millis(inner.config.calls.deadline_ms)
+}
+
+pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts: &mut u32) -> ToolResult {
+    let registry = &inner.registry;
+    let id = parse_sensor_id("sensor_id", &args.sensor_id, registry)?;
+    let sensor = known_sensor("sensor_id", &id, registry)?;
+    let mode = args.unit.unwrap_or_default();
+    if let Some(hit) = inner.cache.fresh(&id, args.max_age_ms.unwrap_or(0)) {
+        return to_value(&reading(sensor, &hit, mode, ReadingSource::Cache));
+    }
+    let device = registry.device_of(sensor);
+    let driver = inner.drivers.get(&device.id).ok_or_else(ToolError::internal)?;
+    *attempts += 1;
+    match driver.read(&[sensor], deadline(inner)).await.pop() {
+        Some(Ok(sample)) => {
+            inner.cache.put(&id, &sample);
+            to_value(&reading(sensor, &sample, mode, ReadingSource::Live))
+        }
+        Some(Err(e)) => Err(device_error(&e, device, sensor)),
+        None => Err(ToolError::internal()),
+    }
+}
+
+pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempts: &mut u32) -> ToolResult {
+    let registry = &inner.registry;
+    let mut sensors = Vec::new();
+    let mut bad = Vec::new();
+    for (i, raw) in args.sensor_ids.iter().enumerate() {
+        let param = format!("sensor_ids/{i}");
+        match parse_sensor_id(&param, raw, registry).and_then(|id| known_sensor(&param, &id, registry)) {
+            Ok(s) => sensors.push(s),
+            Err(e) => bad.push(e),
+        }
+    }
+    if !bad.is_empty() {
+        return Err(combine(bad, "sensor IDs are invalid or unknown"));
+    }
+    let mode = args.unit.unwrap_or_default();
+    let max_age = args.max_age_ms.unwrap_or(0);
+    let mut results: Vec<Option<Result<Reading, ToolError>>> = vec![None; sensors.len()];
+    // Group what the cache cannot answer by device, in request order.
+    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, s) in sensors.iter().enumerate() {
+        match inner.cache.fresh(&s.id, max_age) {
+            Some(hit) => results[i] = Some(Ok(reading(s, &hit, mode, ReadingSource::Cache))),
+            None => groups.entry(s.device.as_str()).or_default().push(i),
+        }
+    }
+    let until = deadline(inner);
+    let reads = groups.values().map(|idx| {
+        let group: Vec<&Sensor> = idx.iter().map(|&i| sensors[i]).collect();
+        async move {
+            let device = registry.device_of(group[0]);
+            let out = match inner.drivers.get(&device.id) {
+                Some(driver) => driver.read(&group, until).await,
+                None => vec![Err(DriverError::NotSupported); group.len()],
+            };
+            (idx, out)
+        }
+    });
+    *attempts += groups.len() as u32;
+    for (idx, out) in futures_util::future::join_all(reads).await {
+        for (&i, r) in idx.iter().zip(out) {
+            let s = sensors[i];
+            results[i] = Some(match r {
+                Ok(sample) => {
+                    inner.cache.put(&s.id, &sample);
+                    Ok(reading(s, &sample, mode, ReadingSource::Live))
+                }
+                Err(e) => Err(device_error(&e, registry.device_of(s), s)),
+            });
+        }
+    }
+    let mut readings = Vec::new();
+    let mut failed = Vec::new();
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Some(Ok(reading)) => readings.push(reading),
+            Some(Err(mut error)) => {
+                error.parameter = Some(format!("sensor_ids/{i}"));
+                failed.push(FailedSensor { sensor_id: sensors[i].id.to_string(), error });
+            }
+            None => return Err(ToolError::internal()),
+        }
+    }
+    if readings.is_empty() {
+        let errors = failed.into_iter().map(|f| f.error).collect();
+        return Err(combine(errors, "sensors could not be read"));
+    }
+    to_value(&ReadingsData { complete: failed.is_empty(), readings, failed })
+}
+
+/// Several errors as one: the first error's code, every one in `details`.
+fn combine(mut errors: Vec<ToolError>, what: &str) -> ToolError {
+    if errors.len() == 1 {
+        return errors.remove(0);
+    }
+    let first = errors[0].clone();
+    let mut e = ToolError::new(first.code, format!("{} {what}.", errors.len()), first.hint.clone());
+    e.retry_after_ms = errors.iter().filter_map(|e| e.retry_after_ms).max().filter(|_| e.retryable);
+    let devices: Vec<_> = errors.iter().filter_map(|e| e.device_id.clone()).collect();
+    if !devices.is_empty() && devices.iter().all(|d| *d == devices[0]) {
+        e.device_id = Some(devices[0].clone());
+    }
+    e.details = errors
+        .into_iter()
+        .map(|x| Detail {
+            parameter: x.parameter.unwrap_or_default(),
+            received: x.received,
+            expected: x.expected,
+            message: format!("{}: {}", x.code.as_str(), x.message),
+            suggestions: x.suggestions,
+        })
+        .collect();
+    e
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> ToolResult {
+    serde_json::to_value(v).map_err(|_| ToolError::internal())
+}
