@@ -180,9 +180,10 @@ pub struct Simulator {
 }
 
 impl Simulator {
-    /// Starts a server for every Modbus TCP and RTU-over-TCP endpoint of `devices`.
-    /// Devices behind the same endpoint share one server, told apart by unit ID. Serial
-    /// RTU and OPC UA devices are not served (yet); they are listed by [`Simulator::skipped`].
+    /// Starts a server for every Modbus endpoint of `devices`: TCP and RTU-over-TCP on
+    /// sockets, serial RTU on a pseudo-terminal. Devices behind the same endpoint share one
+    /// server, told apart by unit ID. OPC UA devices are not served (yet); they are listed
+    /// by [`Simulator::skipped`].
     pub async fn start(
         devices: BTreeMap<String, Device>,
         scenario: Scenario,
@@ -207,13 +208,30 @@ impl Simulator {
             let framing = match d.protocol {
                 Protocol::ModbusTcp => Framing::Tcp,
                 Protocol::ModbusRtuOverTcp => Framing::RtuOverTcp,
-                Protocol::ModbusRtu | Protocol::Opcua => continue,
+                Protocol::ModbusRtu => Framing::RtuSerial,
+                Protocol::Opcua => continue,
             };
             groups.entry((d.endpoint.clone(), framing)).or_default().push(d.id.clone());
         }
         let mut endpoints = Vec::new();
         let mut tasks = Vec::new();
         for ((declared, framing), ids) in groups {
+            if framing == Framing::RtuSerial {
+                // Serial devices get a pseudo-terminal; masters open the path it reports.
+                let err = |source| SimError::Bind { device: ids.join(", "), addr: declared.clone(), source };
+                let (master, slave) = tokio_serial::SerialStream::pair().map_err(|e| err(e.into()))?;
+                let path = tokio_serial::SerialPort::name(&slave);
+                let ep = Arc::new(Endpoint {
+                    addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+                    serial_path: path,
+                    framing,
+                    devices: ids,
+                    counters: Default::default(),
+                });
+                tasks.push(tokio::spawn(server::run_serial(state.clone(), ep.clone(), master, slave)));
+                endpoints.push(ep);
+                continue;
+            }
             let target = match bind {
                 Bind::Declared => declared.clone(),
                 Bind::Ephemeral => "127.0.0.1:0".to_string(),
@@ -228,7 +246,13 @@ impl Simulator {
                 addr: target,
                 source,
             })?;
-            let ep = Arc::new(Endpoint { addr, framing, devices: ids, counters: Default::default() });
+            let ep = Arc::new(Endpoint {
+                addr,
+                serial_path: None,
+                framing,
+                devices: ids,
+                counters: Default::default(),
+            });
             tasks.push(tokio::spawn(server::run(state.clone(), ep.clone(), listener)));
             endpoints.push(ep);
         }
@@ -239,14 +263,32 @@ impl Simulator {
         self.endpoints.iter().find(|e| e.devices.iter().any(|d| d == device))
     }
 
-    /// The address a device is served on.
+    /// The TCP address a device is served on.
     pub fn addr(&self, device: &str) -> Option<SocketAddr> {
-        self.endpoint(device).map(|e| e.addr)
+        self.endpoint(device).filter(|e| e.serial_path.is_none()).map(|e| e.addr)
     }
 
-    /// Served devices and their addresses.
+    /// The serial line (pseudo-terminal path) a serial RTU device is served on.
+    pub fn serial_path(&self, device: &str) -> Option<String> {
+        self.endpoint(device).and_then(|e| e.serial_path.clone())
+    }
+
+    /// Devices served over TCP and their addresses.
     pub fn addrs(&self) -> BTreeMap<String, SocketAddr> {
-        self.endpoints.iter().flat_map(|e| e.devices.iter().map(move |d| (d.clone(), e.addr))).collect()
+        self.endpoints
+            .iter()
+            .filter(|e| e.serial_path.is_none())
+            .flat_map(|e| e.devices.iter().map(move |d| (d.clone(), e.addr)))
+            .collect()
+    }
+
+    /// Serial RTU devices and the pseudo-terminal paths they are served on.
+    pub fn serial_paths(&self) -> BTreeMap<String, String> {
+        self.endpoints
+            .iter()
+            .filter_map(|e| e.serial_path.as_ref().map(|p| (e, p)))
+            .flat_map(|(e, p)| e.devices.iter().map(move |d| (d.clone(), p.clone())))
+            .collect()
     }
 
     /// Devices of the plant that this simulator does not serve.

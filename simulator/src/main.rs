@@ -59,8 +59,11 @@ async fn main() -> ExitCode {
     for (id, addr) in sim.addrs() {
         println!("{id:<20} modbus on {addr}");
     }
+    for (id, path) in sim.serial_paths() {
+        println!("{id:<20} modbus RTU on serial line {path}");
+    }
     for id in sim.skipped() {
-        println!("{id:<20} not simulated (serial RTU and OPC UA come later)");
+        println!("{id:<20} not simulated (OPC UA comes later)");
     }
     if let Some(addr) = args.control {
         match fieldgate_sim::control::serve(sim.clone(), addr).await {

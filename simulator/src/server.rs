@@ -24,6 +24,8 @@ use crate::plant::Table;
 pub enum Framing {
     Tcp,
     RtuOverTcp,
+    /// RTU on a serial line (a pseudo-terminal here).
+    RtuSerial,
 }
 
 /// Counters of one endpoint, for tests and the control API.
@@ -60,9 +62,12 @@ impl Counters {
     }
 }
 
-/// One listening address and the devices (unit IDs) behind it.
+/// One listening address (or serial line) and the devices (unit IDs) behind it.
 pub struct Endpoint {
+    /// The TCP address; for a serial line, unused.
     pub addr: SocketAddr,
+    /// The path a master opens, for a serial line.
+    pub serial_path: Option<String>,
     pub framing: Framing,
     pub devices: Vec<String>,
     pub counters: Counters,
@@ -138,10 +143,14 @@ async fn answer(state: &State, endpoint: &Endpoint, reset: &AtomicBool, req: Sla
         // Nobody on a serial bus answers for an absent unit; a TCP gateway says so.
         return match endpoint.framing {
             Framing::Tcp => Err(ExceptionCode::GatewayTargetDevice),
-            Framing::RtuOverTcp => Ok(None),
+            Framing::RtuOverTcp | Framing::RtuSerial => Ok(None),
         };
     };
     let faults = state.faults(device);
+    // A serial line has no connection to refuse or reset: a dead device is silent.
+    if endpoint.framing == Framing::RtuSerial && (faults.down || state.chance(device, faults.reset)) {
+        return Ok(None);
+    }
     if state.chance(device, faults.reset) {
         reset.store(true, Ordering::Release);
         return Ok(None);
@@ -264,7 +273,7 @@ pub async fn run(state: Arc<State>, endpoint: Arc<Endpoint>, first: TcpListener)
             Framing::Tcp => {
                 tokio_modbus::server::tcp::Server::new(l).serve_until(&connected, on_error, abort).await
             }
-            Framing::RtuOverTcp => {
+            Framing::RtuOverTcp | Framing::RtuSerial => {
                 tokio_modbus::server::rtu_over_tcp::Server::new(l)
                     .serve_until(&connected, on_error, abort)
                     .await
@@ -275,4 +284,22 @@ pub async fn run(state: Arc<State>, endpoint: Arc<Endpoint>, first: TcpListener)
         }
         changes.borrow_and_update();
     }
+}
+
+/// Serves a serial endpoint on the master side of a pseudo-terminal until shutdown.
+/// `slave` is kept open so the line stays up while masters open and close its path.
+pub async fn run_serial(
+    state: Arc<State>,
+    endpoint: Arc<Endpoint>,
+    master: tokio_serial::SerialStream,
+    slave: tokio_serial::SerialStream,
+) {
+    let service = ConnService { state: state.clone(), endpoint, reset: Arc::new(AtomicBool::new(false)) };
+    let mut watch = state.subscribe();
+    let st = state.clone();
+    let abort = async move { while watch.changed().await.is_ok() && !st.is_shut_down() {} };
+    if let Err(error) = tokio_modbus::server::rtu::Server::new(master).serve_until(service, abort).await {
+        tracing::warn!(%error, "serial server stopped");
+    }
+    drop(slave);
 }

@@ -1,4 +1,4 @@
-//! Modbus TCP and RTU-over-TCP on tokio-modbus.
+//! Modbus TCP, RTU over TCP and RTU on a serial line, on tokio-modbus.
 //!
 //! One [`Link`] per endpoint owns the only connection to it and serves a queue of reads
 //! for every unit ID behind it, one at a time: a device that accepts one connection is
@@ -21,7 +21,9 @@ use tokio_modbus::prelude::{ExceptionCode, Slave, SlaveContext};
 use super::codec::{RawValue, decode_registers};
 use super::plan::{Block, plan};
 use super::{BoxFuture, Driver, DriverError, Sample};
-use crate::registry::{Device, Endpoint, ModbusPoint, Protocol, RegisterTable, Sensor, SensorSource};
+use crate::registry::{
+    Device, Endpoint, ModbusPoint, Parity, Protocol, RegisterTable, Sensor, SensorSource, SerialSettings,
+};
 
 /// Reconnect backoff after a failed connect: doubles from the first to the last, with
 /// jitter, and resets on success.
@@ -56,11 +58,20 @@ struct Job {
 
 /// How to reach an endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Target {
-    pub host: String,
-    pub port: u16,
-    /// RTU framing over the TCP stream (a serial gateway) instead of Modbus TCP.
-    pub rtu: bool,
+pub enum Target {
+    Tcp {
+        host: String,
+        port: u16,
+        /// RTU framing over the TCP stream (a serial gateway) instead of Modbus TCP.
+        rtu: bool,
+    },
+    Serial {
+        path: String,
+        baud_rate: u32,
+        parity: Parity,
+        data_bits: u8,
+        stop_bits: u8,
+    },
 }
 
 /// The one connection to an endpoint and its queue.
@@ -129,11 +140,21 @@ struct Connection {
     ctx: Option<Context>,
     failures: u32,
     next_connect: Instant,
+    /// After a timeout on a serial line: the line is not used again before this instant,
+    /// so a late reply has finished arriving before the buffer is cleared.
+    quiet_until: Option<Instant>,
 }
 
 impl Connection {
     fn new(target: Target, inflight: Arc<Mutex<HashMap<ReadKey, Waiters>>>) -> Connection {
-        Connection { target, inflight, ctx: None, failures: 0, next_connect: Instant::now() }
+        Connection {
+            target,
+            inflight,
+            ctx: None,
+            failures: 0,
+            next_connect: Instant::now(),
+            quiet_until: None,
+        }
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Job>) {
@@ -164,15 +185,29 @@ impl Connection {
         if now < self.next_connect {
             return Err(DriverError::Unavailable { retry_after: Some(self.next_connect - now) });
         }
-        let addr = (self.target.host.as_str(), self.target.port);
-        match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
-                self.ctx = Some(if self.target.rtu {
-                    tokio_modbus::client::rtu::attach(stream)
-                } else {
-                    tokio_modbus::client::tcp::attach(stream)
-                });
+        let opened = match &self.target {
+            Target::Tcp { host, port, rtu } => {
+                match tokio::time::timeout(limit, TcpStream::connect((host.as_str(), *port))).await {
+                    Ok(Ok(stream)) => {
+                        let _ = stream.set_nodelay(true);
+                        Ok(Ok(if *rtu {
+                            tokio_modbus::client::rtu::attach(stream)
+                        } else {
+                            tokio_modbus::client::tcp::attach(stream)
+                        }))
+                    }
+                    Ok(Err(e)) => Ok(Err(e)),
+                    Err(elapsed) => Err(elapsed),
+                }
+            }
+            Target::Serial { path, baud_rate, parity, data_bits, stop_bits } => {
+                Ok(open_serial(path, *baud_rate, *parity, *data_bits, *stop_bits)
+                    .map(tokio_modbus::client::rtu::attach))
+            }
+        };
+        match opened {
+            Ok(Ok(ctx)) => {
+                self.ctx = Some(ctx);
                 self.failures = 0;
                 Ok(())
             }
@@ -189,6 +224,13 @@ impl Connection {
 
     async fn execute(&mut self, job: &Job) -> Result<Words, DriverError> {
         let limit = |job: &Job| job.timeout.min(job.deadline.saturating_duration_since(Instant::now()));
+        if let Some(quiet) = self.quiet_until.take() {
+            if quiet > job.deadline {
+                self.quiet_until = Some(quiet);
+                return Err(DriverError::Unavailable { retry_after: Some(quiet - Instant::now()) });
+            }
+            tokio::time::sleep_until(quiet).await;
+        }
         if self.ctx.is_none() {
             self.connect(limit(job)).await?;
         }
@@ -236,8 +278,39 @@ impl Connection {
         };
         // Any failure but an exception reply leaves the connection in an unknown state.
         self.ctx = None;
+        if result == Err(DriverError::Timeout) && matches!(self.target, Target::Serial { .. }) {
+            self.quiet_until = Some(Instant::now() + job.timeout);
+        }
         result
     }
+}
+
+/// Opens a serial line for RTU, discarding whatever is still buffered on it (a late
+/// reply to a request that already timed out must not be read as the next answer).
+fn open_serial(
+    path: &str,
+    baud: u32,
+    parity: Parity,
+    data_bits: u8,
+    stop_bits: u8,
+) -> std::io::Result<tokio_serial::SerialStream> {
+    use tokio_serial::{ClearBuffer, SerialPort};
+    let builder = tokio_serial::new(path, baud)
+        .parity(match parity {
+            Parity::None => tokio_serial::Parity::None,
+            Parity::Even => tokio_serial::Parity::Even,
+            Parity::Odd => tokio_serial::Parity::Odd,
+        })
+        .data_bits(match data_bits {
+            5 => tokio_serial::DataBits::Five,
+            6 => tokio_serial::DataBits::Six,
+            7 => tokio_serial::DataBits::Seven,
+            _ => tokio_serial::DataBits::Eight,
+        })
+        .stop_bits(if stop_bits == 2 { tokio_serial::StopBits::Two } else { tokio_serial::StopBits::One });
+    let port = tokio_serial::SerialStream::open(&builder)?;
+    let _ = port.clear(ClearBuffer::All);
+    Ok(port)
 }
 
 /// A number in [0, 1) that differs between calls, for backoff jitter.
@@ -273,10 +346,25 @@ impl ModbusDriver {
     pub fn target(device: &Device) -> Option<Target> {
         match (&device.endpoint, device.protocol) {
             (Endpoint::Tcp { host, port }, Protocol::ModbusTcp | Protocol::ModbusRtuOverTcp) => {
-                Some(Target {
+                Some(Target::Tcp {
                     host: host.clone(),
                     port: *port,
                     rtu: device.protocol == Protocol::ModbusRtuOverTcp,
+                })
+            }
+            (Endpoint::Serial { path }, Protocol::ModbusRtu) => {
+                let s = device.serial.clone().unwrap_or(SerialSettings {
+                    baud_rate: 19200,
+                    parity: Parity::Even,
+                    data_bits: 8,
+                    stop_bits: 1,
+                });
+                Some(Target::Serial {
+                    path: path.clone(),
+                    baud_rate: s.baud_rate,
+                    parity: s.parity,
+                    data_bits: s.data_bits,
+                    stop_bits: s.stop_bits,
                 })
             }
             _ => None,

@@ -105,7 +105,7 @@ pub struct SerialSettings {
     pub stop_bits: u8,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum Parity {
     None,

@@ -411,3 +411,77 @@ async fn a_device_answering_garbage_is_unavailable_not_a_crash() {
         assert!(!text.contains("ignore previous"), "device text leaked: {text}");
     }
 }
+
+const SERIAL: &str = r#"id = "s-rtu"
+plant = "S"
+zone = "BUS1"
+description = "RTU on a serial line"
+protocol = "modbus-rtu"
+endpoint = "/dev/ttyUSB0"
+unit_id = 5
+timeout_ms = 300
+
+[serial]
+baud_rate = 19200
+parity = "even"
+data_bits = 8
+stop_bits = 1
+
+[[sensors]]
+id = "S_BUS1_001"
+description = "Flow"
+kind = "flow"
+unit = "m3/h"
+table = "holding"
+address = 0
+type = "f32"
+word_order = "CDAB"
+
+[[sensors]]
+id = "S_BUS1_002"
+description = "Temperature"
+kind = "temperature"
+unit = "degC"
+table = "input"
+address = 3
+type = "i16"
+scale = 0.1
+
+[[sensors]]
+id = "S_BUS1_003"
+description = "Pressure"
+kind = "pressure"
+unit = "bar"
+table = "holding"
+address = 10
+type = "f32"
+word_order = "CDAB"
+"#;
+
+#[tokio::test]
+async fn serial_rtu_on_a_pseudo_terminal() {
+    let dir = device_dir(&[("s.toml", SERIAL)]);
+    let mut scenario = Scenario::default();
+    scenario.sensors.insert("S_BUS1_001".into(), Wave::Constant { value: 123.456 });
+    scenario.sensors.insert("S_BUS1_002".into(), Wave::Constant { value: -12.3 });
+    let plant = plant_from(dir.path(), scenario).await;
+    assert!(plant.sim.serial_path("s-rtu").is_some_and(|p| p.starts_with("/dev/")));
+    let e = plant.call("get_sensor_readings", json!({"sensor_ids": ["S_BUS1_001", "S_BUS1_002"]})).await;
+    assert!(e.ok, "{:?}", e.error);
+    let r = &e.data.unwrap()["readings"];
+    assert_eq!(r[0]["value"].as_f64(), Some(123.456));
+    assert_eq!(r[1]["value"].as_f64(), Some(-12.3));
+
+    // A slow device times out. Its late reply (same unit, same function, same length as
+    // the next request) must not be read as the answer to the next request on the line.
+    plant.sim.set_wave("S_BUS1_003", Wave::Constant { value: 999.0 });
+    plant.faults("s-rtu", Faults { late_reply: 1.0, late_reply_ms: 450, ..Default::default() });
+    let err = error_of(&plant, "S_BUS1_003").await;
+    assert_eq!(err.code, ErrorCode::DeviceTimeout);
+    plant.faults("s-rtu", Faults::default());
+    let e = plant.call("get_sensor_reading", json!({"sensor_id": "S_BUS1_001"})).await;
+    assert!(e.ok, "{:?}", e.error);
+    assert_eq!(e.data.unwrap()["value"].as_f64(), Some(123.456));
+    let e = plant.call("get_sensor_reading", json!({"sensor_id": "S_BUS1_003"})).await;
+    assert_eq!(e.data.unwrap()["value"].as_f64(), Some(999.0));
+}

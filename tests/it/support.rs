@@ -106,6 +106,9 @@ pub async fn plant_from(dir: &Path, scenario: Scenario) -> Plant {
         let endpoint = Endpoint::Tcp { host: addr.ip().to_string(), port: addr.port() };
         assert!(registry.override_endpoint(&id.parse().unwrap(), endpoint));
     }
+    for (id, path) in sim.serial_paths() {
+        assert!(registry.override_endpoint(&id.parse().unwrap(), Endpoint::Serial { path }));
+    }
     let service = ToolService::new(Arc::new(registry), Config::default());
     Plant { sim, service }
 }
