@@ -179,9 +179,12 @@ pub struct Meta {
     pub attempts: u32,
 }
 
+/// Tool data, serialized once by the tool and embedded as is by every transport.
+pub type Data = Box<serde_json::value::RawValue>;
+
 /// `{"ok": true, "data": …, "meta": …}` or `{"ok": false, "error": …, "meta": …}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Envelope<T = serde_json::Value> {
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Envelope<T = Data> {
     pub ok: bool,
     /// Present when `ok` is true.
     #[serde(default, skip_serializing_if = "is_none")]
@@ -197,7 +200,12 @@ fn is_none<T>(o: &Option<T>) -> bool {
 }
 
 impl Envelope {
-    pub fn success(data: serde_json::Value, meta: Meta) -> Envelope {
+    /// `data` as a JSON value (null when the call failed).
+    pub fn json(&self) -> serde_json::Value {
+        self.data.as_ref().and_then(|d| serde_json::from_str(d.get()).ok()).unwrap_or_default()
+    }
+
+    pub fn success(data: Data, meta: Meta) -> Envelope {
         Envelope { ok: true, data: Some(data), error: None, meta }
     }
 

@@ -72,7 +72,7 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
         _ => None,
     };
     let data = ListSensorsData { sensors: page, total, complete: next_cursor.is_none(), next_cursor };
-    serde_json::to_value(data).map_err(|_| ToolError::internal())
+    super::to_data(&data)
 }
 
 fn check_member(

@@ -33,7 +33,12 @@ pub enum CallError {
 }
 
 /// What a tool returns before the envelope is put around it.
-pub(crate) type ToolResult = Result<Value, ToolError>;
+pub(crate) type ToolResult = Result<envelope::Data, ToolError>;
+
+/// Serializes a tool's data once.
+pub(crate) fn to_data<T: serde::Serialize>(v: &T) -> ToolResult {
+    serde_json::value::to_raw_value(v).map_err(|_| ToolError::internal())
+}
 
 /// All tools over one registry; cheap to clone and share between transports.
 #[derive(Clone)]

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use chrono::{SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use tokio::time::Instant;
 
 use super::defs::{
@@ -13,7 +13,7 @@ use super::defs::{
 };
 use super::envelope::{Detail, ErrorCode, ToolError};
 use super::validate::{known_sensor, parse_sensor_id};
-use super::{Inner, ToolResult};
+use super::{Inner, ToolResult, to_data};
 use crate::driver::codec::{RawValue, normalize};
 use crate::driver::{DriverError, Sample};
 use crate::ids::SensorId;
@@ -34,26 +34,75 @@ impl Cache {
         }
     }
 
-    /// The cached sample if it is at most `max_age_ms` old.
-    pub fn fresh(&self, id: &SensorId, max_age_ms: u64) -> Option<Sample> {
+    /// Stores several samples under one lock.
+    fn put_all<'a>(&self, samples: impl Iterator<Item = (&'a SensorId, &'a Sample)>) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        for (id, sample) in samples {
+            if map.get(id).is_none_or(|old| old.at <= sample.at) {
+                map.insert(id.clone(), sample.clone());
+            }
+        }
+    }
+
+    /// The cached sample if it is at most `max_age_ms` old at `now`.
+    pub fn fresh(&self, id: &SensorId, max_age_ms: u64, now: DateTime<Utc>) -> Option<Sample> {
         if max_age_ms == 0 {
             return None;
         }
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         let s = map.get(id)?;
-        let age = (Utc::now() - s.at).num_milliseconds();
+        let age = (now - s.at).num_milliseconds();
         (age >= 0 && age as u64 <= max_age_ms).then(|| s.clone())
+    }
+}
+
+/// Formats timestamps, once per distinct instant (a batch shares a few).
+struct Stamps {
+    now: DateTime<Utc>,
+    last: Option<(DateTime<Utc>, String)>,
+}
+
+impl Stamps {
+    fn new() -> Stamps {
+        Stamps { now: Utc::now(), last: None }
+    }
+
+    fn text(&mut self, at: DateTime<Utc>) -> String {
+        match &self.last {
+            Some((t, text)) if *t == at => text.clone(),
+            _ => {
+                let text = at.to_rfc3339_opts(SecondsFormat::Millis, true);
+                self.last = Some((at, text.clone()));
+                text
+            }
+        }
     }
 }
 
 /// Rounds to `digits` significant digits (f32 values carry about 7; scaled integers are
 /// exact to 12, beyond which only binary noise such as 72.30000000000001 remains).
-fn significant(v: f64, digits: usize) -> f64 {
-    format!("{:.*e}", digits - 1, v).parse().unwrap_or(v)
+fn significant(v: f64, digits: i32) -> f64 {
+    if v == 0.0 || !v.is_finite() {
+        return v;
+    }
+    let exp = digits - 1 - v.abs().log10().floor() as i32;
+    if exp > 0 {
+        let f = 10f64.powi(exp.min(300));
+        (v * f).round() / f
+    } else {
+        let f = 10f64.powi((-exp).min(300));
+        (v / f).round() * f
+    }
 }
 
 /// The agent-facing reading of a sample.
-fn reading(sensor: &Sensor, sample: &Sample, mode: UnitMode, source: ReadingSource) -> Reading {
+fn reading(
+    sensor: &Sensor,
+    sample: &Sample,
+    mode: UnitMode,
+    source: ReadingSource,
+    stamps: &mut Stamps,
+) -> Reading {
     let (value, data_type) = match &sensor.source {
         SensorSource::Modbus(p) if mode == UnitMode::Normalized => {
             (normalize(p, &sample.value), Some(p.data_type))
@@ -83,10 +132,10 @@ fn reading(sensor: &Sensor, sample: &Sample, mode: UnitMode, source: ReadingSour
         sensor_id: sensor.id.to_string(),
         value,
         unit: if mode == UnitMode::Raw { "raw".into() } else { sensor.unit.clone() },
-        timestamp: sample.at.to_rfc3339_opts(SecondsFormat::Millis, true),
+        timestamp: stamps.text(sample.at),
         quality,
         source,
-        age_ms: (Utc::now() - sample.at).num_milliseconds().max(0) as u64,
+        age_ms: (stamps.now - sample.at).num_milliseconds().max(0) as u64,
         device_id: sensor.device.to_string(),
         range: sensor.range,
         in_range,
@@ -159,8 +208,9 @@ pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts:
     let id = parse_sensor_id("sensor_id", &args.sensor_id, registry)?;
     let sensor = known_sensor("sensor_id", &id, registry)?;
     let mode = args.unit.unwrap_or_default();
-    if let Some(hit) = inner.cache.fresh(&id, args.max_age_ms.unwrap_or(0)) {
-        return to_value(&reading(sensor, &hit, mode, ReadingSource::Cache));
+    let mut stamps = Stamps::new();
+    if let Some(hit) = inner.cache.fresh(&id, args.max_age_ms.unwrap_or(0), stamps.now) {
+        return to_data(&reading(sensor, &hit, mode, ReadingSource::Cache, &mut stamps));
     }
     let device = registry.device_of(sensor);
     let driver = inner.drivers.get(&device.id).ok_or_else(ToolError::internal)?;
@@ -168,7 +218,8 @@ pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts:
     match driver.read(&[sensor], deadline(inner)).await.pop() {
         Some(Ok(sample)) => {
             inner.cache.put(&id, &sample);
-            to_value(&reading(sensor, &sample, mode, ReadingSource::Live))
+            stamps.now = Utc::now();
+            to_data(&reading(sensor, &sample, mode, ReadingSource::Live, &mut stamps))
         }
         Some(Err(e)) => Err(device_error(&e, device, sensor)),
         None => Err(ToolError::internal()),
@@ -192,11 +243,12 @@ pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempt
     let mode = args.unit.unwrap_or_default();
     let max_age = args.max_age_ms.unwrap_or(0);
     let mut results: Vec<Option<Result<Reading, ToolError>>> = vec![None; sensors.len()];
+    let mut stamps = Stamps::new();
     // Group what the cache cannot answer by device, in request order.
     let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, s) in sensors.iter().enumerate() {
-        match inner.cache.fresh(&s.id, max_age) {
-            Some(hit) => results[i] = Some(Ok(reading(s, &hit, mode, ReadingSource::Cache))),
+        match inner.cache.fresh(&s.id, max_age, stamps.now) {
+            Some(hit) => results[i] = Some(Ok(reading(s, &hit, mode, ReadingSource::Cache, &mut stamps))),
             None => groups.entry(s.device.as_str()).or_default().push(i),
         }
     }
@@ -213,15 +265,17 @@ pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempt
         }
     });
     *attempts += groups.len() as u32;
-    for (idx, out) in futures_util::future::join_all(reads).await {
+    let done = futures_util::future::join_all(reads).await;
+    stamps.now = Utc::now();
+    for (idx, out) in &done {
+        inner
+            .cache
+            .put_all(idx.iter().zip(out).filter_map(|(&i, r)| r.as_ref().ok().map(|s| (&sensors[i].id, s))));
         for (&i, r) in idx.iter().zip(out) {
             let s = sensors[i];
             results[i] = Some(match r {
-                Ok(sample) => {
-                    inner.cache.put(&s.id, &sample);
-                    Ok(reading(s, &sample, mode, ReadingSource::Live))
-                }
-                Err(e) => Err(device_error(&e, registry.device_of(s), s)),
+                Ok(sample) => Ok(reading(s, sample, mode, ReadingSource::Live, &mut stamps)),
+                Err(e) => Err(device_error(e, registry.device_of(s), s)),
             });
         }
     }
@@ -241,7 +295,7 @@ pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempt
         let errors = failed.into_iter().map(|f| f.error).collect();
         return Err(combine(errors, "sensors could not be read"));
     }
-    to_value(&ReadingsData { complete: failed.is_empty(), readings, failed })
+    to_data(&ReadingsData { complete: failed.is_empty(), readings, failed })
 }
 
 /// Several errors as one: the first error's code, every one in `details`.
@@ -269,6 +323,17 @@ fn combine(mut errors: Vec<ToolError>, what: &str) -> ToolError {
     e
 }
 
-fn to_value<T: serde::Serialize>(v: &T) -> ToolResult {
-    serde_json::to_value(v).map_err(|_| ToolError::internal())
+#[cfg(test)]
+mod tests {
+    use super::significant;
+
+    #[test]
+    fn significant_digits_remove_binary_noise_only() {
+        assert_eq!(significant(f64::from(123.456f32), 7), 123.456);
+        assert_eq!(significant(723.0 * 0.1, 12), 72.3);
+        assert_eq!(significant(-0.000_123_456_78, 7), -0.000_123_456_8);
+        assert_eq!(significant(48_214_131.0, 12), 48_214_131.0);
+        assert_eq!(significant(1.5e30, 7), 1.5e30);
+        assert_eq!(significant(0.0, 7), 0.0);
+    }
 }

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 fn ids(e: &fieldgate::tools::Envelope) -> Vec<String> {
-    e.data.as_ref().unwrap()["sensors"]
+    e.json()["sensors"]
         .as_array()
         .unwrap()
         .iter()
@@ -26,7 +26,7 @@ async fn all_pages(mut args: Value) -> (Vec<String>, usize) {
         assert!(e.ok, "{e:?}");
         pages += 1;
         out.extend(ids(&e));
-        let data = e.data.unwrap();
+        let data = e.json();
         match data["next_cursor"].as_str() {
             Some(c) => {
                 assert_eq!(data["complete"], false);
@@ -47,7 +47,7 @@ async fn default_page_lists_every_demo_sensor_sorted() {
     let got = ids(&e);
     let want: Vec<String> = demo_registry().sensors().iter().map(|s| s.id.to_string()).collect();
     assert_eq!(got, want);
-    assert_eq!(e.data.unwrap()["total"], want.len());
+    assert_eq!(e.json()["total"], want.len());
 }
 
 #[tokio::test]
@@ -97,7 +97,7 @@ async fn filters_combine() {
     // A text that matches nothing is an empty success, not an error.
     let e = call("list_sensors", json!({"text": "no such words"})).await;
     assert!(e.ok);
-    assert_eq!(e.data.unwrap()["total"], 0);
+    assert_eq!(e.json()["total"], 0);
 }
 
 #[tokio::test]
@@ -122,7 +122,7 @@ async fn unknown_filter_values_are_errors_with_suggestions() {
 #[tokio::test]
 async fn cursors_are_checked() {
     let e = call("list_sensors", json!({"limit": 2})).await;
-    let cursor = e.data.unwrap()["next_cursor"].as_str().unwrap().to_string();
+    let cursor = e.json()["next_cursor"].as_str().unwrap().to_string();
 
     // The same cursor with other filters is refused, not silently misapplied.
     let e = call("list_sensors", json!({"limit": 2, "plant": "B", "cursor": cursor})).await;

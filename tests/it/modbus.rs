@@ -42,7 +42,7 @@ async fn every_demo_modbus_sensor_reads_the_simulators_value() {
         for (id, ty) in modbus_sensors() {
             let e = plant.call("get_sensor_reading", json!({ "sensor_id": id })).await;
             assert!(e.ok, "{id}: {:?}", e.error);
-            let data = e.data.unwrap();
+            let data = e.json();
             assert_eq!(data["source"], "live");
             assert_eq!(data["quality"], "good");
             assert_eq!(e.meta.attempts, 1);
@@ -63,7 +63,7 @@ async fn a_batch_reads_every_sensor_with_one_coalesced_read_per_table() {
         .collect();
     let e = plant.call("get_sensor_readings", json!({ "sensor_ids": ids })).await;
     assert!(e.ok, "{:?}", e.error);
-    let data = e.data.unwrap();
+    let data = e.json();
     assert_eq!(data["complete"], true);
     let readings = data["readings"].as_array().unwrap();
     assert_eq!(readings.len(), ids.len());
@@ -89,7 +89,7 @@ async fn raw_unit_returns_the_value_before_scaling() {
     let plant = demo_plant().await;
     plant.sim.freeze(Some(10.0));
     let e = plant.call("get_sensor_reading", json!({"sensor_id": "A_LINE1_003", "unit": "raw"})).await;
-    let data = e.data.unwrap();
+    let data = e.json();
     assert_eq!(data["unit"], "raw");
     assert_eq!(data["in_range"], Value::Null);
     let SimValue::Num(scaled) = plant.sim.expected("A_LINE1_003").unwrap() else { panic!() };
@@ -101,20 +101,20 @@ async fn raw_unit_returns_the_value_before_scaling() {
 async fn max_age_answers_from_the_last_value_read() {
     let plant = demo_plant().await;
     let first = plant.call("get_sensor_reading", json!({"sensor_id": "A_LINE1_001"})).await;
-    assert_eq!(first.data.as_ref().unwrap()["source"], "live");
+    assert_eq!(first.json()["source"], "live");
     let requests = plant.sim.stats("a-line1-plc").unwrap().requests;
 
     let cached =
         plant.call("get_sensor_reading", json!({"sensor_id": "A_LINE1_001", "max_age_ms": 60000})).await;
-    let data = cached.data.unwrap();
+    let data = cached.json();
     assert_eq!(data["source"], "cache");
-    assert_eq!(data["value"], first.data.as_ref().unwrap()["value"]);
+    assert_eq!(data["value"], first.json()["value"]);
     assert_eq!(cached.meta.attempts, 0);
     assert_eq!(plant.sim.stats("a-line1-plc").unwrap().requests, requests, "no device I/O");
 
     // max_age_ms 0 (the default) always asks the device.
     let live = plant.call("get_sensor_reading", json!({"sensor_id": "A_LINE1_001", "max_age_ms": 0})).await;
-    assert_eq!(live.data.unwrap()["source"], "live");
+    assert_eq!(live.json()["source"], "live");
     assert_eq!(plant.sim.stats("a-line1-plc").unwrap().requests, requests + 1);
 }
 
@@ -241,12 +241,12 @@ async fn a_late_reply_is_never_the_answer_to_the_next_request() {
     for _ in 0..3 {
         let e = plant.call("get_sensor_reading", json!({"sensor_id": "B_BOILER_011"})).await;
         assert!(e.ok, "{:?}", e.error);
-        assert_eq!(e.data.unwrap()["value"].as_f64(), Some(-22.2));
+        assert_eq!(e.json()["value"].as_f64(), Some(-22.2));
     }
     // Wait past the late reply and read again: still the right sensor's value.
     tokio::time::sleep(Duration::from_millis(800)).await;
     let e = plant.call("get_sensor_reading", json!({"sensor_id": "B_BOILER_011"})).await;
-    assert_eq!(e.data.unwrap()["value"].as_f64(), Some(-22.2));
+    assert_eq!(e.json()["value"].as_f64(), Some(-22.2));
 }
 
 #[tokio::test]
@@ -264,7 +264,7 @@ async fn a_one_connection_device_serves_20_concurrent_callers_on_one_connection(
     for (i, e) in results.iter().enumerate() {
         let (id, ty) = &sensors[i % sensors.len()];
         assert!(e.ok, "{id}: {:?}", e.error);
-        assert_value(id, ty, &e.data.as_ref().unwrap()["value"], &plant.sim.expected(id).unwrap());
+        assert_value(id, ty, &e.json()["value"], &plant.sim.expected(id).unwrap());
     }
     let stats = plant.sim.stats("a-line1-plc").unwrap();
     assert_eq!((stats.accepted, stats.max_open, stats.refused_over_limit), (1, 1, 0), "{stats:?}");
@@ -292,7 +292,7 @@ async fn a_dead_device_does_not_delay_another() {
         .call("get_sensor_readings", json!({"sensor_ids": ["A_LINE1_001", "A_UTIL_001", "A_LINE1_002"]}))
         .await;
     assert!(e.ok);
-    let data = e.data.unwrap();
+    let data = e.json();
     assert_eq!(data["complete"], false);
     assert_eq!(data["readings"].as_array().unwrap().len(), 2);
     assert_eq!(data["failed"][0]["sensor_id"], "A_UTIL_001");
@@ -368,8 +368,8 @@ async fn unit_ids_behind_one_endpoint_share_one_connection() {
         plant.call("get_sensor_reading", json!({"sensor_id": "G_BUSA_001"})),
         plant.call("get_sensor_reading", json!({"sensor_id": "G_BUSB_001"})),
     );
-    assert_eq!(a.data.unwrap()["value"], 11.0);
-    assert_eq!(b.data.unwrap()["value"], 22.0);
+    assert_eq!(a.json()["value"], 11.0);
+    assert_eq!(b.json()["value"], 22.0);
     assert_eq!(plant.sim.stats("gw-unit1").unwrap().accepted, 1);
 }
 
@@ -468,7 +468,7 @@ async fn serial_rtu_on_a_pseudo_terminal() {
     assert!(plant.sim.serial_path("s-rtu").is_some_and(|p| p.starts_with("/dev/")));
     let e = plant.call("get_sensor_readings", json!({"sensor_ids": ["S_BUS1_001", "S_BUS1_002"]})).await;
     assert!(e.ok, "{:?}", e.error);
-    let r = &e.data.unwrap()["readings"];
+    let r = &e.json()["readings"];
     assert_eq!(r[0]["value"].as_f64(), Some(123.456));
     assert_eq!(r[1]["value"].as_f64(), Some(-12.3));
 
@@ -481,7 +481,34 @@ async fn serial_rtu_on_a_pseudo_terminal() {
     plant.faults("s-rtu", Faults::default());
     let e = plant.call("get_sensor_reading", json!({"sensor_id": "S_BUS1_001"})).await;
     assert!(e.ok, "{:?}", e.error);
-    assert_eq!(e.data.unwrap()["value"].as_f64(), Some(123.456));
+    assert_eq!(e.json()["value"].as_f64(), Some(123.456));
     let e = plant.call("get_sensor_reading", json!({"sensor_id": "S_BUS1_003"})).await;
-    assert_eq!(e.data.unwrap()["value"].as_f64(), Some(999.0));
+    assert_eq!(e.json()["value"].as_f64(), Some(999.0));
+}
+
+#[tokio::test]
+async fn every_reading_result_matches_its_output_schema() {
+    let plant = demo_plant().await;
+    let validators: std::collections::HashMap<&str, jsonschema::Validator> = fieldgate::tools::TOOLS
+        .iter()
+        .map(|t| (t.name, jsonschema::validator_for(&t.output_schema()).unwrap()))
+        .collect();
+    plant.faults("a-util-meter", Faults { down: true, ..Default::default() });
+    let calls = [
+        ("get_sensor_reading", json!({"sensor_id": "A_LINE1_013"})),
+        ("get_sensor_reading", json!({"sensor_id": "A_LINE1_010", "unit": "raw"})),
+        ("get_sensor_reading", json!({"sensor_id": "A_UTIL_001"})),
+        ("get_sensor_reading", json!({"sensor_id": "B_OVEN2_001"})),
+        ("get_sensor_reading", json!({"sensor_id": "A_LINE1_999"})),
+        ("get_sensor_reading", json!({"sensor_id": 5})),
+        ("get_sensor_readings", json!({"sensor_ids": ["A_LINE1_001", "A_UTIL_001", "B_BOILER_008"]})),
+        ("get_sensor_readings", json!({"sensor_ids": ["A_UTIL_001", "A_UTIL_002"]})),
+        ("get_sensor_readings", json!({"sensor_ids": ["A_LINE1_001"], "max_age_ms": 1000})),
+    ];
+    for (tool, args) in calls {
+        let e = plant.call(tool, args.clone()).await;
+        let v = serde_json::to_value(&e).unwrap();
+        let errors: Vec<String> = validators[tool].iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{tool} {args}: {errors:?}\n{v}");
+    }
 }

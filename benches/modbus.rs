@@ -1,0 +1,220 @@
+//! Modbus read path, measured against the simulator in the same process.
+//!
+//! `cargo bench --bench modbus` prints, for one f32 sensor over Modbus TCP on loopback:
+//! a raw tokio-modbus read (the baseline), an in-process `get_sensor_reading`, and their
+//! difference (the tool's overhead); then a 100-sensor `get_sensor_readings` against 100
+//! single calls. Targets (issue 3): overhead ≤ 20 µs median; the batch < 3 single reads.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fieldgate::config::Config;
+use fieldgate::registry::{Endpoint, Registry};
+use fieldgate::tools::ToolService;
+use fieldgate_sim::{Bind, Scenario, Simulator, Wave};
+use serde_json::json;
+use tokio_modbus::client::Reader;
+
+const WARMUP: usize = 300;
+const RUNS: usize = 3000;
+
+fn device_file(n: usize) -> String {
+    let mut s = String::from(
+        "id = \"bench-plc\"\nplant = \"BENCH\"\nzone = \"Z\"\ndescription = \"bench\"\nprotocol = \"modbus-tcp\"\nendpoint = \"127.0.0.1:1502\"\ntimeout_ms = 1000\n",
+    );
+    for i in 0..n {
+        s.push_str(&format!(
+            "\n[[sensors]]\nid = \"BENCH_Z_{:03}\"\ndescription = \"s{i}\"\nkind = \"pressure\"\nunit = \"bar\"\ntable = \"holding\"\naddress = {}\ntype = \"f32\"\n",
+            i + 1,
+            i * 2
+        ));
+    }
+    s
+}
+
+struct Stats {
+    median: Duration,
+    p99: Duration,
+}
+
+fn stats(mut v: Vec<Duration>) -> Stats {
+    v.sort();
+    Stats { median: v[v.len() / 2], p99: v[v.len() * 99 / 100] }
+}
+
+async fn measure<F, Fut>(runs: usize, mut f: F) -> Stats
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for _ in 0..WARMUP.min(runs) {
+        f().await;
+    }
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        f().await;
+        times.push(t.elapsed());
+    }
+    stats(times)
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    // Spawned, so the baseline and the tool path both run on worker threads.
+    rt.block_on(async { tokio::spawn(run()).await.unwrap() });
+}
+
+async fn run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bench.toml"), device_file(100)).unwrap();
+    let mut scenario = Scenario::default();
+    for i in 1..=100 {
+        scenario.sensors.insert(format!("BENCH_Z_{i:03}"), Wave::Constant { value: i as f64 * 0.5 });
+    }
+    let devices = fieldgate_sim::plant::load_dir(dir.path()).unwrap();
+    let sim = Simulator::start(devices, scenario, Bind::Ephemeral).await.unwrap();
+    let addr = sim.addr("bench-plc").unwrap();
+    let mut registry = Registry::load(dir.path()).unwrap();
+    registry.override_endpoint(
+        &"bench-plc".parse().unwrap(),
+        Endpoint::Tcp { host: addr.ip().to_string(), port: addr.port() },
+    );
+    let service = ToolService::new(Arc::new(registry), Config::default());
+
+    // Baseline: tokio-modbus itself, one connection, two registers.
+    let mut ctx = tokio_modbus::client::tcp::connect_slave(addr, tokio_modbus::Slave(1)).await.unwrap();
+    let mut times = Vec::with_capacity(RUNS);
+    for i in 0..WARMUP + RUNS {
+        let t = Instant::now();
+        let r = ctx.read_holding_registers(0, 2).await.unwrap().unwrap();
+        assert_eq!(r.len(), 2);
+        if i >= WARMUP {
+            times.push(t.elapsed());
+        }
+    }
+    let raw = stats(times);
+    // The batch's own device reads, without the tool: holding 0-124 and 125-199.
+    let mut times = Vec::with_capacity(RUNS / 5);
+    for i in 0..WARMUP + RUNS / 5 {
+        let t = Instant::now();
+        let a = ctx.read_holding_registers(0, 125).await.unwrap().unwrap();
+        let b = ctx.read_holding_registers(125, 75).await.unwrap().unwrap();
+        assert_eq!(a.len() + b.len(), 200);
+        if i >= WARMUP {
+            times.push(t.elapsed());
+        }
+    }
+    let raw_batch = stats(times);
+
+    let one = json!({"sensor_id": "BENCH_Z_001"});
+    let tool = measure(RUNS, || {
+        let (service, one) = (&service, one.clone());
+        async move {
+            let e = service.call("get_sensor_reading", one).await.unwrap();
+            assert!(e.ok);
+        }
+    })
+    .await;
+
+    let ids: Vec<String> = (1..=100).map(|i| format!("BENCH_Z_{i:03}")).collect();
+    let batch_args = json!({ "sensor_ids": ids });
+    // Checked once, outside the timed loop: every sensor comes back, with its value.
+    let e = service.call("get_sensor_readings", batch_args.clone()).await.unwrap();
+    let readings = e.json()["readings"].as_array().cloned().unwrap_or_default();
+    assert_eq!(readings.len(), 100);
+    for (i, r) in readings.iter().enumerate() {
+        assert_eq!(r["value"].as_f64(), Some((i + 1) as f64 * 0.5));
+    }
+    let batch = measure(RUNS / 5, || {
+        let (service, args) = (&service, batch_args.clone());
+        async move {
+            let e = service.call("get_sensor_readings", args).await.unwrap();
+            assert!(e.ok && e.meta.attempts == 1);
+        }
+    })
+    .await;
+    let cached_args = json!({ "sensor_ids": ids, "max_age_ms": 3_600_000 });
+    let cached = measure(RUNS / 5, || {
+        let (service, args) = (&service, cached_args.clone());
+        async move {
+            let e = service.call("get_sensor_readings", args).await.unwrap();
+            assert_eq!(e.meta.attempts, 0);
+        }
+    })
+    .await;
+    if std::env::var_os("BENCH_PROFILE_CACHED").is_some() {
+        // For profiling the processing path alone: `perf record` this.
+        measure(50_000, || {
+            let (service, args) = (&service, cached_args.clone());
+            async move {
+                assert!(service.call("get_sensor_readings", args).await.unwrap().ok);
+            }
+        })
+        .await;
+        return;
+    }
+    let singles = measure(RUNS / 50, || {
+        let (service, ids) = (&service, &ids);
+        async move {
+            for id in ids {
+                let e = service.call("get_sensor_reading", json!({ "sensor_id": id })).await.unwrap();
+                assert!(e.ok);
+            }
+        }
+    })
+    .await;
+
+    println!("modbus read path, loopback, {RUNS} runs after {WARMUP} warm-up (release build)");
+    println!("{:<44} {:>10} {:>10}", "", "median µs", "p99 µs");
+    println!("{:<44} {:>10.1} {:>10.1}", "raw tokio-modbus read (2 registers)", us(raw.median), us(raw.p99));
+    println!(
+        "{:<44} {:>10.1} {:>10.1}",
+        "get_sensor_reading, in process, live",
+        us(tool.median),
+        us(tool.p99)
+    );
+    let overhead = us(tool.median) - us(raw.median);
+    println!(
+        "{:<44} {:>10.1} {:>10.1}   target ≤ 20 µs median: {}",
+        "tool overhead (difference)",
+        overhead,
+        us(tool.p99) - us(raw.p99),
+        if overhead <= 20.0 { "met" } else { "NOT met" }
+    );
+    println!(
+        "{:<44} {:>10.1} {:>10.1}",
+        "raw tokio-modbus, the batch's 2 reads",
+        us(raw_batch.median),
+        us(raw_batch.p99)
+    );
+    println!(
+        "{:<44} {:>10.1} {:>10.1}",
+        "get_sensor_readings, 100 sensors (2 reads)",
+        us(batch.median),
+        us(batch.p99)
+    );
+    println!(
+        "{:<44} {:>10.1} {:>10.1}",
+        "get_sensor_readings, 100 sensors, all cached",
+        us(cached.median),
+        us(cached.p99)
+    );
+    println!(
+        "{:<44} {:>10.1} {:>10.1}",
+        "100 x get_sensor_reading, one after another",
+        us(singles.median),
+        us(singles.p99)
+    );
+    let ratio = batch.median.as_secs_f64() / tool.median.as_secs_f64();
+    println!(
+        "batch / one single read: {ratio:.2}x (target < 3x: {}); 100 singles / batch: {:.1}x",
+        if ratio < 3.0 { "met" } else { "NOT met" },
+        singles.median.as_secs_f64() / batch.median.as_secs_f64()
+    );
+    sim.shutdown().await;
+}
