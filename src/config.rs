@@ -12,11 +12,14 @@ pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 /// Environment variables with the `FIELDGATE_` prefix that are not configuration keys.
 const NON_CONFIG_ENV: [&str; 1] = ["FIELDGATE_LOG"];
+/// Prefix of environment variables that carry bearer tokens (see `transport::auth`).
+pub const TOKEN_ENV_PREFIX: &str = "FIELDGATE_TOKEN_";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub devices: DevicesConfig,
     pub server: ServerConfig,
+    pub auth: AuthConfig,
     pub storage: StorageConfig,
     pub calls: CallsConfig,
     pub breaker: BreakerConfig,
@@ -40,6 +43,18 @@ pub struct ServerConfig {
     pub max_body_bytes: u64,
     /// Tool calls per minute per caller.
     pub rate_limit_per_minute: u64,
+    /// Extra names accepted in the `Host` header.
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins allowed to call the server.
+    pub allowed_origins: Vec<String>,
+    /// How long in-flight requests may take to finish on shutdown.
+    pub shutdown_grace_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuthConfig {
+    /// TOML file of `[[tokens]]`; empty for none.
+    pub tokens_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -105,7 +120,11 @@ impl Default for Config {
                 request_timeout_ms: 10_000,
                 max_body_bytes: 65_536,
                 rate_limit_per_minute: 600,
+                allowed_hosts: Vec::new(),
+                allowed_origins: Vec::new(),
+                shutdown_grace_ms: 10_000,
             },
+            auth: AuthConfig { tokens_file: None },
             storage: StorageConfig {
                 data_dir: PathBuf::from("data"),
                 flush_interval_ms: 1000,
@@ -161,7 +180,7 @@ impl Config {
         let mut env: Vec<_> = env.into_iter().filter(|(k, _)| k.starts_with("FIELDGATE_")).collect();
         env.sort();
         for (key, value) in env {
-            if NON_CONFIG_ENV.contains(&key.as_str()) {
+            if NON_CONFIG_ENV.contains(&key.as_str()) || key.starts_with(TOKEN_ENV_PREFIX) {
                 continue;
             }
             problems.extend(apply_env(&mut cfg, &key, &value));
@@ -228,7 +247,8 @@ fn apply_env(cfg: &mut Config, key: &str, value: &str) -> Vec<Problem> {
     problems
 }
 
-const SECTIONS: [&str; 7] = ["devices", "server", "storage", "calls", "breaker", "history", "work_orders"];
+const SECTIONS: [&str; 8] =
+    ["devices", "server", "auth", "storage", "calls", "breaker", "history", "work_orders"];
 
 fn apply_text(cfg: &mut Config, name: &str, text: &str) -> Vec<Problem> {
     let doc = Doc::new(name, text);
@@ -265,6 +285,26 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
             &mut c.server.rate_limit_per_minute,
             s.int("rate_limit_per_minute", 1..=1_000_000).map(|v| v as u64),
         );
+        set(&mut c.server.allowed_hosts, s.strings("allowed_hosts"));
+        let origins = s.strings("allowed_origins").filter(|list| {
+            let bad: Vec<&String> =
+                list.iter().filter(|o| !(o.starts_with("http://") || o.starts_with("https://"))).collect();
+            if !bad.is_empty() {
+                s.problem(
+                    "allowed_origins",
+                    format!("origins start with http:// or https://, found {bad:?}"),
+                );
+            }
+            bad.is_empty()
+        });
+        set(&mut c.server.allowed_origins, origins);
+        set(&mut c.server.shutdown_grace_ms, s.int("shutdown_grace_ms", 0..=600_000).map(|v| v as u64));
+        s.finish();
+    }
+    if let Some(s) = t.table("auth") {
+        if let Some(f) = s.str("tokens_file") {
+            c.auth.tokens_file = (!f.is_empty()).then(|| PathBuf::from(f));
+        }
         s.finish();
     }
     if let Some(s) = t.table("storage") {
@@ -326,7 +366,11 @@ mod tests {
             request_timeout_ms: 1,
             max_body_bytes: 1,
             rate_limit_per_minute: 1,
+            allowed_hosts: vec!["x".into()],
+            allowed_origins: vec!["http://x".into()],
+            shutdown_grace_ms: 1,
         };
+        c.auth.tokens_file = Some("x".into());
         c.storage = StorageConfig {
             data_dir: "x".into(),
             flush_interval_ms: 1,

@@ -3,9 +3,12 @@
 //! See ARCHITECTURE.md for the codemap and the invariants.
 
 pub mod config;
+pub mod demo;
 pub mod driver;
 pub mod ids;
+pub mod metrics;
 pub mod registry;
 pub mod suggest;
 pub mod toml_reader;
 pub mod tools;
+pub mod transport;

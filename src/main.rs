@@ -1,14 +1,18 @@
 //! The `fieldgate` command line.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use fieldgate::config::Config;
 use fieldgate::registry::Registry;
 use fieldgate::toml_reader::Problem;
 use fieldgate::tools::ToolService;
+use fieldgate::transport::{auth::Tokens, http, mcp};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
 #[command(name = "fieldgate", version, about = "Field devices as safe tools for an AI reporting agent")]
@@ -19,8 +23,17 @@ struct Cli {
     /// Folder of device files; overrides devices.dir of the configuration.
     #[arg(long, global = true, value_name = "DIR")]
     devices: Option<PathBuf>,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -36,17 +49,47 @@ enum Command {
         /// Arguments as a JSON object, e.g. '{"zone":"LINE1"}'. Default: {}.
         args: Option<String>,
     },
+    /// Serve the HTTP API and MCP over Streamable HTTP (at /mcp) until SIGTERM or Ctrl-C.
+    Serve,
+    /// Serve MCP on stdin/stdout (logs go to stderr).
+    Mcp,
+    /// Run the simulated demo plant and the service against it until Ctrl-C.
+    Demo {
+        /// Instead, run a short scripted session through the HTTP API and exit.
+        #[arg(long)]
+        tour: bool,
+        /// Keep data here instead of in a temporary directory.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Where the HTTP API listens (default: server.listen; the tour uses a free port).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FIELDGATE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FIELDGATE_LOG").unwrap_or_else(|_| {
+        // Serving logs one event per call by default; one-shot commands stay quiet.
+        let level = if matches!(cli.command, Command::Serve | Command::Demo { tour: false, .. }) {
+            "info"
+        } else {
+            "warn"
+        };
+        tracing_subscriber::EnvFilter::new(level)
+    });
+    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    match cli.log_format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs.init(),
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     match cli.command {
         Command::Tools => {
             let defs: Vec<_> =
@@ -85,13 +128,6 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let service = ToolService::new(Arc::new(registry), config);
-            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
             match runtime.block_on(service.call(&tool, args)) {
                 Ok(envelope) => {
                     out(&serde_json::to_string_pretty(&envelope).unwrap_or_default());
@@ -104,6 +140,121 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Mcp => {
+            let (config, registry) = match load(&cli.config, &cli.devices) {
+                Ok(v) => v,
+                Err(code) => return code,
+            };
+            let service = ToolService::new(Arc::new(registry), config);
+            match runtime.block_on(mcp::serve_stdio(service)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: MCP over stdio stopped: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Serve => {
+            let (config, registry) = match load(&cli.config, &cli.devices) {
+                Ok(v) => v,
+                Err(code) => return code,
+            };
+            let tokens = match Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars()) {
+                Ok(t) => Arc::new(t),
+                Err(problems) => return report(&problems),
+            };
+            runtime.block_on(serve(config, registry, tokens))
+        }
+        Command::Demo { tour, data_dir, listen } => {
+            let (config, registry) = match load(&cli.config, &cli.devices) {
+                Ok(v) => v,
+                Err(code) => return code,
+            };
+            let listen = listen.unwrap_or(if tour {
+                SocketAddr::from(([127, 0, 0, 1], 0))
+            } else {
+                config.server.listen
+            });
+            runtime.block_on(demo(config, registry, listen, data_dir, tour))
+        }
+    }
+}
+
+async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> ExitCode {
+    let listener = match http::bind(config.server.listen, &tokens).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let grace = Duration::from_millis(config.server.shutdown_grace_ms);
+    let service = ToolService::new(Arc::new(registry), config);
+    let shutdown = CancellationToken::new();
+    let app = http::app(service, tokens, shutdown.clone());
+    tracing::info!(%addr, "serving the HTTP API and MCP at /mcp");
+    eprintln!("fieldgate listening on http://{addr} (MCP at /mcp)");
+    match http::serve(listener, app, stop_signal(), grace, shutdown).await {
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn demo(
+    config: Config,
+    registry: Registry,
+    listen: SocketAddr,
+    data_dir: Option<PathBuf>,
+    tour: bool,
+) -> ExitCode {
+    let demo = match fieldgate::demo::Demo::start(config, registry, listen, data_dir).await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if tour {
+        out(&format!("fieldgate demo tour against http://{}", demo.addr));
+        let ok = fieldgate::demo::tour(&demo, &mut |line: &str| out(line)).await;
+        demo.stop().await;
+        out(if ok { "\ntour complete" } else { "\ntour finished with unexpected answers" });
+        return if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    }
+    out(&demo.banner());
+    out("Ctrl-C stops the demo.");
+    stop_signal().await;
+    demo.stop().await;
+    ExitCode::SUCCESS
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

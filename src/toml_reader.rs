@@ -246,6 +246,26 @@ impl<'a, 'i> Table<'a, 'i> {
         }
     }
 
+    /// An array of strings.
+    pub fn strings(&self, key: &'static str) -> Option<Vec<String>> {
+        let v = self.get(key)?;
+        let DeValue::Array(items) = v.get_ref() else {
+            self.wrong_type(key, "an array of strings", v.get_ref());
+            return None;
+        };
+        let mut out = Vec::new();
+        for item in items.iter() {
+            match item.get_ref() {
+                DeValue::String(s) => out.push(s.to_string()),
+                other => {
+                    self.wrong_type(key, "an array of strings", other);
+                    return None;
+                }
+            }
+        }
+        Some(out)
+    }
+
     pub fn bool(&self, key: &'static str) -> Option<bool> {
         let v = self.get(key)?;
         match v.get_ref() {

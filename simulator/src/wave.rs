@@ -121,9 +121,18 @@ impl Scenario {
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         let err = |message: String| ScenarioError { path: path.display().to_string(), message };
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        toml::from_str(&text).map_err(|e| err(e.message().to_string()))
+        Scenario::parse(&path.display().to_string(), &text)
+    }
+
+    /// A scenario from TOML text; `name` is used in messages.
+    pub fn parse(name: &str, text: &str) -> Result<Scenario, ScenarioError> {
+        toml::from_str(text)
+            .map_err(|e| ScenarioError { path: name.to_string(), message: e.message().to_string() })
     }
 }
+
+/// The demo plant's scenario, built in (the same text as `simulator/scenarios/demo.toml`).
+pub const DEMO_SCENARIO: &str = include_str!("../scenarios/demo.toml");
 
 #[cfg(test)]
 mod tests {

@@ -123,7 +123,7 @@ fn matches(s: &Sensor, a: &ListSensorsArgs, words: &[String]) -> bool {
     words.iter().all(|w| hay.contains(w.as_str()))
 }
 
-fn info(s: &Sensor, registry: &Registry) -> SensorInfo {
+pub(crate) fn info(s: &Sensor, registry: &Registry) -> SensorInfo {
     let d = registry.device_of(s);
     SensorInfo {
         sensor_id: s.id.to_string(),

@@ -5,8 +5,10 @@
 pub mod catalog;
 pub mod defs;
 pub mod envelope;
+pub mod limits;
 mod list_sensors;
 pub mod readings;
+mod resources;
 pub mod validate;
 
 use std::collections::HashMap;
@@ -22,6 +24,7 @@ pub use envelope::{Detail, Envelope, ErrorCode, Meta, ToolError};
 
 use crate::config::Config;
 use crate::driver::Drivers;
+use crate::metrics::Metrics;
 use crate::registry::Registry;
 use validate::InputValidator;
 
@@ -30,6 +33,30 @@ use validate::InputValidator;
 pub enum CallError {
     #[error("unknown tool `{0}`")]
     UnknownTool(String),
+}
+
+/// What a caller may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Calls tools.
+    Agent,
+    /// Calls tools and the operator routes (approving work orders, ...).
+    Operator,
+}
+
+/// Who is calling: the name of their token (or "local"/"anonymous") and its role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub id: String,
+    pub role: Role,
+}
+
+impl Caller {
+    /// The command line and MCP over stdio: a local process of the operator's.
+    pub fn local() -> Caller {
+        Caller { id: "local".into(), role: Role::Operator }
+    }
 }
 
 /// What a tool returns before the envelope is put around it.
@@ -52,6 +79,8 @@ pub(crate) struct Inner {
     validators: HashMap<&'static str, InputValidator>,
     pub(crate) drivers: Drivers,
     pub(crate) cache: readings::Cache,
+    pub(crate) metrics: Arc<Metrics>,
+    limiter: limits::RateLimiter,
 }
 
 impl ToolService {
@@ -69,9 +98,25 @@ impl ToolService {
             })
             .collect();
         let drivers = Drivers::new(&registry);
-        ToolService {
-            inner: Arc::new(Inner { registry, config, validators, drivers, cache: Default::default() }),
-        }
+        let limiter = limits::RateLimiter::new(config.server.rate_limit_per_minute);
+        let inner = Inner {
+            registry,
+            config,
+            validators,
+            drivers,
+            cache: Default::default(),
+            metrics: Arc::new(Metrics::default()),
+            limiter,
+        };
+        ToolService { inner: Arc::new(inner) }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
     }
 
     pub fn registry(&self) -> &Registry {
@@ -83,15 +128,30 @@ impl ToolService {
         TOOLS.iter().filter(|t| t.served)
     }
 
-    /// Runs one tool call. Every outcome except an unknown tool is an envelope.
+    /// Runs one tool call as the local operator (the command line, MCP over stdio).
     pub async fn call(&self, tool: &str, args: Value) -> Result<Envelope, CallError> {
+        self.call_as(&Caller::local(), tool, args).await
+    }
+
+    /// Runs one tool call for `caller`. Every outcome except an unknown tool is an
+    /// envelope, rate limiting included.
+    pub async fn call_as(&self, caller: &Caller, tool: &str, args: Value) -> Result<Envelope, CallError> {
         let spec = catalog::spec(tool)
             .filter(|s| s.served)
             .ok_or_else(|| CallError::UnknownTool(envelope::cut(tool)))?;
         let started = Instant::now();
         let call_id = new_call_id();
         let mut attempts = 0;
-        let result = self.dispatch(spec.name, args.clone(), &mut attempts).await;
+        let logged = tracing::enabled!(tracing::Level::INFO).then(|| redact(&args));
+        let result = match self.inner.limiter.take(&caller.id) {
+            Ok(()) => self.dispatch(spec.name, args, &mut attempts).await,
+            Err(wait) => Err(ToolError::new(
+                ErrorCode::RateLimited,
+                format!("Caller {} exceeded {} calls per minute.", caller.id, self.inner.config.server.rate_limit_per_minute),
+                "Wait retry_after_ms before the next call, and make fewer calls (get_sensor_readings reads up to 100 sensors at once).",
+            )
+            .with_retry_after(wait.as_millis() as u64 + 1)),
+        };
         let meta = Meta {
             call_id: call_id.clone(),
             tool: spec.name.to_string(),
@@ -102,8 +162,45 @@ impl ToolService {
             Ok(data) => Envelope::success(data, meta),
             Err(e) => Envelope::failure(e, meta),
         };
-        trace_call(&envelope, &args);
+        let code = envelope.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
+        self.inner.metrics.call(spec.name, code, started.elapsed());
+        if let Some(args) = logged {
+            trace_call(&envelope, &args, caller);
+        }
         Ok(envelope)
+    }
+
+    /// A read-only resource (not an agent tool) in the envelope: `name` is reported as
+    /// `meta.tool`.
+    fn resource(&self, caller: &Caller, name: &str, read: impl FnOnce(&Registry) -> ToolResult) -> Envelope {
+        let started = Instant::now();
+        let result = match self.inner.limiter.take(&caller.id) {
+            Ok(()) => read(&self.inner.registry),
+            Err(wait) => {
+                Err(ToolError::new(ErrorCode::RateLimited, "Too many requests.", "Wait retry_after_ms.")
+                    .with_retry_after(wait.as_millis() as u64 + 1))
+            }
+        };
+        let meta = Meta {
+            call_id: new_call_id(),
+            tool: name.to_string(),
+            duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
+            attempts: 0,
+        };
+        match result {
+            Ok(data) => Envelope::success(data, meta),
+            Err(e) => Envelope::failure(e, meta),
+        }
+    }
+
+    /// One sensor's description (`GET /v1/sensors/{id}`).
+    pub fn describe_sensor(&self, caller: &Caller, id: &str) -> Envelope {
+        self.resource(caller, "describe_sensor", |r| resources::sensor(r, id))
+    }
+
+    /// Devices as configured (`GET /v1/devices`, `GET /v1/devices/{id}`).
+    pub fn describe_devices(&self, caller: &Caller, id: Option<&str>) -> Envelope {
+        self.resource(caller, "describe_devices", |r| resources::devices(r, id))
     }
 
     async fn dispatch(&self, tool: &str, args: Value, attempts: &mut u32) -> ToolResult {
@@ -161,14 +258,15 @@ fn parse<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
 }
 
 /// One structured event per call (TOOL-CONTRACT.md §8).
-fn trace_call(e: &Envelope, args: &Value) {
+fn trace_call(e: &Envelope, args: &str, caller: &Caller) {
     let code = e.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
     let retryable = e.error.as_ref().is_some_and(|e| e.retryable);
     let device = e.error.as_ref().and_then(|e| e.device_id.as_deref()).unwrap_or("");
     tracing::info!(
         call_id = %e.meta.call_id,
         tool = %e.meta.tool,
-        arguments = %redact(args),
+        caller = %caller.id,
+        arguments = %args,
         outcome = if e.ok { "ok" } else { "error" },
         code,
         retryable,

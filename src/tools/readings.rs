@@ -215,7 +215,10 @@ pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts:
     let device = registry.device_of(sensor);
     let driver = inner.drivers.get(&device.id).ok_or_else(ToolError::internal)?;
     *attempts += 1;
-    match driver.read(&[sensor], deadline(inner)).await.pop() {
+    let started = Instant::now();
+    let result = driver.read(&[sensor], deadline(inner)).await.pop();
+    inner.metrics.device_read(device.id.as_str(), started.elapsed());
+    match result {
         Some(Ok(sample)) => {
             inner.cache.put(&id, &sample);
             stamps.now = Utc::now();
@@ -257,10 +260,12 @@ pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempt
         let group: Vec<&Sensor> = idx.iter().map(|&i| sensors[i]).collect();
         async move {
             let device = registry.device_of(group[0]);
+            let started = Instant::now();
             let out = match inner.drivers.get(&device.id) {
                 Some(driver) => driver.read(&group, until).await,
                 None => vec![Err(DriverError::NotSupported); group.len()],
             };
+            inner.metrics.device_read(device.id.as_str(), started.elapsed());
             (idx, out)
         }
     });

@@ -1,0 +1,220 @@
+//! Bearer tokens: from a TOML file and `FIELDGATE_TOKEN_<NAME>=<role>:<token>`, never
+//! from device files; compared in constant time.
+
+use std::path::Path;
+
+use crate::config::TOKEN_ENV_PREFIX;
+use crate::toml_reader::{Doc, Problem, Table};
+use crate::tools::{Caller, Role};
+
+/// Shortest token accepted: guessing must be hopeless.
+const MIN_TOKEN_LEN: usize = 16;
+
+struct Token {
+    name: String,
+    role: Role,
+    secret: Vec<u8>,
+}
+
+/// The configured tokens.
+#[derive(Default)]
+pub struct Tokens {
+    tokens: Vec<Token>,
+}
+
+fn check_secret(secret: &str) -> Result<(), String> {
+    if secret.len() < MIN_TOKEN_LEN {
+        return Err(format!("a token must be at least {MIN_TOKEN_LEN} characters"));
+    }
+    if !secret.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("a token must be printable ASCII without spaces".into());
+    }
+    Ok(())
+}
+
+fn role(s: &str) -> Option<Role> {
+    match s {
+        "agent" => Some(Role::Agent),
+        "operator" => Some(Role::Operator),
+        _ => None,
+    }
+}
+
+/// True when both are equal; the time taken depends only on their lengths.
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Tokens {
+    /// Tokens from `file` (if any) and from `FIELDGATE_TOKEN_*` variables in `env`.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Tokens, Vec<Problem>> {
+        let mut tokens = Vec::new();
+        let mut problems = Vec::new();
+        if let Some(path) = file {
+            let name = path.display().to_string();
+            match std::fs::read_to_string(path) {
+                Ok(text) => {
+                    let doc = Doc::new(name, &text);
+                    if let Some(root) = doc.parse(&text) {
+                        let t = Table::root(&doc, &root);
+                        for entry in t.tables("tokens") {
+                            let name = entry.req_str("name");
+                            let role = entry.req_choice("role", &["agent", "operator"]).and_then(role);
+                            let secret = entry.req_str("token").filter(|s| match check_secret(s) {
+                                Ok(()) => true,
+                                Err(m) => {
+                                    entry.problem("token", m);
+                                    false
+                                }
+                            });
+                            entry.finish();
+                            if let (Some(name), Some(role), Some(secret)) = (name, role, secret) {
+                                tokens.push(Token {
+                                    name: name.to_string(),
+                                    role,
+                                    secret: secret.as_bytes().to_vec(),
+                                });
+                            }
+                        }
+                        t.finish();
+                    }
+                    problems.extend(doc.into_problems());
+                }
+                Err(e) => problems.push(Problem {
+                    source: name,
+                    line: 0,
+                    message: format!("cannot read the tokens file: {}", e.kind()),
+                }),
+            }
+        }
+        let mut env: Vec<_> = env.into_iter().filter(|(k, _)| k.starts_with(TOKEN_ENV_PREFIX)).collect();
+        env.sort();
+        for (key, value) in env {
+            let name = key[TOKEN_ENV_PREFIX.len()..].to_ascii_lowercase().replace('_', "-");
+            let bad =
+                |message: String| Problem { source: format!("environment variable {key}"), line: 0, message };
+            match value.split_once(':') {
+                Some((r, secret)) => match (role(r), check_secret(secret)) {
+                    (Some(role), Ok(())) => {
+                        tokens.push(Token { name, role, secret: secret.as_bytes().to_vec() })
+                    }
+                    (None, _) => problems.push(bad(format!("role must be agent or operator, found {r:?}"))),
+                    (_, Err(m)) => problems.push(bad(m)),
+                },
+                None => problems.push(bad("must be <role>:<token>, e.g. agent:6f1c…".into())),
+            }
+        }
+        for (i, a) in tokens.iter().enumerate() {
+            for b in &tokens[..i] {
+                if a.name == b.name {
+                    problems.push(Problem {
+                        source: "tokens".into(),
+                        line: 0,
+                        message: format!("token name {:?} is used twice", a.name),
+                    });
+                }
+                if ct_eq(&a.secret, &b.secret) {
+                    problems.push(Problem {
+                        source: "tokens".into(),
+                        line: 0,
+                        message: format!("tokens {:?} and {:?} are the same", b.name, a.name),
+                    });
+                }
+            }
+        }
+        if problems.is_empty() { Ok(Tokens { tokens }) } else { Err(problems) }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The caller a presented token belongs to. Every configured token is compared, so
+    /// the time taken does not tell which one (or whether any) matched.
+    pub fn authenticate(&self, presented: &str) -> Option<Caller> {
+        let mut found = None;
+        for t in &self.tokens {
+            if ct_eq(&t.secret, presented.as_bytes()) {
+                found = Some(Caller { id: t.name.clone(), role: t.role });
+            }
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn tokens_from_file_and_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.toml");
+        std::fs::write(
+            &path,
+            "[[tokens]]\nname = \"reporting-agent\"\nrole = \"agent\"\ntoken = \"a-very-long-agent-token\"\n",
+        )
+        .unwrap();
+        let t = Tokens::load(
+            Some(&path),
+            env(&[("FIELDGATE_TOKEN_SHIFT_LEAD", "operator:a-very-long-operator-token")]),
+        )
+        .unwrap();
+        assert_eq!(
+            t.authenticate("a-very-long-agent-token"),
+            Some(Caller { id: "reporting-agent".into(), role: Role::Agent })
+        );
+        assert_eq!(
+            t.authenticate("a-very-long-operator-token").map(|c| (c.id, c.role)),
+            Some(("shift-lead".into(), Role::Operator))
+        );
+        assert_eq!(t.authenticate("a-very-long-agent-tokem"), None);
+        assert_eq!(t.authenticate(""), None);
+    }
+
+    #[test]
+    fn bad_tokens_are_reported_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.toml");
+        std::fs::write(&path, "[[tokens]]\nname = \"x\"\nrole = \"admin\"\ntoken = \"short\"\nextra = 1\n")
+            .unwrap();
+        let e = Tokens::load(
+            Some(&path),
+            env(&[("FIELDGATE_TOKEN_A", "agent"), ("FIELDGATE_TOKEN_B", "boss:0123456789abcdefgh")]),
+        )
+        .err()
+        .unwrap();
+        let text: Vec<String> = e.iter().map(|p| p.to_string()).collect();
+        assert_eq!(text.len(), 5, "{text:#?}");
+        assert!(
+            text.iter()
+                .any(|t| t.contains("tokens.toml:3: `role` in tokens[1]: must be one of agent, operator"))
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.contains("tokens.toml:4: `token` in tokens[1]: a token must be at least 16"))
+        );
+        assert!(text.iter().any(|t| t.contains("unknown key `extra`")));
+        assert!(text.iter().any(|t| t.contains("FIELDGATE_TOKEN_A: must be <role>:<token>")));
+        assert!(text.iter().any(|t| t.contains("FIELDGATE_TOKEN_B: role must be agent or operator")));
+    }
+
+    #[test]
+    fn the_same_token_twice_is_refused() {
+        let e = Tokens::load(
+            None,
+            env(&[
+                ("FIELDGATE_TOKEN_A", "agent:0123456789abcdefgh"),
+                ("FIELDGATE_TOKEN_B", "operator:0123456789abcdefgh"),
+            ]),
+        );
+        assert!(e.is_err());
+    }
+}

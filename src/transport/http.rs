@@ -1,0 +1,431 @@
+//! The HTTP API (axum) and MCP over Streamable HTTP at `/mcp`, behind one set of checks:
+//! `Host` and `Origin` validation (DNS rebinding, foreign browser pages), bearer tokens,
+//! a body limit and a request timeout. `status_of` is the one mapping from the envelope
+//! to HTTP.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::auth::Tokens;
+use super::mcp::McpServer;
+use crate::tools::{Caller, Envelope, ErrorCode, Role, ToolError, ToolService};
+
+/// What the HTTP layer shares between requests.
+#[derive(Clone)]
+struct AppState {
+    tools: ToolService,
+    tokens: Arc<Tokens>,
+    hosts: Arc<Vec<String>>,
+    origins: Arc<Vec<String>>,
+}
+
+/// The one mapping from an envelope to an HTTP status (TOOL-CONTRACT.md §7).
+pub fn status_of(e: &Envelope) -> StatusCode {
+    let Some(err) = &e.error else { return StatusCode::OK };
+    match err.code {
+        ErrorCode::InvalidArgument => StatusCode::BAD_REQUEST,
+        ErrorCode::SensorNotFound | ErrorCode::DeviceNotFound | ErrorCode::WorkOrderNotFound => {
+            StatusCode::NOT_FOUND
+        }
+        ErrorCode::IdempotencyConflict => StatusCode::CONFLICT,
+        ErrorCode::RateLimited | ErrorCode::RetryLimitReached => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::DeviceTimeout
+        | ErrorCode::DeviceUnavailable
+        | ErrorCode::DeviceBusy
+        | ErrorCode::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::DeviceRejected => StatusCode::BAD_GATEWAY,
+        ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+        ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut res = Response::new(Body::from(body));
+    *res.status_mut() = status;
+    res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res
+}
+
+/// The envelope with its status and, on retryable errors, `Retry-After` (seconds).
+fn envelope_response(e: &Envelope) -> Response {
+    let body = serde_json::to_vec(e).unwrap_or_default();
+    let mut res = json_response(status_of(e), body);
+    if let Some(ms) = e.error.as_ref().and_then(|err| err.retry_after_ms) {
+        let secs = ms.div_ceil(1000).max(1);
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            res.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    res
+}
+
+/// An error that is not the answer of a tool (authentication, origin, routing).
+fn refusal(status: StatusCode, error: ToolError) -> Response {
+    let body = serde_json::to_vec(&json!({ "ok": false, "error": error })).unwrap_or_default();
+    json_response(status, body)
+}
+
+fn unauthorized(message: &str) -> Response {
+    let mut res = refusal(
+        StatusCode::UNAUTHORIZED,
+        ToolError::new(ErrorCode::Unauthorized, message, "Send the header Authorization: Bearer <token>."),
+    );
+    res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    res
+}
+
+/// `Host` names accepted: loopback names, the listen address and configured extras.
+pub fn allowed_hosts(listen: SocketAddr, extra: &[String]) -> Vec<String> {
+    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    hosts.push(listen.ip().to_string());
+    hosts.extend(extra.iter().map(|h| h.to_ascii_lowercase()));
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// The host part of a `Host` header (`[::1]:8080` → `::1`, `Example.com:80` → `example.com`).
+fn host_name(authority: &str) -> String {
+    let a = authority.trim().to_ascii_lowercase();
+    if let Some(rest) = a.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("").to_string();
+    }
+    match a.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h.to_string(),
+        _ => a,
+    }
+}
+
+/// Refuses requests for foreign `Host` names (DNS rebinding) and from foreign `Origin`s.
+async fn check_origin(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    if let Some(host) = host {
+        let name = host_name(host);
+        let whole = host.trim().to_ascii_lowercase();
+        if !st.hosts.iter().any(|h| *h == name || *h == whole) {
+            return refusal(
+                StatusCode::FORBIDDEN,
+                ToolError::new(
+                    ErrorCode::Unauthorized,
+                    "This Host name is not served here.",
+                    "Use the server's configured address, or add the name to server.allowed_hosts.",
+                ),
+            );
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("").trim_end_matches('/').to_ascii_lowercase();
+        let same_origin = host.is_some_and(|h| {
+            let h = h.trim().to_ascii_lowercase();
+            origin == format!("http://{h}") || origin == format!("https://{h}")
+        });
+        if !same_origin && !st.origins.iter().any(|o| o.trim_end_matches('/').eq_ignore_ascii_case(&origin)) {
+            return refusal(
+                StatusCode::FORBIDDEN,
+                ToolError::new(
+                    ErrorCode::Unauthorized,
+                    "Requests from this Origin are not allowed.",
+                    "Add the origin to server.allowed_origins if this page should reach fieldgate.",
+                ),
+            );
+        }
+    }
+    next.run(req).await
+}
+
+/// Bearer authentication: attaches the [`Caller`] to the request. Without configured
+/// tokens (loopback only), callers are anonymous agents.
+async fn authenticate(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+    let caller = if st.tokens.is_empty() {
+        Caller { id: "anonymous".into(), role: Role::Agent }
+    } else {
+        let presented = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+        match presented.and_then(|t| st.tokens.authenticate(t.trim())) {
+            Some(c) => c,
+            None if presented.is_none() => return unauthorized("A bearer token is required."),
+            None => return unauthorized("The bearer token is not valid."),
+        }
+    };
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+/// `POST /v1/tools/{name}`: the arguments are the body (empty means `{}`).
+async fn call_tool(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    let args: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(Default::default())
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => {
+                return refusal(
+                    StatusCode::BAD_REQUEST,
+                    ToolError::invalid(
+                        "body",
+                        None,
+                        "a JSON object of arguments",
+                        format!("The body is not valid JSON (line {}, column {}).", e.line(), e.column()),
+                        "Send the tool's arguments as a JSON object, e.g. {\"zone\": \"LINE1\"}.",
+                    ),
+                );
+            }
+        }
+    };
+    match st.tools.call_as(&caller, &name, args).await {
+        Ok(e) => envelope_response(&e),
+        Err(e) => {
+            let served: Vec<&str> = st.tools.served().map(|t| t.name).collect();
+            refusal(
+                StatusCode::NOT_FOUND,
+                ToolError::new(
+                    ErrorCode::InvalidArgument,
+                    e.to_string(),
+                    format!("GET /v1/tools lists the tools: {}.", served.join(", ")),
+                ),
+            )
+        }
+    }
+}
+
+async fn list_tools(State(st): State<AppState>) -> Response {
+    let defs: Vec<Value> = st.tools.served().map(|t| t.definition()).collect();
+    json_response(StatusCode::OK, serde_json::to_vec(&json!({ "tools": defs })).unwrap_or_default())
+}
+
+/// Query parameters as tool arguments: integers where they parse as integers.
+fn query_args(q: HashMap<String, String>) -> Value {
+    let map = q
+        .into_iter()
+        .map(|(k, v)| {
+            let value = match v.parse::<i64>() {
+                Ok(n) if k == "limit" || k.ends_with("_ms") => Value::from(n),
+                _ => Value::String(v),
+            };
+            (k, value)
+        })
+        .collect();
+    Value::Object(map)
+}
+
+async fn sensors(
+    State(st): State<AppState>,
+    Extension(c): Extension<Caller>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    match st.tools.call_as(&c, "list_sensors", query_args(q)).await {
+        Ok(e) => envelope_response(&e),
+        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+    }
+}
+
+async fn sensor(
+    State(st): State<AppState>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    envelope_response(&st.tools.describe_sensor(&c, &id))
+}
+
+async fn reading(
+    State(st): State<AppState>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let mut args = query_args(q);
+    if let Some(o) = args.as_object_mut() {
+        o.insert("sensor_id".into(), Value::String(id));
+    }
+    match st.tools.call_as(&c, "get_sensor_reading", args).await {
+        Ok(e) => envelope_response(&e),
+        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+    }
+}
+
+async fn devices(State(st): State<AppState>, Extension(c): Extension<Caller>) -> Response {
+    envelope_response(&st.tools.describe_devices(&c, None))
+}
+
+async fn device(
+    State(st): State<AppState>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    envelope_response(&st.tools.describe_devices(&c, Some(&id)))
+}
+
+async fn metrics(State(st): State<AppState>) -> Response {
+    let mut res = Response::new(Body::from(st.tools.metrics().render()));
+    res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    res
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready once the registry is loaded (the service exists only then) and the store is open.
+async fn readyz(State(st): State<AppState>) -> Response {
+    let body = json!({ "ready": true, "devices": st.tools.registry().devices().len(), "sensors": st.tools.registry().sensors().len() });
+    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+}
+
+async fn openapi() -> Response {
+    json_response(StatusCode::OK, serde_json::to_vec_pretty(&super::openapi::document()).unwrap_or_default())
+}
+
+async fn not_found() -> Response {
+    refusal(
+        StatusCode::NOT_FOUND,
+        ToolError::new(
+            ErrorCode::InvalidArgument,
+            "No such route.",
+            "GET /openapi.json describes every route.",
+        ),
+    )
+}
+
+/// Rejects oversized bodies with a JSON error instead of a bare 413.
+async fn limit_body(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let max = st.tools.config().server.max_body_bytes;
+    let declared =
+        req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ToolError::new(
+                ErrorCode::InvalidArgument,
+                format!("Request bodies are limited to {max} bytes."),
+                "Send fewer arguments per call.",
+            ),
+        );
+    }
+    next.run(req).await
+}
+
+/// The whole application: API, MCP, health and metrics.
+pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken) -> Router {
+    let cfg = tools.config().server.clone();
+    let hosts = allowed_hosts(cfg.listen, &cfg.allowed_hosts);
+    let st = AppState {
+        tools: tools.clone(),
+        tokens,
+        hosts: Arc::new(hosts.clone()),
+        origins: Arc::new(cfg.allowed_origins.clone()),
+    };
+    let mcp_tools = tools.clone();
+    let mcp_config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(
+            hosts.iter().cloned().chain(hosts.iter().map(|h| format!("{h}:{}", cfg.listen.port()))),
+        )
+        .with_allowed_origins(cfg.allowed_origins.clone())
+        .with_json_response(true)
+        .with_max_request_body_bytes(cfg.max_body_bytes as usize)
+        .with_cancellation_token(shutdown);
+    let mcp = StreamableHttpService::new(
+        move || Ok(McpServer::new(mcp_tools.clone(), Caller { id: "anonymous".into(), role: Role::Agent })),
+        Arc::new(LocalSessionManager::default()),
+        mcp_config,
+    );
+    let protected = Router::new()
+        .route("/v1/tools", get(list_tools))
+        .route("/v1/tools/{name}", post(call_tool))
+        .route("/v1/sensors", get(sensors))
+        .route("/v1/sensors/{id}", get(sensor))
+        .route("/v1/sensors/{id}/reading", get(reading))
+        .route("/v1/devices", get(devices))
+        .route("/v1/devices/{id}", get(device))
+        .route("/metrics", get(metrics))
+        .route_service("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(st.clone(), authenticate));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi))
+        .merge(protected)
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(st.clone(), check_origin))
+        .layer(middleware::from_fn_with_state(st.clone(), limit_body))
+        .layer(DefaultBodyLimit::max(cfg.max_body_bytes as usize))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            Duration::from_millis(cfg.request_timeout_ms),
+        ))
+        .with_state(st)
+}
+
+/// Why the server will not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "refusing to listen on {0}: a non-loopback address needs bearer tokens (auth.tokens_file or FIELDGATE_TOKEN_<NAME>)"
+    )]
+    OpenToNetwork(SocketAddr),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+}
+
+/// Checks the listen address against the tokens and binds it.
+pub async fn bind(listen: SocketAddr, tokens: &Tokens) -> Result<tokio::net::TcpListener, ServeError> {
+    if !listen.ip().is_loopback() && tokens.is_empty() {
+        return Err(ServeError::OpenToNetwork(listen));
+    }
+    tokio::net::TcpListener::bind(listen).await.map_err(|source| ServeError::Bind { addr: listen, source })
+}
+
+/// Serves until `stop` completes, then lets in-flight requests finish for at most `grace`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    grace: Duration,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        stop.await;
+        shutdown.cancel();
+        let _ = stopped_tx.send(());
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    let deadline = async move {
+        let _ = stopped_rx.await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        r = server => r,
+        () = deadline => {
+            tracing::warn!(grace_ms = grace.as_millis() as u64, "requests still running after the grace period; stopping");
+            Ok(())
+        }
+    }
+}
+
+/// The `Retry-After` of a response, for tests and clients.
+pub fn retry_after(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::RETRY_AFTER)?.to_str().ok()?.parse().ok()
+}

@@ -1,0 +1,11 @@
+//! The wires: MCP (stdio and Streamable HTTP) and the plain HTTP API, both over one
+//! [`ToolService`](crate::tools::ToolService).
+//!
+//! **Only this module knows MCP or HTTP exist.** Each transport maps the envelope to its
+//! wire in exactly one place: `mcp::to_result` and `http::status_of`.
+
+pub mod auth;
+pub mod client;
+pub mod http;
+pub mod mcp;
+pub mod openapi;
