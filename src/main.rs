@@ -14,6 +14,11 @@ use fieldgate::tools::ToolService;
 use fieldgate::transport::{auth::Tokens, http, mcp};
 use tokio_util::sync::CancellationToken;
 
+// Measured (benches/transport.rs): the tool path allocates many small, short-lived
+// buffers; mimalloc keeps them off glibc's consolidation path.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "fieldgate", version, about = "Field devices as safe tools for an AI reporting agent")]
 struct Cli {
@@ -146,6 +151,15 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let service = ToolService::new(Arc::new(registry), config);
+            // One client on one pipe: a single thread answers sooner than a pool that
+            // hands every message between threads.
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             match runtime.block_on(mcp::serve_stdio(service)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -55,8 +55,11 @@ impl HttpClient {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> std::io::Result<HttpResponse> {
-        let mut req =
-            format!("{method} {path} HTTP/1.1\r\nhost: {}\r\ncontent-length: {}\r\n", self.host, body.len());
+        let mut req = format!("{method} {path} HTTP/1.1\r\ncontent-length: {}\r\n", body.len());
+        // An explicit Host header (tests of DNS rebinding) replaces the default.
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            req.push_str(&format!("host: {}\r\n", self.host));
+        }
         if !body.is_empty() {
             req.push_str("content-type: application/json\r\n");
         }

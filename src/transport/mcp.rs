@@ -146,7 +146,9 @@ impl ServerHandler for McpServer {
 pub async fn serve_stdio(tools: ToolService) -> Result<(), String> {
     use rmcp::ServiceExt;
     let server = McpServer::new(tools, Caller::local());
-    let running = match server.serve(rmcp::transport::stdio()).await {
+    // Pipes are driven by the IO reactor (no blocking thread per message); anything
+    // else falls back to the blocking handles.
+    let running = match server.serve(rmcp::transport::io::stdio_pipes()).await {
         Ok(r) => r,
         // A client that only probed (server/discover) and left is not a failure.
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),

@@ -1,9 +1,12 @@
 //! Integration tests: one binary, modules per area (STYLE.md).
 
 mod cli;
+mod http;
 mod list_sensors;
+mod mcp;
 mod modbus;
 mod registry;
 mod schemas;
+mod serve;
 mod support;
 mod validation;

@@ -99,6 +99,11 @@ impl Plant {
 
 /// Starts the simulator on the device files of `dir` and a service reading from it.
 pub async fn plant_from(dir: &Path, scenario: Scenario) -> Plant {
+    plant_with(dir, scenario, Config::default()).await
+}
+
+/// As [`plant_from`], with a configuration.
+pub async fn plant_with(dir: &Path, scenario: Scenario, config: Config) -> Plant {
     let devices = fieldgate_sim::plant::load_dir(dir).unwrap();
     let sim = Simulator::start(devices, scenario, Bind::Ephemeral).await.unwrap();
     let mut registry = Registry::load(dir).unwrap();
@@ -109,7 +114,7 @@ pub async fn plant_from(dir: &Path, scenario: Scenario) -> Plant {
     for (id, path) in sim.serial_paths() {
         assert!(registry.override_endpoint(&id.parse().unwrap(), Endpoint::Serial { path }));
     }
-    let service = ToolService::new(Arc::new(registry), Config::default());
+    let service = ToolService::new(Arc::new(registry), config);
     Plant { sim, service }
 }
 
@@ -118,4 +123,47 @@ pub async fn demo_plant() -> Plant {
     let mut scenario = Scenario::load(&root().join("simulator/scenarios/demo.toml")).unwrap();
     scenario.faults.clear();
     plant_from(&demo_dir(), scenario).await
+}
+
+/// The demo plant with a configuration.
+pub async fn demo_plant_with(config: Config) -> Plant {
+    let mut scenario = Scenario::load(&root().join("simulator/scenarios/demo.toml")).unwrap();
+    scenario.faults.clear();
+    plant_with(&demo_dir(), scenario, config).await
+}
+
+/// The HTTP application of `service` served on a free loopback port.
+pub struct Server {
+    pub addr: std::net::SocketAddr,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Server {
+    pub async fn start(service: ToolService, tokens: fieldgate::transport::auth::Tokens) -> Server {
+        use fieldgate::transport::http;
+        let tokens = Arc::new(tokens);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let app = http::app(service, tokens, stop.clone());
+        let s = stop.clone();
+        tokio::spawn(http::serve(
+            listener,
+            app,
+            async move { s.cancelled().await },
+            std::time::Duration::from_secs(1),
+            stop.clone(),
+        ));
+        Server { addr, stop }
+    }
+
+    pub async fn client(&self) -> fieldgate::transport::client::HttpClient {
+        fieldgate::transport::client::HttpClient::connect(self.addr).await.unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }

@@ -1,0 +1,311 @@
+//! The HTTP API on real sockets: status codes and Retry-After, resource routes, OpenAPI,
+//! and the security checks (tokens, Host, Origin, body size, rate, timeout).
+
+use std::time::Duration;
+
+use fieldgate::config::Config;
+use fieldgate::transport::auth::Tokens;
+use fieldgate_sim::Faults;
+use serde_json::{Value, json};
+
+use super::support::*;
+
+async fn plant_server() -> (Plant, Server) {
+    let plant = demo_plant().await;
+    let server = Server::start(plant.service.clone(), Tokens::default()).await;
+    (plant, server)
+}
+
+#[tokio::test]
+async fn tool_routes_answer_with_the_contracts_status_codes() {
+    let (plant, server) = plant_server().await;
+    let mut c = server.client().await;
+
+    let r = c.post("/v1/tools/list_sensors", br#"{"zone":"UTIL"}"#).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["data"]["total"], 9);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    // An empty body means no arguments.
+    assert_eq!(c.post("/v1/tools/list_sensors", b"").await.unwrap().status, 200);
+
+    let r = c.post("/v1/tools/get_sensor_reading", br#"{"sensor_id":"a_line1_001"}"#).await.unwrap();
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["suggestions"][0], "A_LINE1_001");
+    let r = c.post("/v1/tools/get_sensor_reading", br#"{"sensor_id":"A_LINE1_099"}"#).await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["code"].clone()), (404, json!("SENSOR_NOT_FOUND")));
+
+    plant
+        .faults("a-line1-plc", Faults { exception_code: Some(2), exception_rate: 1.0, ..Default::default() });
+    let r = c.post("/v1/tools/get_sensor_reading", br#"{"sensor_id":"A_LINE1_001"}"#).await.unwrap();
+    assert_eq!((r.status, r.header("retry-after")), (502, None));
+
+    plant
+        .faults("a-line1-plc", Faults { exception_code: Some(6), exception_rate: 1.0, ..Default::default() });
+    let r = c.post("/v1/tools/get_sensor_reading", br#"{"sensor_id":"A_LINE1_001"}"#).await.unwrap();
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"), "DEVICE_BUSY retry_after_ms 500 rounds up to 1 s");
+
+    plant.faults("a-line1-plc", Faults { down: true, ..Default::default() });
+    let r = c.post("/v1/tools/get_sensor_reading", br#"{"sensor_id":"A_LINE1_001"}"#).await.unwrap();
+    assert_eq!(r.status, 503);
+    assert!(r.header("retry-after").is_some());
+
+    // Malformed JSON and unknown tools are refused with a JSON body.
+    let r = c.post("/v1/tools/list_sensors", b"{zone:").await.unwrap();
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["parameter"], "body");
+    let r = c.post("/v1/tools/make_coffee", b"{}").await.unwrap();
+    assert_eq!(r.status, 404);
+    assert!(r.json()["error"]["hint"].as_str().unwrap().contains("list_sensors"));
+    let r = c.get("/nowhere").await.unwrap();
+    assert_eq!(r.status, 404);
+}
+
+#[tokio::test]
+async fn definitions_and_resource_routes() {
+    let (_plant, server) = plant_server().await;
+    let mut c = server.client().await;
+    let r = c.get("/v1/tools").await.unwrap();
+    let names: Vec<String> = r.json()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["list_sensors", "get_sensor_reading", "get_sensor_readings"]);
+
+    let r = c.get("/v1/sensors?zone=LINE1&kind=pressure&limit=1").await.unwrap();
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["data"]["sensors"][0]["sensor_id"], "A_LINE1_001");
+    assert_eq!(v["data"]["total"], 2);
+    assert_eq!(c.get("/v1/sensors?limit=lots").await.unwrap().status, 400);
+
+    let r = c.get("/v1/sensors/B_BOILER_011").await.unwrap();
+    assert_eq!(r.json()["data"]["data_type"], "i32");
+    assert_eq!(c.get("/v1/sensors/B_BOILER_099").await.unwrap().status, 404);
+    let r = c.get("/v1/sensors/A_LINE1_003/reading?unit=raw").await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.json());
+    assert_eq!(r.json()["data"]["unit"], "raw");
+
+    let r = c.get("/v1/devices").await.unwrap();
+    assert_eq!(r.json()["data"]["devices"].as_array().unwrap().len(), 4);
+    let r = c.get("/v1/devices/a-util-meter").await.unwrap();
+    assert_eq!(r.json()["data"]["devices"][0]["sensors"], 9);
+    let r = c.get("/v1/devices/a-util-metr").await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["suggestions"][0].clone()), (404, json!("a-util-meter")));
+
+    assert_eq!(c.get("/healthz").await.unwrap().status, 200);
+    assert_eq!(c.get("/readyz").await.unwrap().json()["ready"], true);
+    let m = String::from_utf8(c.get("/metrics").await.unwrap().body).unwrap();
+    assert!(m.contains("fieldgate_tool_calls_total{tool=\"list_sensors\",code=\"OK\"}"), "{m}");
+    assert!(
+        m.contains("fieldgate_tool_calls_total{tool=\"list_sensors\",code=\"INVALID_ARGUMENT\"} 1"),
+        "{m}"
+    );
+    assert!(m.contains("fieldgate_device_read_seconds_count{device=\"a-line1-plc\"} 1"), "{m}");
+}
+
+#[tokio::test]
+async fn openapi_matches_the_committed_file() {
+    let (_plant, server) = plant_server().await;
+    let served = server.client().await.get("/openapi.json").await.unwrap().json();
+    assert_eq!(served["openapi"], "3.1.0");
+    for path in [
+        "/v1/tools/list_sensors",
+        "/v1/tools/get_sensor_readings",
+        "/v1/sensors/{id}/reading",
+        "/v1/devices/{id}",
+        "/mcp",
+    ] {
+        assert!(served["paths"].get(path).is_some(), "{path}");
+    }
+    let schemas = served["components"]["schemas"].as_object().unwrap();
+    for (name, _) in schemas {
+        assert!(jsonschema::validator_for(&schemas[name]).is_ok(), "{name}");
+    }
+    let text = serde_json::to_string_pretty(&served).unwrap() + "\n";
+    let path = root().join("openapi.json");
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == text,
+        "openapi.json is out of date; run `UPDATE_SCHEMA=1 cargo test --test it openapi` and commit it"
+    );
+}
+
+fn tokens() -> Tokens {
+    let env = [
+        ("FIELDGATE_TOKEN_REPORTER".to_string(), "agent:agent-token-0123456789".to_string()),
+        ("FIELDGATE_TOKEN_SHIFT_LEAD".to_string(), "operator:operator-token-0123456789".to_string()),
+    ];
+    Tokens::load(None, env).unwrap()
+}
+
+#[tokio::test]
+async fn bearer_tokens_are_required_once_configured() {
+    let plant = demo_plant().await;
+    let server = Server::start(plant.service.clone(), tokens()).await;
+    let mut c = server.client().await;
+    let r = c.post("/v1/tools/list_sensors", b"{}").await.unwrap();
+    assert_eq!((r.status, r.header("www-authenticate")), (401, Some("Bearer")));
+    assert_eq!(r.json()["error"]["code"], "UNAUTHORIZED");
+    let mut wrong = server.client().await.with_token("agent-token-0123456780");
+    assert_eq!(wrong.post("/v1/tools/list_sensors", b"{}").await.unwrap().status, 401);
+    let mut agent = server.client().await.with_token("agent-token-0123456789");
+    assert_eq!(agent.post("/v1/tools/list_sensors", b"{}").await.unwrap().status, 200);
+    assert_eq!(agent.get("/metrics").await.unwrap().status, 200);
+    // Probes and the API description stay open.
+    assert_eq!(c.get("/healthz").await.unwrap().status, 200);
+    assert_eq!(c.get("/openapi.json").await.unwrap().status, 200);
+    // MCP needs the token too.
+    let r =
+        c.send("POST", "/mcp", &[("accept", "application/json, text/event-stream")], b"{}").await.unwrap();
+    assert_eq!(r.status, 401);
+}
+
+#[tokio::test]
+async fn a_network_address_needs_tokens() {
+    use fieldgate::transport::http::{ServeError, bind};
+    let open = bind("0.0.0.0:0".parse().unwrap(), &Tokens::default()).await;
+    assert!(matches!(open, Err(ServeError::OpenToNetwork(_))));
+    assert!(bind("127.0.0.1:0".parse().unwrap(), &Tokens::default()).await.is_ok());
+    assert!(bind("0.0.0.0:0".parse().unwrap(), &tokens()).await.is_ok());
+}
+
+#[tokio::test]
+async fn foreign_hosts_and_origins_are_refused() {
+    let (_plant, server) = plant_server().await;
+    let mut c = server.client().await;
+    let accept = ("accept", "application/json, text/event-stream");
+    // DNS rebinding: the request names another host.
+    let r = c.send("POST", "/mcp", &[accept, ("host", "evil.example")], b"{}").await.unwrap();
+    assert_eq!(r.status, 403);
+    let r = c.send("GET", "/v1/tools", &[("host", "evil.example:8080")], b"").await.unwrap();
+    assert_eq!(r.status, 403);
+    // A page from another origin.
+    let r = c.send("POST", "/mcp", &[accept, ("origin", "http://evil.example")], b"{}").await.unwrap();
+    assert_eq!(r.status, 403);
+    let r = c
+        .send("POST", "/v1/tools/list_sensors", &[("origin", "https://attacker.test")], b"{}")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403);
+    // The server's own origin is fine, and so is no origin.
+    let own = format!("http://{}", server.addr);
+    let r = c.send("POST", "/v1/tools/list_sensors", &[("origin", own.as_str())], b"{}").await.unwrap();
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn configured_origins_and_hosts_are_allowed() {
+    let mut config = Config::default();
+    config.server.allowed_origins = vec!["http://dashboard.plant.local:3000".into()];
+    config.server.allowed_hosts = vec!["fieldgate.plant.local".into()];
+    let plant = demo_plant_with(config).await;
+    let server = Server::start(plant.service.clone(), Tokens::default()).await;
+    let mut c = server.client().await;
+    let r = c
+        .send("POST", "/v1/tools/list_sensors", &[("origin", "http://dashboard.plant.local:3000")], b"{}")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let r = c.send("GET", "/v1/tools", &[("host", "fieldgate.plant.local:8080")], b"").await.unwrap();
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn bodies_over_64_kib_are_refused() {
+    let (_plant, server) = plant_server().await;
+    let mut c = server.client().await;
+    let big = format!("{{\"text\":\"{}\"}}", "x".repeat(70 * 1024));
+    let r = c.post("/v1/tools/list_sensors", big.as_bytes()).await.unwrap();
+    assert_eq!(r.status, 413);
+    assert_eq!(r.json()["error"]["code"], "INVALID_ARGUMENT");
+    let mut c = server.client().await;
+    let r = c
+        .send("POST", "/mcp", &[("accept", "application/json, text/event-stream")], big.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 413);
+}
+
+#[tokio::test]
+async fn callers_are_rate_limited_with_retry_after() {
+    let mut config = Config::default();
+    config.server.rate_limit_per_minute = 5;
+    let plant = demo_plant_with(config).await;
+    let server = Server::start(plant.service.clone(), tokens()).await;
+    let mut a = server.client().await.with_token("agent-token-0123456789");
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(a.post("/v1/tools/list_sensors", b"{}").await.unwrap());
+    }
+    assert!(statuses[..5].iter().all(|r| r.status == 200));
+    let limited = &statuses[5];
+    assert_eq!(limited.status, 429);
+    assert_eq!(limited.json()["error"]["code"], "RATE_LIMITED");
+    assert_eq!(limited.json()["error"]["retryable"], true);
+    let wait: u64 = limited.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=12).contains(&wait), "{wait}");
+    // Another token has its own budget.
+    let mut op = server.client().await.with_token("operator-token-0123456789");
+    assert_eq!(op.post("/v1/tools/list_sensors", b"{}").await.unwrap().status, 200);
+}
+
+#[tokio::test]
+async fn requests_have_a_server_side_timeout() {
+    let mut config = Config::default();
+    config.server.request_timeout_ms = 150;
+    let plant = demo_plant_with(config).await;
+    plant.faults("a-line1-plc", Faults { no_reply: 1.0, ..Default::default() });
+    let server = Server::start(plant.service.clone(), Tokens::default()).await;
+    let mut c = server.client().await;
+    let started = std::time::Instant::now();
+    let r = c.post("/v1/tools/get_sensor_reading", br#"{"sensor_id":"A_LINE1_001"}"#).await.unwrap();
+    assert_eq!(r.status, 408);
+    assert!(started.elapsed() < Duration::from_millis(450), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn mcp_over_http_both_lifecycles() {
+    let (_plant, server) = plant_server().await;
+    let mut c = server.client().await;
+    let accept = ("accept", "application/json, text/event-stream");
+    // 2026-07-28: stateless, with the metadata in every request.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+    let call = json!({"jsonrpc": "2.0", "id": 0, "method": "tools/call",
+        "params": {"_meta": meta, "name": "get_sensor_reading", "arguments": {"sensor_id": "B_BOILER_001"}}});
+    let r = c
+        .send(
+            "POST",
+            "/mcp",
+            &[
+                accept,
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "get_sensor_reading"),
+            ],
+            &serde_json::to_vec(&call).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!(v["id"], 0);
+    assert_eq!(v["result"]["isError"], false);
+    assert_eq!(v["result"]["structuredContent"]["data"]["device_id"], "b-boiler-rtu");
+
+    // 2025-06-18: initialize, answered as a server-sent event with a session.
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let r = c.send("POST", "/mcp", &[accept], &serde_json::to_vec(&init).unwrap()).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.header("mcp-session-id").is_some());
+    let body = String::from_utf8_lossy(&r.body);
+    let data = body.lines().filter_map(|l| l.strip_prefix("data: ")).find(|l| l.starts_with('{')).unwrap();
+    let v: Value = serde_json::from_str(data).unwrap();
+    assert_eq!(v["result"]["protocolVersion"], "2025-06-18");
+}

@@ -1,0 +1,122 @@
+//! `fieldgate serve` and `fieldgate demo --tour` as processes, as a user runs them.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use fieldgate::transport::client::HttpClient;
+use fieldgate_sim::{Bind, Faults, Scenario, Simulator};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+use super::support::*;
+
+/// The demo device files with their endpoints pointed at a running simulator.
+fn devices_for(sim: &Simulator) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for path in fieldgate::registry::device_files(&demo_dir()).unwrap() {
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        let id =
+            text.lines().find_map(|l| l.strip_prefix("id = \"")).unwrap().trim_end_matches('"').to_string();
+        if let Some(addr) = sim.addr(&id) {
+            let declared = text
+                .lines()
+                .find_map(|l| l.strip_prefix("endpoint = \""))
+                .unwrap()
+                .trim_end_matches('"')
+                .to_string();
+            text = text.replace(&declared, &addr.to_string());
+        }
+        std::fs::write(dir.path().join(path.file_name().unwrap()), text).unwrap();
+    }
+    dir
+}
+
+#[tokio::test]
+async fn sigterm_lets_the_request_in_flight_finish_and_exits_0() {
+    let devices = fieldgate_sim::plant::load_dir(&demo_dir()).unwrap();
+    let sim = Simulator::start(devices, Scenario::default(), Bind::Ephemeral).await.unwrap();
+    sim.set_faults("a-line1-plc", Faults { latency_ms: 400, ..Default::default() }).unwrap();
+    let dir = devices_for(&sim);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["serve", "--log-format", "json", "--devices", dir.path().to_str().unwrap()])
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
+        .env("FIELDGATE_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line =
+            tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.unwrap().unwrap().unwrap();
+        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    let before = sim.stats("a-line1-plc").unwrap().requests;
+    let in_flight = tokio::spawn(async move {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        c.post("/v1/tools/get_sensor_reading", br#"{"sensor_id":"A_LINE1_001"}"#).await.unwrap()
+    });
+    // The request has reached the device: now stop the service.
+    while sim.stats("a-line1-plc").unwrap().requests == before {
+        tokio::task::yield_now().await;
+    }
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let r = in_flight.await.unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+    // New connections are no longer accepted.
+    assert!(HttpClient::connect(addr).await.is_err());
+
+    // One JSON log event per tool call, with the fields of TOOL-CONTRACT.md §8.
+    let mut events = Vec::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Ok(v) = serde_json::from_str::<Value>(&line)
+            && v["fields"]["message"] == "tool call"
+        {
+            events.push(v);
+        }
+    }
+    assert_eq!(events.len(), 1, "{events:?}");
+    let f = &events[0]["fields"];
+    for key in [
+        "call_id",
+        "tool",
+        "arguments",
+        "outcome",
+        "code",
+        "retryable",
+        "attempts",
+        "device",
+        "duration_ms",
+        "caller",
+    ] {
+        assert!(f.get(key).is_some(), "log event lacks {key}: {f}");
+    }
+    assert_eq!(f["tool"], "get_sensor_reading");
+    assert_eq!(f["code"], "OK");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_demo_tour_runs_through_the_real_http_path() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["demo", "--tour"])
+        .current_dir(root())
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("POST /v1/tools/list_sensors"));
+    assert!(text.contains("\"suggestions\""));
+    assert!(text.contains("DEVICE_TIMEOUT"));
+    assert!(text.contains("Retry-After"));
+    assert!(text.trim_end().ends_with("tour complete"), "{text}");
+}
