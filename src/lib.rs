@@ -8,6 +8,7 @@ pub mod driver;
 pub mod ids;
 pub mod metrics;
 pub mod registry;
+pub mod resilience;
 pub mod suggest;
 pub mod toml_reader;
 pub mod tools;

@@ -47,6 +47,8 @@ pub struct DeviceFile {
     pub serial: Option<Serial>,
     /// opcua only.
     pub opcua: Option<OpcUa>,
+    /// This device's circuit breaker; unset keys use the service configuration's [breaker].
+    pub breaker: Option<Breaker>,
     #[serde(default)]
     pub sensors: Vec<SensorEntry>,
 }
@@ -141,4 +143,25 @@ pub struct SensorEntry {
 pub struct Range {
     pub min: f64,
     pub max: f64,
+}
+
+/// A device's own circuit-breaker settings.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Breaker {
+    /// Consecutive transient failures that open the breaker.
+    #[schemars(range(min = 1, max = 1000))]
+    pub failure_threshold: Option<u32>,
+    /// Share of failures in the window (percent) that opens it.
+    #[schemars(range(min = 1, max = 100))]
+    pub failure_rate_percent: Option<u32>,
+    #[schemars(range(min = 1, max = 1000))]
+    pub window_size: Option<u32>,
+    #[schemars(range(min = 1, max = 1000))]
+    pub min_calls: Option<u32>,
+    /// First open period; doubles on each reopening.
+    #[schemars(range(min = 10, max = 86400000))]
+    pub open_ms: Option<u64>,
+    #[schemars(range(min = 10, max = 86400000))]
+    pub max_open_ms: Option<u64>,
 }

@@ -208,6 +208,28 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
         (_, o) => o,
     };
 
+    let breaker = t.table("breaker").map(|b| {
+        let o = BreakerOverrides {
+            failure_threshold: b.int("failure_threshold", 1..=1000).map(|v| v as u32),
+            failure_rate_percent: b.int("failure_rate_percent", 1..=100).map(|v| v as u32),
+            window_size: b.int("window_size", 1..=1000).map(|v| v as u32),
+            min_calls: b.int("min_calls", 1..=1000).map(|v| v as u32),
+            open_ms: b.int("open_ms", 10..=86_400_000).map(|v| v as u64),
+            max_open_ms: b.int("max_open_ms", 10..=86_400_000).map(|v| v as u64),
+        };
+        if let (Some(m), Some(w)) = (o.min_calls, o.window_size)
+            && m > w
+        {
+            b.problem("min_calls", format!("must not exceed window_size ({w})"));
+        }
+        if let (Some(open), Some(max)) = (o.open_ms, o.max_open_ms)
+            && open > max
+        {
+            b.problem("open_ms", format!("must not exceed max_open_ms ({max})"));
+        }
+        b.finish();
+        o
+    });
     let mut sensors = Vec::new();
     let mut spans: Vec<(RegisterTable, u32, u32, DataType, String)> = Vec::new();
     for mut s in t.tables("sensors") {
@@ -266,6 +288,7 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
                 word_order,
                 serial,
                 opcua,
+                breaker,
                 source: doc.name().to_string(),
             })
         }

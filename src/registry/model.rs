@@ -129,6 +129,17 @@ pub enum OpcUaMode {
     Subscribe,
 }
 
+/// A device's own circuit-breaker settings (`[breaker]`); unset keys use the service's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BreakerOverrides {
+    pub failure_threshold: Option<u32>,
+    pub failure_rate_percent: Option<u32>,
+    pub window_size: Option<u32>,
+    pub min_calls: Option<u32>,
+    pub open_ms: Option<u64>,
+    pub max_open_ms: Option<u64>,
+}
+
 /// A field device as declared in one `devices/*.toml` file.
 #[derive(Debug, Clone)]
 pub struct Device {
@@ -147,6 +158,7 @@ pub struct Device {
     pub word_order: WordOrder,
     pub serial: Option<SerialSettings>,
     pub opcua: Option<OpcUaSettings>,
+    pub breaker: Option<BreakerOverrides>,
     /// The file the device came from, for messages.
     pub source: String,
 }

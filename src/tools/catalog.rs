@@ -189,7 +189,7 @@ pub static TOOLS: [ToolSpec; 8] = [
         "get_device_status",
         "Device status",
         READ_LOCAL,
-        false,
+        true,
         GetDeviceStatusArgs,
         DeviceStatusData,
         "Connection and circuit-breaker state of field devices: up, degraded or down, last \

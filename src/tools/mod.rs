@@ -9,6 +9,7 @@ pub mod limits;
 mod list_sensors;
 pub mod readings;
 mod resources;
+mod status;
 pub mod validate;
 
 use std::collections::HashMap;
@@ -26,6 +27,8 @@ use crate::config::Config;
 use crate::driver::Drivers;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
+use crate::resilience::Resilience;
+use crate::resilience::repeat::{RepeatGuard, call_key};
 use validate::InputValidator;
 
 /// The call could not be made at all (a JSON-RPC error in MCP, 404 in HTTP).
@@ -81,6 +84,8 @@ pub(crate) struct Inner {
     pub(crate) cache: readings::Cache,
     pub(crate) metrics: Arc<Metrics>,
     limiter: limits::RateLimiter,
+    pub(crate) resilience: Resilience,
+    repeat: RepeatGuard,
 }
 
 impl ToolService {
@@ -99,6 +104,11 @@ impl ToolService {
             .collect();
         let drivers = Drivers::new(&registry);
         let limiter = limits::RateLimiter::new(config.server.rate_limit_per_minute);
+        let resilience = Resilience::new(&registry, &config);
+        let repeat = RepeatGuard::new(
+            config.calls.repeat_failure_limit,
+            std::time::Duration::from_secs(config.calls.repeat_failure_window_s),
+        );
         let inner = Inner {
             registry,
             config,
@@ -107,12 +117,47 @@ impl ToolService {
             cache: Default::default(),
             metrics: Arc::new(Metrics::default()),
             limiter,
+            resilience,
+            repeat,
         };
         ToolService { inner: Arc::new(inner) }
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
+    }
+
+    /// `/metrics`: calls and latencies, then the state of every device's breaker.
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write;
+        let mut out = self.inner.metrics.render();
+        out.push_str(
+            "# HELP fieldgate_breaker_state Circuit breaker per device: 0 closed, 1 half-open, 2 open.\n",
+        );
+        out.push_str("# TYPE fieldgate_breaker_state gauge\n");
+        let mut failures = String::new();
+        for d in self.inner.registry.devices() {
+            if let Some(g) = self.inner.resilience.guard(&d.id) {
+                let s = g.breaker.snapshot();
+                let v = match s.state {
+                    crate::resilience::breaker::SnapshotState::Closed => 0,
+                    crate::resilience::breaker::SnapshotState::HalfOpen => 1,
+                    crate::resilience::breaker::SnapshotState::Open => 2,
+                };
+                let _ = writeln!(out, "fieldgate_breaker_state{{device=\"{}\"}} {v}", d.id);
+                let _ = writeln!(
+                    failures,
+                    "fieldgate_breaker_consecutive_failures{{device=\"{}\"}} {}",
+                    d.id, s.consecutive_failures
+                );
+            }
+        }
+        out.push_str(
+            "# HELP fieldgate_breaker_consecutive_failures Transient failures in a row per device.\n",
+        );
+        out.push_str("# TYPE fieldgate_breaker_consecutive_failures gauge\n");
+        out.push_str(&failures);
+        out
     }
 
     pub fn config(&self) -> &Config {
@@ -143,7 +188,22 @@ impl ToolService {
         let call_id = new_call_id();
         let mut attempts = 0;
         let logged = tracing::enabled!(tracing::Level::INFO).then(|| redact(&args));
+        // The cross-call retry limit applies to calls that read devices.
+        let key = matches!(spec.name, "get_sensor_reading" | "get_sensor_readings")
+            .then(|| call_key(spec.name, &args));
+        let blocked = key.as_deref().and_then(|k| {
+            if self.inner.repeat.is_empty() {
+                return None;
+            }
+            self.inner.repeat.check(k, |d| {
+                d.parse()
+                    .ok()
+                    .and_then(|id| self.inner.resilience.guard(&id))
+                    .and_then(|g| g.health.last_success())
+            })
+        });
         let result = match self.inner.limiter.take(&caller.id) {
+            Ok(()) if blocked.is_some() => Err(retry_limit(blocked.as_ref())),
             Ok(()) => self.dispatch(spec.name, args, &mut attempts).await,
             Err(wait) => Err(ToolError::new(
                 ErrorCode::RateLimited,
@@ -158,6 +218,23 @@ impl ToolService {
             duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
             attempts,
         };
+        if let (Some(key), None) = (key, &blocked) {
+            let (retryable, device) = match &result {
+                Err(e)
+                    if matches!(
+                        e.code,
+                        ErrorCode::DeviceTimeout
+                            | ErrorCode::DeviceUnavailable
+                            | ErrorCode::DeviceBusy
+                            | ErrorCode::CircuitOpen
+                    ) =>
+                {
+                    (true, e.device_id.as_deref())
+                }
+                _ => (false, None),
+            };
+            self.inner.repeat.record(key, retryable, device);
+        }
         let envelope = match result {
             Ok(data) => Envelope::success(data, meta),
             Err(e) => Envelope::failure(e, meta),
@@ -198,11 +275,6 @@ impl ToolService {
         self.resource(caller, "describe_sensor", |r| resources::sensor(r, id))
     }
 
-    /// Devices as configured (`GET /v1/devices`, `GET /v1/devices/{id}`).
-    pub fn describe_devices(&self, caller: &Caller, id: Option<&str>) -> Envelope {
-        self.resource(caller, "describe_devices", |r| resources::devices(r, id))
-    }
-
     async fn dispatch(&self, tool: &str, args: Value, attempts: &mut u32) -> ToolResult {
         // Absent arguments mean "all defaults".
         let args = if args.is_null() { Value::Object(Default::default()) } else { args };
@@ -225,9 +297,22 @@ impl ToolService {
             "list_sensors" => list_sensors::run(parse(args)?, registry),
             "get_sensor_reading" => readings::get_one(&self.inner, parse(args)?, attempts).await,
             "get_sensor_readings" => readings::get_many(&self.inner, parse(args)?, attempts).await,
+            "get_device_status" => status::run(&self.inner, parse(args)?),
             _ => Err(ToolError::internal()),
         }
     }
+}
+
+/// `RETRY_LIMIT_REACHED`: the same call failed too often; stop and tell a person.
+fn retry_limit(b: Option<&crate::resilience::repeat::Blocked>) -> ToolError {
+    let (n, device) = b.map_or((0, None), |b| (b.failures, b.device.clone()));
+    let mut e = ToolError::new(
+        ErrorCode::RetryLimitReached,
+        format!("This exact call failed {n} times in a row; fieldgate will not repeat it for now."),
+        "Stop retrying. Report the problem to a person with the device's state from get_device_status.",
+    );
+    e.device_id = device;
+    e
 }
 
 /// Close registered values for a malformed ID-like argument.

@@ -18,6 +18,7 @@ use crate::driver::codec::{RawValue, normalize};
 use crate::driver::{DriverError, Sample};
 use crate::ids::SensorId;
 use crate::registry::{DataType, Device, Sensor, SensorSource};
+use crate::resilience::ReadError;
 
 /// The last value read of every sensor, for `max_age_ms`.
 #[derive(Default)]
@@ -145,11 +146,23 @@ fn reading(
 const EXCEPTIONS: [&str; 5] =
     ["", "illegal function", "illegal data address", "illegal data value", "server device failure"];
 
-/// The one mapping from driver failures to the contract's errors.
-pub fn device_error(e: &DriverError, device: &Device, sensor: &Sensor) -> ToolError {
+/// The one mapping from read failures to the contract's errors.
+pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolError {
     let id = device.id.as_str();
     let retry =
         "Wait retry_after_ms, then retry; if it keeps failing, call get_device_status and report the device.";
+    let e = match e {
+        ReadError::CircuitOpen { retry_after } => {
+            return ToolError::new(
+                ErrorCode::CircuitOpen,
+                format!("Device {id} is failing; fieldgate stopped asking it for now (circuit breaker open)."),
+                "Wait retry_after_ms before asking again; get_device_status shows the device's state. Do not retry sooner.",
+            )
+            .with_retry_after((retry_after.as_millis() as u64).max(1))
+            .with_device(id);
+        }
+        ReadError::Driver(e) => e,
+    };
     let err = match e {
         DriverError::Timeout => ToolError::new(
             ErrorCode::DeviceTimeout,
@@ -214,11 +227,14 @@ pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts:
     }
     let device = registry.device_of(sensor);
     let driver = inner.drivers.get(&device.id).ok_or_else(ToolError::internal)?;
-    *attempts += 1;
     let started = Instant::now();
-    let result = driver.read(&[sensor], deadline(inner)).await.pop();
-    inner.metrics.device_read(device.id.as_str(), started.elapsed());
-    match result {
+    let (mut results, tries) =
+        inner.resilience.read(&device.id, driver.as_ref(), &[sensor], deadline(inner)).await;
+    *attempts += tries;
+    if tries > 0 {
+        inner.metrics.device_read(device.id.as_str(), started.elapsed());
+    }
+    match results.pop() {
         Some(Ok(sample)) => {
             inner.cache.put(&id, &sample);
             stamps.now = Utc::now();
@@ -261,18 +277,21 @@ pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempt
         async move {
             let device = registry.device_of(group[0]);
             let started = Instant::now();
-            let out = match inner.drivers.get(&device.id) {
-                Some(driver) => driver.read(&group, until).await,
-                None => vec![Err(DriverError::NotSupported); group.len()],
+            let (out, tries) = match inner.drivers.get(&device.id) {
+                Some(driver) => inner.resilience.read(&device.id, driver.as_ref(), &group, until).await,
+                None => (vec![Err(ReadError::Driver(DriverError::NotSupported)); group.len()], 0),
             };
-            inner.metrics.device_read(device.id.as_str(), started.elapsed());
-            (idx, out)
+            if tries > 0 {
+                inner.metrics.device_read(device.id.as_str(), started.elapsed());
+            }
+            (idx, out, tries)
         }
     });
-    *attempts += groups.len() as u32;
     let done = futures_util::future::join_all(reads).await;
+    // Devices are read in parallel: the call made as many attempts as its busiest device.
+    *attempts += done.iter().map(|(_, _, tries)| *tries).max().unwrap_or(0);
     stamps.now = Utc::now();
-    for (idx, out) in &done {
+    for (idx, out, _) in &done {
         inner
             .cache
             .put_all(idx.iter().zip(out).filter_map(|(&i, r)| r.as_ref().ok().map(|s| (&sensors[i].id, s))));

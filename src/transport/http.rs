@@ -267,7 +267,10 @@ async fn reading(
 }
 
 async fn devices(State(st): State<AppState>, Extension(c): Extension<Caller>) -> Response {
-    envelope_response(&st.tools.describe_devices(&c, None))
+    match st.tools.call_as(&c, "get_device_status", json!({})).await {
+        Ok(e) => envelope_response(&e),
+        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+    }
 }
 
 async fn device(
@@ -275,11 +278,14 @@ async fn device(
     Extension(c): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    envelope_response(&st.tools.describe_devices(&c, Some(&id)))
+    match st.tools.call_as(&c, "get_device_status", json!({ "device_id": id })).await {
+        Ok(e) => envelope_response(&e),
+        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+    }
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {
-    let mut res = Response::new(Body::from(st.tools.metrics().render()));
+    let mut res = Response::new(Body::from(st.tools.render_metrics()));
     res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     res
 }

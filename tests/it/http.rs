@@ -72,7 +72,7 @@ async fn definitions_and_resource_routes() {
         .iter()
         .map(|t| t["name"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(names, ["list_sensors", "get_sensor_reading", "get_sensor_readings"]);
+    assert_eq!(names, ["list_sensors", "get_sensor_reading", "get_sensor_readings", "get_device_status"]);
 
     let r = c.get("/v1/sensors?zone=LINE1&kind=pressure&limit=1").await.unwrap();
     assert_eq!(r.status, 200);
@@ -90,8 +90,10 @@ async fn definitions_and_resource_routes() {
 
     let r = c.get("/v1/devices").await.unwrap();
     assert_eq!(r.json()["data"]["devices"].as_array().unwrap().len(), 4);
+    assert_eq!(r.json()["meta"]["tool"], "get_device_status");
     let r = c.get("/v1/devices/a-util-meter").await.unwrap();
     assert_eq!(r.json()["data"]["devices"][0]["sensors"], 9);
+    assert_eq!(r.json()["data"]["devices"][0]["breaker"]["state"], "closed");
     let r = c.get("/v1/devices/a-util-metr").await.unwrap();
     assert_eq!((r.status, r.json()["error"]["suggestions"][0].clone()), (404, json!("a-util-meter")));
 

@@ -81,7 +81,7 @@ async fn a_batch_reads_every_sensor_with_one_coalesced_read_per_table() {
         .collect();
     let reads: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     assert_eq!(reads, [4, 4, 3]);
-    assert_eq!(e.meta.attempts, 3, "one device read per device");
+    assert_eq!(e.meta.attempts, 1, "devices are read in parallel, one attempt each");
 }
 
 #[tokio::test]
@@ -138,18 +138,21 @@ async fn error_of(plant: &Plant, sensor: &str) -> fieldgate::tools::ToolError {
 }
 
 #[tokio::test]
-async fn no_reply_is_a_retryable_timeout() {
+async fn no_reply_is_a_retryable_timeout_after_two_retries() {
     let plant = demo_plant().await;
     plant.faults("a-line1-plc", Faults { no_reply: 1.0, ..Default::default() });
     let started = Instant::now();
-    let err = error_of(&plant, "A_LINE1_001").await;
+    let e = plant.call("get_sensor_reading", json!({"sensor_id": "A_LINE1_001"})).await;
     let took = started.elapsed();
+    let err = e.error.unwrap();
     assert_eq!(err.code, ErrorCode::DeviceTimeout);
     assert!(err.retryable && err.retry_after_ms.is_some());
     assert_eq!(err.device_id.as_deref(), Some("a-line1-plc"));
     assert!(err.message.contains("500 ms"), "{}", err.message);
-    // The device's timeout_ms (500), not the call deadline (2 s), bounds the wait.
-    assert!(took >= Duration::from_millis(450) && took < Duration::from_millis(1500), "{took:?}");
+    // Three attempts of the device's timeout_ms (500) with backoff in between, inside the
+    // call's deadline (2 s).
+    assert_eq!(e.meta.attempts, 3);
+    assert!(took >= Duration::from_millis(1500) && took < Duration::from_millis(2200), "{took:?}");
 }
 
 #[tokio::test]
@@ -191,31 +194,49 @@ async fn connection_reset_is_unavailable_and_recovers() {
 }
 
 #[tokio::test]
-async fn a_device_that_is_down_fails_fast_and_comes_back() {
-    let plant = demo_plant().await;
+async fn a_device_that_is_down_fails_fast_opens_its_breaker_and_comes_back() {
+    let mut config = fieldgate::config::Config::default();
+    config.breaker.open_ms = 300;
+    let plant = demo_plant_with(config).await;
     assert!(plant.call("get_sensor_reading", json!({"sensor_id": "A_UTIL_001"})).await.ok);
     plant.faults("a-util-meter", Faults { down: true, ..Default::default() });
-    // The open connection is closed and new ones are refused.
-    let mut err = error_of(&plant, "A_UTIL_001").await;
-    if err.code != ErrorCode::DeviceUnavailable {
-        err = error_of(&plant, "A_UTIL_001").await;
+    // Refused connections: DEVICE_UNAVAILABLE, fast; three attempts per call, so the
+    // second call opens the breaker (five transient failures in a row).
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = error_of(&plant, "A_UTIL_001").await;
+        assert!(
+            started.elapsed() < Duration::from_millis(400),
+            "refused, not timed out: {:?}",
+            started.elapsed()
+        );
+        assert!(err.retryable && err.retry_after_ms.is_some(), "{err:?}");
+        codes.push(err.code);
     }
-    assert_eq!(err.code, ErrorCode::DeviceUnavailable, "{err:?}");
-    let started = Instant::now();
+    assert_eq!(codes, [ErrorCode::DeviceUnavailable, ErrorCode::CircuitOpen, ErrorCode::CircuitOpen]);
+    // The same call failed three times in a row: the agent is told to stop.
     let err = error_of(&plant, "A_UTIL_001").await;
-    assert_eq!(err.code, ErrorCode::DeviceUnavailable);
-    assert!(
-        started.elapsed() < Duration::from_millis(200),
-        "refused, not timed out: {:?}",
-        started.elapsed()
-    );
-    assert!(err.retry_after_ms.unwrap() >= 100);
+    assert_eq!(err.code, ErrorCode::RetryLimitReached, "{err:?}");
+    assert!(!err.retryable && err.retry_after_ms.is_none());
+    assert!(err.hint.contains("Stop retrying"));
+    // Another call to the open device is answered at once.
+    let started = Instant::now();
+    let err = error_of(&plant, "A_UTIL_002").await;
+    assert_eq!(err.code, ErrorCode::CircuitOpen);
+    assert!(started.elapsed() < Duration::from_millis(5), "{:?}", started.elapsed());
+    let status = plant.call("get_device_status", json!({"device_id": "a-util-meter"})).await.json();
+    let d = &status["devices"][0];
+    assert_eq!((d["state"].as_str(), d["breaker"]["state"].as_str()), (Some("down"), Some("open")), "{d}");
+    assert!(d["breaker"]["consecutive_failures"].as_u64().unwrap() >= 5);
+    assert_eq!(d["last_error"]["code"], "DEVICE_UNAVAILABLE");
 
     plant.faults("a-util-meter", Faults::default());
-    // Reconnects back off (at most 5 s); within that the device answers again.
+    // The breaker lets a probe through after its open period; reconnects back off (at
+    // most 5 s). Within that the device answers again.
     let deadline = Instant::now() + Duration::from_secs(8);
     loop {
-        let e = plant.call("get_sensor_reading", json!({"sensor_id": "A_UTIL_001"})).await;
+        let e = plant.call("get_sensor_reading", json!({"sensor_id": "A_UTIL_003"})).await;
         if e.ok {
             break;
         }
@@ -223,6 +244,11 @@ async fn a_device_that_is_down_fails_fast_and_comes_back() {
         tokio::time::sleep(Duration::from_millis(e.error.unwrap().retry_after_ms.unwrap_or(100).min(500)))
             .await;
     }
+    // The device answered, so the blocked call is allowed again.
+    assert!(plant.call("get_sensor_reading", json!({"sensor_id": "A_UTIL_001"})).await.ok);
+    let status = plant.call("get_device_status", json!({"device_id": "a-util-meter"})).await.json();
+    assert_eq!(status["devices"][0]["breaker"]["state"], "closed");
+    assert_eq!(status["devices"][0]["state"], "up");
 }
 
 #[tokio::test]
@@ -296,7 +322,11 @@ async fn a_dead_device_does_not_delay_another() {
     assert_eq!(data["complete"], false);
     assert_eq!(data["readings"].as_array().unwrap().len(), 2);
     assert_eq!(data["failed"][0]["sensor_id"], "A_UTIL_001");
-    assert_eq!(data["failed"][0]["error"]["code"], "DEVICE_TIMEOUT");
+    // Three more timeouts in this call open the breaker (five in a row), so the last
+    // attempt may already be refused by it: both are retryable device errors.
+    let code = data["failed"][0]["error"]["code"].as_str().unwrap().to_string();
+    assert!(code == "DEVICE_TIMEOUT" || code == "CIRCUIT_OPEN", "{code}");
+    assert_eq!(data["failed"][0]["error"]["retryable"], true);
     assert_eq!(data["failed"][0]["error"]["parameter"], "sensor_ids/1");
 }
 
@@ -406,7 +436,13 @@ async fn a_device_answering_garbage_is_unavailable_not_a_crash() {
         let e = service.call("get_sensor_reading", json!({"sensor_id": "T_ZONE1_001"})).await.unwrap();
         let err = e.error.unwrap();
         assert!(err.retryable, "{err:?}");
-        assert!(matches!(err.code, ErrorCode::DeviceUnavailable | ErrorCode::DeviceTimeout), "{err:?}");
+        assert!(
+            matches!(
+                err.code,
+                ErrorCode::DeviceUnavailable | ErrorCode::DeviceTimeout | ErrorCode::CircuitOpen
+            ),
+            "{err:?}"
+        );
         let text = serde_json::to_string(&err).unwrap();
         assert!(!text.contains("ignore previous"), "device text leaked: {text}");
     }

@@ -1,0 +1,94 @@
+//! `get_device_status`: breaker state and health of each device, from what the service
+//! has seen (it does not contact devices).
+
+use chrono::SecondsFormat;
+
+use super::defs::{
+    BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, GetDeviceStatusArgs, LastError,
+    Latency,
+};
+use super::envelope::{ErrorCode, ToolError};
+use super::readings::device_error;
+use super::{Inner, ToolResult, to_data};
+use crate::ids::DeviceId;
+use crate::registry::Device;
+use crate::resilience::ReadError;
+use crate::resilience::breaker::SnapshotState;
+
+fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
+    let sensors: Vec<_> = inner.registry.sensors_of_device(&d.id).collect();
+    let (breaker, health) = match inner.resilience.guard(&d.id) {
+        Some(g) => (Some(g.breaker.snapshot()), g.health.snapshot()),
+        None => (None, Default::default()),
+    };
+    let (state, breaker) = match breaker {
+        Some(b) => {
+            let state = match b.state {
+                SnapshotState::Open | SnapshotState::HalfOpen => DeviceState::Down,
+                SnapshotState::Closed if b.consecutive_failures > 0 || b.window_failures > 0 => {
+                    DeviceState::Degraded
+                }
+                SnapshotState::Closed => DeviceState::Up,
+            };
+            let bs = BreakerStatus {
+                state: match b.state {
+                    SnapshotState::Closed => BreakerState::Closed,
+                    SnapshotState::Open => BreakerState::Open,
+                    SnapshotState::HalfOpen => BreakerState::HalfOpen,
+                },
+                consecutive_failures: b.consecutive_failures,
+                retry_after_ms: b.retry_after.map(|d| d.as_millis() as u64),
+            };
+            (state, bs)
+        }
+        None => (
+            DeviceState::Up,
+            BreakerStatus { state: BreakerState::Closed, consecutive_failures: 0, retry_after_ms: None },
+        ),
+    };
+    let last_error = match (&health.last_error, sensors.first()) {
+        (Some((e, at)), Some(s)) => Some(LastError {
+            code: device_error(&ReadError::Driver(e.clone()), d, s).code,
+            at: at.to_rfc3339_opts(SecondsFormat::Millis, true),
+        }),
+        _ => None,
+    };
+    DeviceStatus {
+        device_id: d.id.to_string(),
+        description: d.description.clone(),
+        protocol: d.protocol.name().to_string(),
+        endpoint: d.endpoint.to_string(),
+        state,
+        breaker,
+        last_success: health.last_success.map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true)),
+        last_error,
+        latency: health.latency.map(|(p50, p99, n)| Latency {
+            p50_ms: (p50.as_secs_f64() * 1e6).round() / 1e3,
+            p99_ms: (p99.as_secs_f64() * 1e6).round() / 1e3,
+            samples: n as u32,
+        }),
+        sensors: sensors.len(),
+    }
+}
+
+pub fn run(inner: &Inner, args: GetDeviceStatusArgs) -> ToolResult {
+    let registry = &inner.registry;
+    let devices = match &args.device_id {
+        Some(raw) => match raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id)) {
+            Some(d) => vec![status_of(inner, d)],
+            None => {
+                let mut e = ToolError::new(
+                    ErrorCode::DeviceNotFound,
+                    format!("No device {} is registered.", super::envelope::cut(raw)),
+                    "Call get_device_status without device_id to see every device.",
+                )
+                .with_suggestions(registry.suggest_devices(raw));
+                e.parameter = Some("device_id".into());
+                e.received = Some(super::envelope::cut(raw));
+                return Err(e);
+            }
+        },
+        None => registry.devices().iter().map(|d| status_of(inner, d)).collect(),
+    };
+    to_data(&DeviceStatusData { devices })
+}
