@@ -103,10 +103,11 @@ impl RepeatGuard {
             map.remove(&key);
             return;
         }
-        if map.len() >= MAX_ENTRIES && !map.contains_key(&key) {
-            if let Some(oldest) = map.iter().min_by_key(|(_, s)| s.first).map(|(k, _)| k.clone()) {
-                map.remove(&oldest);
-            }
+        if map.len() >= MAX_ENTRIES
+            && !map.contains_key(&key)
+            && let Some(oldest) = map.iter().min_by_key(|(_, s)| s.first).map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
         }
         let now = Instant::now();
         let s = map.entry(key).or_insert(Streak {
