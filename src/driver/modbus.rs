@@ -180,11 +180,17 @@ impl Connection {
         wait
     }
 
-    async fn connect(&mut self, limit: Duration) -> Result<(), DriverError> {
+    async fn connect(&mut self, limit: Duration, deadline: Instant) -> Result<(), DriverError> {
         let now = Instant::now();
         if now < self.next_connect {
-            return Err(DriverError::Unavailable { retry_after: Some(self.next_connect - now) });
+            // Backing off: wait for it when that still leaves time to connect (a breaker
+            // probe must reach the device), otherwise fail at once.
+            if self.next_connect + limit.min(Duration::from_millis(50)) >= deadline {
+                return Err(DriverError::Unavailable { retry_after: Some(self.next_connect - now) });
+            }
+            tokio::time::sleep_until(self.next_connect).await;
         }
+        let limit = limit.min(deadline.saturating_duration_since(Instant::now()));
         let opened = match &self.target {
             Target::Tcp { host, port, rtu } => {
                 match tokio::time::timeout(limit, TcpStream::connect((host.as_str(), *port))).await {
@@ -232,7 +238,7 @@ impl Connection {
             tokio::time::sleep_until(quiet).await;
         }
         if self.ctx.is_none() {
-            self.connect(limit(job)).await?;
+            self.connect(job.timeout, job.deadline).await?;
         }
         let Some(ctx) = self.ctx.as_mut() else { return Err(DriverError::Unavailable { retry_after: None }) };
         ctx.set_slave(Slave(job.key.unit));

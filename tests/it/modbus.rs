@@ -206,11 +206,9 @@ async fn a_device_that_is_down_fails_fast_opens_its_breaker_and_comes_back() {
     for _ in 0..3 {
         let started = Instant::now();
         let err = error_of(&plant, "A_UTIL_001").await;
-        assert!(
-            started.elapsed() < Duration::from_millis(400),
-            "refused, not timed out: {:?}",
-            started.elapsed()
-        );
+        // Refused, not timed out: three timeouts would take 1.5 s; refusals take only the
+        // reconnect backoff between the retries.
+        assert!(started.elapsed() < Duration::from_millis(1000), "{:?}", started.elapsed());
         assert!(err.retryable && err.retry_after_ms.is_some(), "{err:?}");
         codes.push(err.code);
     }
