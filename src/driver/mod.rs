@@ -62,14 +62,30 @@ impl DriverError {
     }
 }
 
+/// How to make one read.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadOptions {
+    /// Give up at this instant.
+    pub deadline: Instant,
+    /// The device's breaker let this read through as its probe: connect now even if the
+    /// link is backing off from failed connects (the breaker already spaced the tries).
+    pub probe: bool,
+}
+
+impl ReadOptions {
+    pub fn until(deadline: Instant) -> ReadOptions {
+        ReadOptions { deadline, probe: false }
+    }
+}
+
 /// Reads sensors of one device.
 pub trait Driver: Send + Sync {
-    /// Reads `sensors` (all of this driver's device) before `deadline`; one result per
+    /// Reads `sensors` (all of this driver's device) as `options` say; one result per
     /// sensor, in order.
     fn read<'a>(
         &'a self,
         sensors: &'a [&'a Sensor],
-        deadline: Instant,
+        options: ReadOptions,
     ) -> BoxFuture<'a, Vec<Result<Sample, DriverError>>>;
 }
 
@@ -80,7 +96,7 @@ impl Driver for Unsupported {
     fn read<'a>(
         &'a self,
         sensors: &'a [&'a Sensor],
-        _: Instant,
+        _: ReadOptions,
     ) -> BoxFuture<'a, Vec<Result<Sample, DriverError>>> {
         Box::pin(async move { vec![Err(DriverError::NotSupported); sensors.len()] })
     }

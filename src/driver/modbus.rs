@@ -20,7 +20,7 @@ use tokio_modbus::prelude::{ExceptionCode, Slave, SlaveContext};
 
 use super::codec::{RawValue, decode_registers};
 use super::plan::{Block, plan};
-use super::{BoxFuture, Driver, DriverError, Sample};
+use super::{BoxFuture, Driver, DriverError, ReadOptions, Sample};
 use crate::registry::{
     Device, Endpoint, ModbusPoint, Parity, Protocol, RegisterTable, Sensor, SensorSource, SerialSettings,
 };
@@ -54,6 +54,8 @@ struct Job {
     key: ReadKey,
     timeout: Duration,
     deadline: Instant,
+    /// A breaker probe: connect now even while backing off.
+    probe: bool,
 }
 
 /// How to reach an endpoint.
@@ -101,8 +103,9 @@ impl Link {
         &self,
         key: ReadKey,
         timeout: Duration,
-        deadline: Instant,
+        options: ReadOptions,
     ) -> Result<Words, DriverError> {
+        let deadline = options.deadline;
         let (tx, rx) = oneshot::channel();
         let first = {
             let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
@@ -117,7 +120,7 @@ impl Link {
                 }
             }
         };
-        if first && self.queue().try_send(Job { key, timeout, deadline }).is_err() {
+        if first && self.queue().try_send(Job { key, timeout, deadline, probe: options.probe }).is_err() {
             // The queue is full (or the task is gone): answer everyone waiting on this key.
             let waiters = self.inflight.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
             for w in waiters.into_iter().flatten() {
@@ -180,9 +183,9 @@ impl Connection {
         wait
     }
 
-    async fn connect(&mut self, limit: Duration, deadline: Instant) -> Result<(), DriverError> {
+    async fn connect(&mut self, limit: Duration, deadline: Instant, probe: bool) -> Result<(), DriverError> {
         let now = Instant::now();
-        if now < self.next_connect {
+        if now < self.next_connect && !probe {
             // Backing off: wait for it when that still leaves time to connect (a breaker
             // probe must reach the device), otherwise fail at once.
             if self.next_connect + limit.min(Duration::from_millis(50)) >= deadline {
@@ -238,7 +241,7 @@ impl Connection {
             tokio::time::sleep_until(quiet).await;
         }
         if self.ctx.is_none() {
-            self.connect(job.timeout, job.deadline).await?;
+            self.connect(job.timeout, job.deadline, job.probe).await?;
         }
         let Some(ctx) = self.ctx.as_mut() else { return Err(DriverError::Unavailable { retry_after: None }) };
         ctx.set_slave(Slave(job.key.unit));
@@ -377,9 +380,9 @@ impl ModbusDriver {
         }
     }
 
-    async fn read_block(&self, b: &Block, deadline: Instant) -> Result<Words, DriverError> {
+    async fn read_block(&self, b: &Block, options: ReadOptions) -> Result<Words, DriverError> {
         let key = ReadKey { unit: self.device.unit_id, table: b.table, start: b.start, count: b.count };
-        self.link.read(key, self.device.timeout, deadline).await
+        self.link.read(key, self.device.timeout, options).await
     }
 }
 
@@ -399,7 +402,7 @@ impl Driver for ModbusDriver {
     fn read<'a>(
         &'a self,
         sensors: &'a [&'a Sensor],
-        deadline: Instant,
+        options: ReadOptions,
     ) -> BoxFuture<'a, Vec<Result<Sample, DriverError>>> {
         Box::pin(async move {
             let mut out: Vec<Result<Sample, DriverError>> =
@@ -414,7 +417,7 @@ impl Driver for ModbusDriver {
             }
             let blocks = plan(&points, self.device.max_registers_per_read, self.device.max_gap);
             let reads =
-                futures_util::future::join_all(blocks.iter().map(|b| self.read_block(b, deadline))).await;
+                futures_util::future::join_all(blocks.iter().map(|b| self.read_block(b, options))).await;
             for (block, words) in blocks.iter().zip(reads) {
                 let at = chrono::Utc::now();
                 for &m in &block.members {

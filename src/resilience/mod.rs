@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::driver::{Driver, DriverError, Sample};
+use crate::driver::{Driver, DriverError, ReadOptions, Sample};
 use crate::ids::DeviceId;
 use crate::registry::{Device, Registry, Sensor};
 use breaker::{Breaker, BreakerSettings, Outcome};
@@ -121,7 +121,8 @@ impl Resilience {
             attempts += 1;
             let group: Vec<&Sensor> = pending.iter().map(|&i| sensors[i]).collect();
             let started = Instant::now();
-            let results = driver.read(&group, deadline).await;
+            let options = ReadOptions { deadline, probe: permit.is_probe() };
+            let results = driver.read(&group, options).await;
             let took = started.elapsed();
             let any_ok = results.iter().any(Result::is_ok);
             let transient =

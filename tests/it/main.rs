@@ -1,5 +1,6 @@
 //! Integration tests: one binary, modules per area (STYLE.md).
 
+mod chaos;
 mod cli;
 mod http;
 mod list_sensors;
