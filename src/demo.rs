@@ -201,7 +201,7 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     let _ = demo.sim.set_faults("a-util-meter", Faults { no_reply: 1.0, ..Default::default() });
     let v = step(
         &mut client,
-        "Reading it gives a retryable error",
+        "Reading it gives a retryable error (after two retries inside the call)",
         "get_sensor_reading",
         json!({"sensor_id": "A_UTIL_005"}),
         out,
@@ -212,11 +212,67 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
         "DEVICE_TIMEOUT, retryable",
         out,
     );
+    let v = step(
+        &mut client,
+        "More failures open the meter's circuit breaker",
+        "get_sensor_reading",
+        json!({"sensor_id": "A_UTIL_006"}),
+        out,
+    )
+    .await;
+    expect(v["error"]["code"] == "CIRCUIT_OPEN", "CIRCUIT_OPEN", out);
+    let v = step(
+        &mut client,
+        "While it is open, calls are answered at once, with the time until a probe",
+        "get_sensor_reading",
+        json!({"sensor_id": "A_UTIL_007"}),
+        out,
+    )
+    .await;
+    expect(
+        v["error"]["code"] == "CIRCUIT_OPEN" && v["meta"]["attempts"] == 0,
+        "CIRCUIT_OPEN without a device attempt",
+        out,
+    );
+    let v = step(
+        &mut client,
+        "get_device_status shows the device down",
+        "get_device_status",
+        json!({"device_id": "a-util-meter"}),
+        out,
+    )
+    .await;
+    expect(v["data"]["devices"][0]["state"] == "down", "device down", out);
     out("\n== The meter answers again");
     let _ = demo.sim.set_faults("a-util-meter", Faults::default());
-    let v =
-        step(&mut client, "Reading recovers", "get_sensor_reading", json!({"sensor_id": "A_UTIL_005"}), out)
-            .await;
+    let v = step(
+        &mut client,
+        "Too early: still open",
+        "get_sensor_reading",
+        json!({"sensor_id": "A_UTIL_005", "unit": "raw"}),
+        out,
+    )
+    .await;
+    let wait = v["error"]["retry_after_ms"].as_u64().unwrap_or(0);
+    out(&format!("\n(waiting {wait} ms, as retry_after_ms says)"));
+    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+    let v = step(
+        &mut client,
+        "The probe succeeds and the breaker closes",
+        "get_sensor_reading",
+        json!({"sensor_id": "A_UTIL_005", "unit": "raw"}),
+        out,
+    )
+    .await;
     expect(v["ok"] == true, "recovery", out);
+    let v = step(
+        &mut client,
+        "The device is up again",
+        "get_device_status",
+        json!({"device_id": "a-util-meter"}),
+        out,
+    )
+    .await;
+    expect(v["data"]["devices"][0]["breaker"]["state"] == "closed", "breaker closed", out);
     ok
 }

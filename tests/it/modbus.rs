@@ -252,8 +252,11 @@ async fn a_device_that_is_down_fails_fast_opens_its_breaker_and_comes_back() {
 #[tokio::test]
 async fn a_late_reply_is_never_the_answer_to_the_next_request() {
     // RTU framing has no transaction ID: if the connection were kept after a timeout, the
-    // late reply for one sensor would be read as the reply for the next one.
-    let plant = demo_plant().await;
+    // late reply for one sensor would be read as the reply for the next one. One attempt
+    // per call, so the device's breaker (threshold 3) stays closed.
+    let mut config = fieldgate::config::Config::default();
+    config.calls.max_retries = 0;
+    let plant = demo_plant_with(config).await;
     plant.sim.freeze(Some(5.0));
     plant.sim.set_wave("B_BOILER_009", Wave::Constant { value: 111.0 });
     plant.sim.set_wave("B_BOILER_011", Wave::Constant { value: -22.2 });

@@ -291,3 +291,26 @@ fn rejects_a_point_larger_than_one_read() {
         "sensor T_ZONE1_001: needs 2 registers but the device reads at most 1 per request",
     );
 }
+
+#[test]
+fn a_device_can_set_its_own_breaker() {
+    use fieldgate::resilience::breaker_settings;
+    let config = fieldgate::config::Config::default();
+    let r = demo_registry();
+    let boiler = r.device(&"b-boiler-rtu".parse().unwrap()).unwrap();
+    let s = breaker_settings(&config, boiler);
+    assert_eq!(s.failure_threshold, 3);
+    assert_eq!(
+        s.open,
+        std::time::Duration::from_millis(config.breaker.open_ms),
+        "unset keys keep the defaults"
+    );
+    let meter = r.device(&"a-util-meter".parse().unwrap()).unwrap();
+    assert_eq!(breaker_settings(&config, meter).failure_threshold, config.breaker.failure_threshold);
+
+    let text = format!("{GOOD}\n[breaker]\nmin_calls = 30\nwindow_size = 20\nopen_ms = 5\nbogus = 1\n");
+    let p = problems(&[("t.toml", &text)]);
+    assert_one(&p, "`min_calls` in [breaker]: must not exceed window_size (20)");
+    assert_one(&p, "`open_ms` in [breaker]: must be between 10 and 86400000, found 5");
+    assert_one(&p, "unknown key `bogus` in [breaker]");
+}

@@ -117,6 +117,8 @@ async fn the_demo_tour_runs_through_the_real_http_path() {
     assert!(text.contains("POST /v1/tools/list_sensors"));
     assert!(text.contains("\"suggestions\""));
     assert!(text.contains("DEVICE_TIMEOUT"));
+    assert!(text.contains("CIRCUIT_OPEN"));
+    assert!(text.contains("The probe succeeds and the breaker closes"));
     assert!(text.contains("Retry-After"));
     assert!(text.trim_end().ends_with("tour complete"), "{text}");
 }
