@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fieldgate::config::Config;
-use fieldgate::registry::{Endpoint, Registry};
+use fieldgate::registry::Registry;
 use fieldgate::tools::ToolService;
 use fieldgate_sim::{Bind, Faults, Scenario, Simulator};
 use serde_json::json;
@@ -40,12 +40,7 @@ async fn run() {
     let devices = fieldgate_sim::plant::load_dir(&devices_dir).unwrap();
     let sim = Simulator::start(devices, Scenario::default(), Bind::Ephemeral).await.unwrap();
     let mut registry = Registry::load(&devices_dir).unwrap();
-    for (id, addr) in sim.addrs() {
-        registry.override_endpoint(
-            &id.parse().unwrap(),
-            Endpoint::Tcp { host: addr.ip().to_string(), port: addr.port() },
-        );
-    }
+    registry.override_endpoints(sim.addrs(), sim.serial_paths());
     let mut config = Config::default();
     config.server.rate_limit_per_minute = 1_000_000;
     config.calls.repeat_failure_limit = u32::MAX; // measure the breaker, not the cross-call limit

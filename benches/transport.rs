@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fieldgate::config::Config;
-use fieldgate::registry::{Endpoint, Registry};
+use fieldgate::registry::Registry;
 use fieldgate::tools::ToolService;
 use fieldgate::transport::auth::Tokens;
 use fieldgate::transport::client::HttpClient;
@@ -60,12 +60,7 @@ async fn run() {
     let devices = fieldgate_sim::plant::load_dir(&devices_dir).unwrap();
     let sim = Simulator::start(devices, Scenario::default(), Bind::Ephemeral).await.unwrap();
     let mut registry = Registry::load(&devices_dir).unwrap();
-    for (id, addr) in sim.addrs() {
-        registry.override_endpoint(
-            &id.parse().unwrap(),
-            Endpoint::Tcp { host: addr.ip().to_string(), port: addr.port() },
-        );
-    }
+    registry.override_endpoints(sim.addrs(), sim.serial_paths());
     let mut config = Config::default();
     config.server.rate_limit_per_minute = 100_000_000;
     let tools = ToolService::new(Arc::new(registry), config);

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::registry::{Endpoint, Registry};
+use crate::registry::Registry;
 use crate::tools::ToolService;
 use crate::transport::auth::Tokens;
 use crate::transport::client::HttpClient;
@@ -53,17 +53,7 @@ impl Demo {
         let sim = Simulator::start(devices, scenario, Bind::Ephemeral)
             .await
             .map_err(|e| DemoError::Sim(e.to_string()))?;
-        for (id, addr) in sim.addrs() {
-            if let Ok(id) = id.parse() {
-                registry
-                    .override_endpoint(&id, Endpoint::Tcp { host: addr.ip().to_string(), port: addr.port() });
-            }
-        }
-        for (id, path) in sim.serial_paths() {
-            if let Ok(id) = id.parse() {
-                registry.override_endpoint(&id, Endpoint::Serial { path });
-            }
-        }
+        registry.override_endpoints(sim.addrs(), sim.serial_paths());
         let (data_dir, temp) = match data_dir {
             Some(d) => {
                 std::fs::create_dir_all(&d).map_err(|e| DemoError::DataDir(d.display().to_string(), e))?;

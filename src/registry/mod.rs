@@ -74,6 +74,25 @@ impl Registry {
         }
     }
 
+    /// Points devices at TCP addresses and serial paths by device ID (the simulator's, in
+    /// the demo, tests and benchmarks). Unknown IDs are skipped.
+    pub fn override_endpoints(
+        &mut self,
+        tcp: impl IntoIterator<Item = (String, std::net::SocketAddr)>,
+        serial: impl IntoIterator<Item = (String, String)>,
+    ) {
+        for (id, addr) in tcp {
+            if let Ok(id) = id.parse::<DeviceId>() {
+                self.override_endpoint(&id, Endpoint::Tcp { host: addr.ip().to_string(), port: addr.port() });
+            }
+        }
+        for (id, path) in serial {
+            if let Ok(id) = id.parse::<DeviceId>() {
+                self.override_endpoint(&id, Endpoint::Serial { path });
+            }
+        }
+    }
+
     pub fn devices(&self) -> &[Device] {
         &self.devices
     }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ToolResult;
 use super::defs::{ListSensorsArgs, ListSensorsData, SensorInfo};
-use super::envelope::{ErrorCode, ToolError};
+use super::envelope::ToolError;
 use crate::ids::DeviceId;
 use crate::registry::{Registry, Sensor, SensorSource};
 use crate::suggest;
@@ -31,15 +31,11 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
     if let Some(raw) = &args.device_id {
         let known = raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id));
         if known.is_none() {
-            let mut e = ToolError::new(
-                ErrorCode::DeviceNotFound,
-                format!("No device {} is registered.", super::envelope::cut(raw)),
+            return Err(super::validate::device_not_found(
+                registry,
+                raw,
                 "Call list_sensors without device_id to see every device's sensors, or get_device_status for the list of devices.",
-            )
-            .with_suggestions(registry.suggest_devices(raw));
-            e.parameter = Some("device_id".into());
-            e.received = Some(super::envelope::cut(raw));
-            return Err(e);
+            ));
         }
     }
 

@@ -7,7 +7,6 @@ use super::defs::{
     BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, GetDeviceStatusArgs, LastError,
     Latency,
 };
-use super::envelope::{ErrorCode, ToolError};
 use super::readings::device_error;
 use super::{Inner, ToolResult, to_data};
 use crate::ids::DeviceId;
@@ -77,15 +76,11 @@ pub fn run(inner: &Inner, args: GetDeviceStatusArgs) -> ToolResult {
         Some(raw) => match raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id)) {
             Some(d) => vec![status_of(inner, d)],
             None => {
-                let mut e = ToolError::new(
-                    ErrorCode::DeviceNotFound,
-                    format!("No device {} is registered.", super::envelope::cut(raw)),
+                return Err(super::validate::device_not_found(
+                    registry,
+                    raw,
                     "Call get_device_status without device_id to see every device.",
-                )
-                .with_suggestions(registry.suggest_devices(raw));
-                e.parameter = Some("device_id".into());
-                e.received = Some(super::envelope::cut(raw));
-                return Err(e);
+                ));
             }
         },
         None => registry.devices().iter().map(|d| status_of(inner, d)).collect(),

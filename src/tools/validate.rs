@@ -314,3 +314,13 @@ pub fn known_sensor<'r>(
         e
     })
 }
+
+/// Layer 3 for devices: `DEVICE_NOT_FOUND` with the nearest device IDs.
+pub fn device_not_found(registry: &Registry, raw: &str, hint: &str) -> ToolError {
+    let mut e =
+        ToolError::new(ErrorCode::DeviceNotFound, format!("No device {} is registered.", cut(raw)), hint)
+            .with_suggestions(registry.suggest_devices(raw));
+    e.parameter = Some("device_id".into());
+    e.received = Some(cut(raw));
+    e
+}

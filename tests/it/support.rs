@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fieldgate::config::Config;
-use fieldgate::registry::{Endpoint, Registry};
+use fieldgate::registry::Registry;
 use fieldgate::tools::{Envelope, ToolService};
 use fieldgate_sim::{Bind, Scenario, Simulator};
 use serde_json::Value;
@@ -107,13 +107,7 @@ pub async fn plant_with(dir: &Path, scenario: Scenario, config: Config) -> Plant
     let devices = fieldgate_sim::plant::load_dir(dir).unwrap();
     let sim = Simulator::start(devices, scenario, Bind::Ephemeral).await.unwrap();
     let mut registry = Registry::load(dir).unwrap();
-    for (id, addr) in sim.addrs() {
-        let endpoint = Endpoint::Tcp { host: addr.ip().to_string(), port: addr.port() };
-        assert!(registry.override_endpoint(&id.parse().unwrap(), endpoint));
-    }
-    for (id, path) in sim.serial_paths() {
-        assert!(registry.override_endpoint(&id.parse().unwrap(), Endpoint::Serial { path }));
-    }
+    registry.override_endpoints(sim.addrs(), sim.serial_paths());
     let service = ToolService::new(Arc::new(registry), config);
     Plant { sim, service }
 }
