@@ -9,6 +9,7 @@ pub mod ids;
 pub mod metrics;
 pub mod registry;
 pub mod resilience;
+pub mod store;
 pub mod suggest;
 pub mod toml_reader;
 pub mod tools;

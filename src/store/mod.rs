@@ -1,0 +1,3 @@
+//! History storage: compressed chunks per sensor in redb.
+
+pub mod gorilla;
