@@ -386,11 +386,12 @@ mod tests {
 
     fn times(start: i64, gaps: &[i64]) -> Vec<i64> {
         let mut t = start;
-        gaps.iter().map(|g| {
-            t += g;
-            t
-        })
-        .collect()
+        gaps.iter()
+            .map(|g| {
+                t += g;
+                t
+            })
+            .collect()
     }
 
     proptest! {

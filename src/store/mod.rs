@@ -1,3 +1,6 @@
 //! History storage: compressed chunks per sensor in redb.
 
 pub mod gorilla;
+pub mod history;
+
+pub use history::{HistoryStore, StoreError};
