@@ -7,6 +7,7 @@ pub mod demo;
 pub mod driver;
 pub mod ids;
 pub mod metrics;
+pub mod poller;
 pub mod registry;
 pub mod resilience;
 pub mod store;

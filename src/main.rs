@@ -204,12 +204,26 @@ async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> ExitC
     };
     let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
-    let service = ToolService::new(Arc::new(registry), config);
+    let store = match fieldgate::store::HistoryStore::open_in(&config.storage.data_dir) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let service = ToolService::with_history(Arc::new(registry), config, Some(store));
     let shutdown = CancellationToken::new();
+    let polling = fieldgate::poller::start(&service, shutdown.clone());
     let app = http::app(service, tokens, shutdown.clone());
     tracing::info!(%addr, "serving the HTTP API and MCP at /mcp");
     eprintln!("fieldgate listening on http://{addr} (MCP at /mcp)");
-    match http::serve(listener, app, stop_signal(), grace, shutdown).await {
+    let served = http::serve(listener, app, stop_signal(), grace, shutdown.clone()).await;
+    // Stop polling and make the last history points durable before exiting.
+    shutdown.cancel();
+    for h in polling {
+        let _ = h.await;
+    }
+    match served {
         Ok(()) => {
             tracing::info!("stopped");
             ExitCode::SUCCESS

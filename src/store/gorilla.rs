@@ -105,7 +105,7 @@ fn put_varbits(w: &mut BitWriter, v: i64) {
     }
     for (prefix, plen, bits) in B {
         let half = 1i64 << (bits - 1);
-        if v >= -half + 1 && v <= half {
+        if v > -half && v <= half {
             w.push(prefix, plen);
             w.push((v + half - 1) as u64, bits);
             return;

@@ -64,6 +64,14 @@ impl HistoryStore {
         HistoryStore::with_db(Database::create(path).map_err(db)?)
     }
 
+    /// Opens `history.redb` in a data directory, creating the directory.
+    pub fn open_in(dir: &Path) -> Result<HistoryStore, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Db(format!("cannot create the data directory {}: {}", dir.display(), e.kind()))
+        })?;
+        HistoryStore::open(&dir.join("history.redb"))
+    }
+
     /// A store in memory (tests, one-shot commands).
     pub fn in_memory() -> Result<HistoryStore, StoreError> {
         let database =

@@ -176,7 +176,7 @@ pub static TOOLS: [ToolSpec; 8] = [
         "get_sensor_history",
         "Sensor history",
         READ_LOCAL,
-        false,
+        true,
         GetSensorHistoryArgs,
         HistoryData,
         "Stored values of one sensor over a time range, as raw points or summarised per bucket \

@@ -5,6 +5,7 @@
 pub mod catalog;
 pub mod defs;
 pub mod envelope;
+mod history;
 pub mod limits;
 mod list_sensors;
 pub mod readings;
@@ -29,6 +30,7 @@ use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::resilience::Resilience;
 use crate::resilience::repeat::{RepeatGuard, call_key};
+use crate::store::HistoryStore;
 use validate::InputValidator;
 
 /// The call could not be made at all (a JSON-RPC error in MCP, 404 in HTTP).
@@ -86,10 +88,22 @@ pub(crate) struct Inner {
     limiter: limits::RateLimiter,
     pub(crate) resilience: Resilience,
     repeat: RepeatGuard,
+    pub(crate) history: Option<Arc<HistoryStore>>,
 }
 
 impl ToolService {
+    /// A service with history kept in memory (tests, one-shot commands).
     pub fn new(registry: Arc<Registry>, config: Config) -> ToolService {
+        let store = HistoryStore::in_memory().ok().map(Arc::new);
+        ToolService::with_history(registry, config, store)
+    }
+
+    /// A service over a history store (`serve`, `demo`: a file in the data directory).
+    pub fn with_history(
+        registry: Arc<Registry>,
+        config: Config,
+        history: Option<Arc<HistoryStore>>,
+    ) -> ToolService {
         let validators = TOOLS
             .iter()
             .filter(|t| t.served)
@@ -119,6 +133,7 @@ impl ToolService {
             limiter,
             resilience,
             repeat,
+            history,
         };
         ToolService { inner: Arc::new(inner) }
     }
@@ -162,6 +177,14 @@ impl ToolService {
 
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    pub fn history(&self) -> Option<&Arc<HistoryStore>> {
+        self.inner.history.as_ref()
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
 
     pub fn registry(&self) -> &Registry {
@@ -298,6 +321,7 @@ impl ToolService {
             "get_sensor_reading" => readings::get_one(&self.inner, parse(args)?, attempts).await,
             "get_sensor_readings" => readings::get_many(&self.inner, parse(args)?, attempts).await,
             "get_device_status" => status::run(&self.inner, parse(args)?),
+            "get_sensor_history" => history::run(&self.inner, parse(args)?),
             _ => Err(ToolError::internal()),
         }
     }

@@ -266,6 +266,22 @@ async fn reading(
     }
 }
 
+async fn history(
+    State(st): State<AppState>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let mut args = query_args(q);
+    if let Some(o) = args.as_object_mut() {
+        o.insert("sensor_id".into(), Value::String(id));
+    }
+    match st.tools.call_as(&c, "get_sensor_history", args).await {
+        Ok(e) => envelope_response(&e),
+        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+    }
+}
+
 async fn devices(State(st): State<AppState>, Extension(c): Extension<Caller>) -> Response {
     match st.tools.call_as(&c, "get_device_status", json!({})).await {
         Ok(e) => envelope_response(&e),
@@ -363,6 +379,7 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken)
         .route("/v1/sensors", get(sensors))
         .route("/v1/sensors/{id}", get(sensor))
         .route("/v1/sensors/{id}/reading", get(reading))
+        .route("/v1/sensors/{id}/history", get(history))
         .route("/v1/devices", get(devices))
         .route("/v1/devices/{id}", get(device))
         .route("/metrics", get(metrics))

@@ -82,7 +82,16 @@ fn tools_prints_the_served_definitions() {
     assert!(o.status.success());
     let defs: Value = serde_json::from_str(&stdout(&o)).unwrap();
     let names: Vec<&str> = defs.as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["list_sensors", "get_sensor_reading", "get_sensor_readings", "get_device_status"]);
+    assert_eq!(
+        names,
+        [
+            "list_sensors",
+            "get_sensor_reading",
+            "get_sensor_readings",
+            "get_sensor_history",
+            "get_device_status"
+        ]
+    );
     for key in ["description", "inputSchema", "outputSchema", "annotations"] {
         assert!(defs[0].get(key).is_some(), "{key}");
     }

@@ -72,7 +72,16 @@ async fn definitions_and_resource_routes() {
         .iter()
         .map(|t| t["name"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(names, ["list_sensors", "get_sensor_reading", "get_sensor_readings", "get_device_status"]);
+    assert_eq!(
+        names,
+        [
+            "list_sensors",
+            "get_sensor_reading",
+            "get_sensor_readings",
+            "get_sensor_history",
+            "get_device_status"
+        ]
+    );
 
     let r = c.get("/v1/sensors?zone=LINE1&kind=pressure&limit=1").await.unwrap();
     assert_eq!(r.status, 200);

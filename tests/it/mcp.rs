@@ -93,7 +93,7 @@ async fn exercise(mcp: &mut McpChild, meta: Value) {
     };
     let list = mcp.request(json!(10), "tools/list", with(json!({}))).await;
     let tools = list["result"]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 4, "{list}");
+    assert_eq!(tools.len(), 5, "{list}");
     for t in tools {
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
         assert_eq!(t["outputSchema"]["type"], "object", "{t}");

@@ -91,8 +91,9 @@ async fn unknown_and_unserved_tools_are_call_errors() {
     let svc = service();
     assert_eq!(svc.call("nope", json!({})).await.unwrap_err(), CallError::UnknownTool("nope".into()));
     // Defined in the contract, not yet implemented: not served, not half-working.
-    let history = json!({"sensor_id": "A_LINE1_001", "from": "2026-11-29T00:00:00Z"});
-    assert!(svc.call("get_sensor_history", history).await.is_err());
+    let create = json!({"sensor_id": "A_LINE1_001", "type": "inspection", "priority": "low",
+        "summary": "Check the pump.", "idempotency_key": "k-12345678"});
+    assert!(svc.call("create_work_order", create).await.is_err());
 }
 
 // ---- layer 2: the domain

@@ -1,0 +1,294 @@
+//! `get_sensor_history`: stored points over a range, raw or per bucket, with cursors.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::defs::{Gap, GetSensorHistoryArgs, HistoryBucket, HistoryData, HistoryPoint, Quality, Value};
+use super::envelope::{ErrorCode, ToolError};
+use super::validate::{known_sensor, parse_sensor_id};
+use super::{Inner, ToolResult, to_data};
+use crate::driver::codec::{RawValue, normalize};
+use crate::registry::{Sensor, SensorSource};
+use crate::store::gorilla::{Point, Stored};
+
+pub const DEFAULT_LIMIT: u32 = 500;
+/// Longest range of raw points; longer ones need a bucket.
+const MAX_RAW_MS: i64 = 7 * 86_400_000;
+/// Most buckets one range may have.
+const MAX_BUCKETS: i64 = 100_000;
+/// Tolerated clock difference for `to` in the future.
+const SKEW_MS: i64 = 5_000;
+
+#[derive(Serialize, Deserialize)]
+struct Cursor {
+    /// Raw: the last point's time; buckets: the last bucket's start.
+    t: i64,
+    /// Fingerprint of the query.
+    f: u64,
+}
+
+fn rfc3339(ms: i64) -> String {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default().to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+fn invalid(param: &str, received: &str, expected: &str, message: String, hint: &str) -> ToolError {
+    ToolError::invalid(param, Some(received), expected, message, hint)
+}
+
+fn instant(param: &str, raw: &str) -> Result<i64, ToolError> {
+    DateTime::parse_from_rfc3339(raw).map(|d| d.timestamp_millis()).map_err(|_| {
+        invalid(
+            param,
+            raw,
+            "an RFC 3339 instant with a time zone, e.g. 2026-11-29T08:00:00Z",
+            format!("`{param}` is not a real RFC 3339 instant."),
+            "Send a date and time with a zone, such as 2026-11-29T08:00:00Z.",
+        )
+    })
+}
+
+/// `30s`, `5m`, `1h`, `1d` in milliseconds.
+fn bucket_ms(raw: &str) -> Option<i64> {
+    let (n, unit) = raw.split_at(raw.len().checked_sub(1)?);
+    let n: i64 = n.parse().ok().filter(|n| *n > 0)?;
+    let unit = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    Some(n * unit)
+}
+
+/// A stored value in the sensor's units (scale and offset applied at read time).
+fn value_of(sensor: &Sensor, p: &Point) -> (Option<Value>, Quality, Option<f64>) {
+    let quality = match p.quality {
+        0 => Quality::Good,
+        1 => Quality::Uncertain,
+        _ => Quality::Bad,
+    };
+    let raw = match &p.value {
+        Stored::Float(f) => RawValue::Float(*f),
+        Stored::Int(i) => RawValue::Int(*i),
+        Stored::Bool(b) => RawValue::Bool(*b),
+        Stored::Text(t) => RawValue::Text(t.clone()),
+    };
+    let v = match &sensor.source {
+        SensorSource::Modbus(m) => normalize(m, &raw),
+        SensorSource::OpcUa { .. } => raw,
+    };
+    match v {
+        _ if quality == Quality::Bad => (None, quality, None),
+        RawValue::Bool(b) => (Some(Value::Bool(b)), quality, Some(f64::from(u8::from(b)))),
+        RawValue::Text(t) => (Some(Value::Text(t)), quality, None),
+        other => match other.as_f64().filter(|f| f.is_finite()) {
+            Some(f) => (Some(Value::Number(f)), quality, Some(f)),
+            None => (None, Quality::Bad, None),
+        },
+    }
+}
+
+fn fingerprint(parts: &str) -> u64 {
+    parts.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
+    let registry = &inner.registry;
+    let id = parse_sensor_id("sensor_id", &args.sensor_id, registry)?;
+    let sensor = known_sensor("sensor_id", &id, registry)?;
+    let now = Utc::now().timestamp_millis();
+    let from = instant("from", &args.from)?;
+    let to = match &args.to {
+        Some(raw) => instant("to", raw)?,
+        None => now,
+    };
+    if to > now + SKEW_MS {
+        return Err(invalid(
+            "to",
+            args.to.as_deref().unwrap_or(""),
+            "an instant not in the future",
+            "`to` is in the future.".into(),
+            "Omit `to` to mean now.",
+        ));
+    }
+    if from >= to {
+        return Err(invalid(
+            "from",
+            &args.from,
+            "an instant before `to`",
+            "`from` must be before `to`.".into(),
+            "Swap the two, or widen the range.",
+        ));
+    }
+    let bucket = match &args.bucket {
+        Some(b) => Some(bucket_ms(b).ok_or_else(|| {
+            invalid(
+                "bucket",
+                b,
+                "a count and s, m, h or d, e.g. 5m",
+                "`bucket` is not a width.".into(),
+                "Use 30s, 5m, 1h or 1d.",
+            )
+        })?),
+        None => None,
+    };
+    match bucket {
+        None if to - from > MAX_RAW_MS => {
+            return Err(invalid(
+                "to",
+                args.to.as_deref().unwrap_or("now"),
+                "at most 7 days after `from` for raw points",
+                "Raw points are limited to 7 days per call.".into(),
+                "Add a bucket such as \"1h\" to summarise longer ranges, or narrow the range.",
+            ));
+        }
+        Some(w) if (to - from) / w > MAX_BUCKETS => {
+            return Err(invalid(
+                "bucket",
+                args.bucket.as_deref().unwrap_or(""),
+                "a width giving at most 100000 buckets over the range",
+                "This range has too many buckets of that width.".into(),
+                "Use a wider bucket, such as \"1h\" or \"1d\".",
+            ));
+        }
+        _ => {}
+    }
+    let limit = args.limit.unwrap_or(DEFAULT_LIMIT) as usize;
+    let f = fingerprint(&format!("{id}|{from}|{to}|{:?}", args.bucket));
+    let after = match &args.cursor {
+        Some(c) => {
+            let bad = |m: &str| {
+                invalid(
+                    "cursor",
+                    c,
+                    "the next_cursor of the previous page of this query",
+                    m.to_string(),
+                    "Pass next_cursor unchanged with the same arguments, or omit cursor to start over.",
+                )
+            };
+            let cur: Cursor = URL_SAFE_NO_PAD
+                .decode(c)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .ok_or_else(|| bad("`cursor` is not a cursor this service issued."))?;
+            if cur.f != f {
+                return Err(bad("`cursor` belongs to another query."));
+            }
+            Some(cur.t)
+        }
+        None => None,
+    };
+    let Some(store) = inner.history.as_ref() else {
+        return Err(ToolError::new(
+            ErrorCode::Internal,
+            "History is not stored by this instance.",
+            "Report this to an operator.",
+        ));
+    };
+    let points = store.points(id.as_str(), from, to).map_err(|error| {
+        tracing::error!(%error, sensor = %id, "history read failed");
+        ToolError::internal()
+    })?;
+    let device = registry.device_of(sensor);
+    let poll = device.poll_interval.map_or(0, |d| d.as_millis() as i64);
+    let gap_ms = inner.config.history.max_silence_s as i64 * 1000 + 3 * poll.max(1000);
+    let gaps: Vec<Gap> = points
+        .windows(2)
+        .filter(|w| w[1].t - w[0].t > gap_ms)
+        .map(|w| Gap { from: rfc3339(w[0].t), to: rfc3339(w[1].t) })
+        .collect();
+    let encode = |t: i64| URL_SAFE_NO_PAD.encode(serde_json::to_vec(&Cursor { t, f }).unwrap_or_default());
+    let (mut raw_out, mut buckets_out, mut next) = (Vec::new(), Vec::new(), None);
+    match bucket {
+        None => {
+            let mut page = points.iter().filter(|p| after.is_none_or(|a| p.t > a));
+            for p in page.by_ref().take(limit) {
+                let (value, quality, _) = value_of(sensor, p);
+                raw_out.push((p.t, HistoryPoint { t: rfc3339(p.t), value, quality }));
+            }
+            if page.next().is_some() {
+                next = raw_out.last().map(|(t, _)| encode(*t));
+            }
+        }
+        Some(w) => {
+            // Buckets aligned to multiples of their width since the epoch; empty ones are
+            // left out (see `gaps`).
+            let mut current: Option<(i64, HistoryBucket, f64, u64)> = None;
+            let mut done: Vec<(i64, HistoryBucket)> = Vec::new();
+            let mut more = false;
+            for p in &points {
+                let start = p.t.div_euclid(w) * w;
+                if after.is_some_and(|a| start <= a) {
+                    continue;
+                }
+                if current.as_ref().is_some_and(|c| c.0 != start) {
+                    if let Some((s, b, sum, n)) = current.take() {
+                        done.push((s, finish(b, sum, n)));
+                    }
+                    if done.len() == limit {
+                        more = true;
+                        break;
+                    }
+                }
+                let (value, _, num) = value_of(sensor, p);
+                let c = current.get_or_insert_with(|| {
+                    (
+                        start,
+                        HistoryBucket {
+                            start: rfc3339(start),
+                            count: 0,
+                            min: None,
+                            max: None,
+                            avg: None,
+                            first: value.clone(),
+                            last: None,
+                        },
+                        0.0,
+                        0,
+                    )
+                });
+                c.1.count += 1;
+                c.1.last = value;
+                if let Some(x) = num {
+                    c.1.min = Some(c.1.min.map_or(x, |m| m.min(x)));
+                    c.1.max = Some(c.1.max.map_or(x, |m| m.max(x)));
+                    c.2 += x;
+                    c.3 += 1;
+                }
+            }
+            if !more && let Some((s, b, sum, n)) = current.take() {
+                done.push((s, finish(b, sum, n)));
+            }
+            if more {
+                next = done.last().map(|(s, _)| encode(*s));
+            }
+            buckets_out = done;
+        }
+    }
+    let data = HistoryData {
+        sensor_id: id.to_string(),
+        unit: sensor.unit.clone(),
+        from: rfc3339(from),
+        to: rfc3339(to),
+        bucket: args.bucket.clone(),
+        points: raw_out.into_iter().map(|(_, p)| p).collect(),
+        buckets: buckets_out.into_iter().map(|(_, b)| b).collect(),
+        first_sample: points.first().map(|p| rfc3339(p.t)),
+        last_sample: points.last().map(|p| rfc3339(p.t)),
+        gaps,
+        complete: next.is_none(),
+        next_cursor: next,
+    };
+    to_data(&data)
+}
+
+/// The average, once the bucket is complete: over its numeric values only.
+fn finish(mut b: HistoryBucket, sum: f64, numeric: u64) -> HistoryBucket {
+    if numeric > 0 {
+        b.avg = Some(sum / numeric as f64);
+    }
+    b
+}
