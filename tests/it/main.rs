@@ -2,6 +2,7 @@
 
 mod chaos;
 mod cli;
+mod history;
 mod http;
 mod list_sensors;
 mod mcp;

@@ -1,0 +1,321 @@
+//! `get_sensor_history` over the store, and the poller filling it from the simulator.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{SecondsFormat, TimeZone, Utc};
+use fieldgate::store::gorilla::{Point, Stored};
+use fieldgate::tools::{ErrorCode, ToolService};
+use fieldgate_sim::{Scenario, Wave};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::support::*;
+
+fn iso(ms: i64) -> String {
+    Utc.timestamp_millis_opt(ms).unwrap().to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// A service whose store holds `points` of A_LINE1_001 (f32, no scaling).
+fn with_points(points: &[(i64, f64)]) -> ToolService {
+    let svc = service();
+    let store = svc.history().unwrap();
+    for (t, v) in points {
+        store.append("A_LINE1_001", &Point { t: *t, value: Stored::Float(*v), quality: 0 });
+    }
+    store.flush().unwrap();
+    svc
+}
+
+async fn history(svc: &ToolService, args: Value) -> fieldgate::tools::Envelope {
+    svc.call("get_sensor_history", args).await.unwrap()
+}
+
+const T0: i64 = 1_790_000_000_000; // 2026-09-21
+
+#[tokio::test]
+async fn arguments_are_checked_in_the_domain() {
+    let svc = with_points(&[]);
+    let base = json!({"sensor_id": "A_LINE1_001"});
+    for (args, param, fragment) in [
+        (json!({"from": "yesterday"}), "from", "RFC 3339"),
+        (json!({"from": "2026-02-30T00:00:00Z"}), "from", "RFC 3339"),
+        (json!({"from": "2026-11-29T10:00:00Z", "to": "2026-11-29T09:00:00Z"}), "from", "before"),
+        (json!({"from": "2026-11-29T10:00:00Z", "to": "2099-01-01T00:00:00Z"}), "to", "future"),
+        (json!({"from": "2026-01-01T00:00:00Z", "to": "2026-02-01T00:00:00Z"}), "to", "7 days"),
+        (
+            json!({"from": "2000-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z", "bucket": "1s"}),
+            "bucket",
+            "too many",
+        ),
+        (json!({"from": "2026-11-29T00:00:00Z", "bucket": "5w"}), "bucket", ""),
+        (json!({"from": "2026-11-29T00:00:00Z", "limit": 5001}), "limit", ""),
+        (json!({"from": "2026-11-29T00:00:00Z", "cursor": "nope"}), "cursor", "cursor"),
+    ] {
+        let mut a = base.clone();
+        a.as_object_mut().unwrap().extend(args.as_object().unwrap().clone());
+        let err = history(&svc, a.clone()).await.error.unwrap();
+        assert_eq!(err.code, ErrorCode::InvalidArgument, "{a}");
+        assert_eq!(err.parameter.as_deref(), Some(param), "{a}: {err:?}");
+        assert!(
+            err.message.contains(fragment) || err.expected.as_deref().unwrap_or("").contains(fragment),
+            "{a}: {err:?}"
+        );
+    }
+    // The 7-day limit points at buckets.
+    let err = history(
+        &svc,
+        json!({"sensor_id": "A_LINE1_001", "from": "2026-01-01T00:00:00Z", "to": "2026-02-01T00:00:00Z"}),
+    )
+    .await
+    .error
+    .unwrap();
+    assert!(err.hint.contains("bucket"));
+    // Unknown sensors are layer 3.
+    let err = history(&svc, json!({"sensor_id": "A_LINE1_099", "from": "2026-11-29T00:00:00Z"}))
+        .await
+        .error
+        .unwrap();
+    assert_eq!(err.code, ErrorCode::SensorNotFound);
+}
+
+#[tokio::test]
+async fn an_empty_range_is_a_success_with_no_points() {
+    let svc = with_points(&[(T0, 1.0)]);
+    let e = history(&svc, json!({"sensor_id": "A_LINE1_001", "from": iso(T0 + 1000), "to": iso(T0 + 2000)}))
+        .await;
+    assert!(e.ok, "{:?}", e.error);
+    let d = e.json();
+    assert_eq!(d["points"].as_array().unwrap().len(), 0);
+    assert_eq!(d["first_sample"], Value::Null);
+    assert_eq!(d["complete"], true);
+}
+
+fn series(n: usize, seed: u64) -> Vec<(i64, f64)> {
+    let mut t = T0;
+    let mut x = seed | 1;
+    (0..n)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            t += 500 + (x % 3000) as i64;
+            (t, ((i as f64) * 0.1).sin() * 10.0 + (x % 100) as f64 / 10.0)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn raw_paging_returns_every_point_exactly_once() {
+    let pts = series(2345, 7);
+    let svc = with_points(&pts);
+    let (from, to) = (pts[100].0, pts[2000].0);
+    let mut args = json!({"sensor_id": "A_LINE1_001", "from": iso(from), "to": iso(to), "limit": 333});
+    let mut got = Vec::new();
+    loop {
+        let d = history(&svc, args.clone()).await.json();
+        got.extend(
+            d["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| (p["t"].as_str().unwrap().to_string(), p["value"].as_f64().unwrap())),
+        );
+        match d["next_cursor"].as_str() {
+            Some(c) => args["cursor"] = json!(c),
+            None => break,
+        }
+    }
+    let want: Vec<(String, f64)> =
+        pts.iter().filter(|(t, _)| *t >= from && *t < to).map(|(t, v)| (iso(*t), *v)).collect();
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.0, w.0);
+        assert!((g.1 - w.1).abs() < 1e-6 * w.1.abs().max(1.0), "{g:?} {w:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    #[test]
+    fn buckets_agree_with_a_naive_reference(n in 1usize..2000, seed in any::<u64>(), width in prop::sample::select(vec![("30s", 30_000i64), ("5m", 300_000), ("1h", 3_600_000)]), limit in 1u32..40) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let pts = series(n, seed);
+        let svc = with_points(&pts);
+        let (from, to) = (T0, pts.last().unwrap().0 + 1);
+        // The reference: buckets aligned to the epoch, values as f32 (the sensor's type).
+        let mut want: BTreeMap<i64, (u64, f64, f64, f64, f64, f64)> = BTreeMap::new();
+        for (t, v) in &pts {
+            let v = f64::from(*v as f32);
+            let e = want.entry(t.div_euclid(width.1) * width.1).or_insert((0, f64::MAX, f64::MIN, 0.0, v, v));
+            e.0 += 1;
+            e.1 = e.1.min(v);
+            e.2 = e.2.max(v);
+            e.3 += v;
+            e.5 = v;
+        }
+        let mut args = json!({"sensor_id": "A_LINE1_001", "from": iso(from), "to": iso(to), "bucket": width.0, "limit": limit});
+        let mut got = Vec::new();
+        loop {
+            let d = rt.block_on(history(&svc, args.clone())).json();
+            got.extend(d["buckets"].as_array().unwrap().clone());
+            match d["next_cursor"].as_str() {
+                Some(c) => args["cursor"] = json!(c),
+                None => break,
+            }
+        }
+        prop_assert_eq!(got.len(), want.len());
+        let close = |a: &Value, b: f64| (a.as_f64().unwrap() - b).abs() <= 1e-5 * b.abs().max(1.0);
+        for (g, (start, w)) in got.iter().zip(&want) {
+            prop_assert_eq!(g["start"].as_str().unwrap(), iso(*start));
+            prop_assert_eq!(g["count"].as_u64().unwrap(), w.0);
+            prop_assert!(close(&g["min"], w.1) && close(&g["max"], w.2), "{} {:?}", g, w);
+            prop_assert!(close(&g["avg"], w.3 / w.0 as f64) && close(&g["first"], w.4) && close(&g["last"], w.5), "{} {:?}", g, w);
+        }
+    }
+}
+
+#[tokio::test]
+async fn gaps_and_the_covered_range_are_reported() {
+    // Poll interval 1 s, max silence 60 s: a gap is over 63 s without points.
+    let mut pts: Vec<(i64, f64)> = (0..10).map(|i| (T0 + i * 1000, 1.0)).collect();
+    pts.extend((0..10).map(|i| (T0 + 200_000 + i * 1000, 2.0)));
+    let svc = with_points(&pts);
+    let d =
+        history(&svc, json!({"sensor_id": "A_LINE1_001", "from": iso(T0 - 5000), "to": iso(T0 + 300_000)}))
+            .await
+            .json();
+    assert_eq!(d["gaps"], json!([{"from": iso(T0 + 9000), "to": iso(T0 + 200_000)}]));
+    assert_eq!(d["first_sample"], json!(iso(T0)));
+    assert_eq!(d["last_sample"], json!(iso(T0 + 209_000)));
+}
+
+#[tokio::test]
+async fn scaled_sensors_are_stored_raw_and_read_in_units() {
+    let svc = service();
+    let store = svc.history().unwrap();
+    // A_LINE1_003: i16 with scale 0.1; the register held 723.
+    store.append("A_LINE1_003", &Point { t: T0, value: Stored::Int(723), quality: 0 });
+    let d = history(&svc, json!({"sensor_id": "A_LINE1_003", "from": iso(T0 - 1), "to": iso(T0 + 1)}))
+        .await
+        .json();
+    assert_eq!(d["points"][0]["value"], 72.3);
+    assert_eq!(d["unit"], "degC");
+}
+
+#[test]
+fn deadband_and_max_silence_decide_what_is_stored() {
+    use fieldgate::poller::worth_storing;
+    let r = demo_registry();
+    let with_band = r.sensor(&"A_LINE1_007".parse().unwrap()).unwrap(); // deadband 0.5 %
+    assert_eq!(with_band.deadband, Some(0.5));
+    let v = |x: f64| Stored::Float(x);
+    assert!(worth_storing(with_band, None, 0, &v(50.0), 0, 60_000), "the first point");
+    assert!(
+        !worth_storing(with_band, Some((0, &v(50.0), 0)), 1000, &v(50.3), 0, 60_000),
+        "inside the deadband"
+    );
+    assert!(
+        worth_storing(with_band, Some((0, &v(50.0), 0)), 1000, &v(50.5), 0, 60_000),
+        "moved by the deadband"
+    );
+    assert!(worth_storing(with_band, Some((0, &v(50.0), 0)), 60_000, &v(50.0), 0, 60_000), "max silence");
+    assert!(worth_storing(with_band, Some((0, &v(50.0), 0)), 1000, &v(50.0), 2, 60_000), "quality changed");
+    let without = r.sensor(&"A_LINE1_004".parse().unwrap()).unwrap(); // no deadband: every sample
+    assert!(worth_storing(without, Some((0, &Stored::Int(5), 0)), 1000, &Stored::Int(5), 0, 60_000));
+    // Scaled: A_LINE1_003 (i16, scale 0.1, deadband 0.2 degC): 2 raw steps = 0.2.
+    let scaled = r.sensor(&"A_LINE1_003".parse().unwrap()).unwrap();
+    assert!(!worth_storing(scaled, Some((0, &Stored::Int(700), 0)), 1000, &Stored::Int(701), 0, 60_000));
+    assert!(worth_storing(scaled, Some((0, &Stored::Int(700), 0)), 1000, &Stored::Int(702), 0, 60_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_poller_fills_history_that_matches_the_simulator() {
+    // The demo plant polled every 50 ms.
+    let dir = tempfile::tempdir().unwrap();
+    for path in fieldgate::registry::device_files(&demo_dir()).unwrap() {
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("poll_interval_ms = 1000", "poll_interval_ms = 50")
+            .replace("poll_interval_ms = 2000", "poll_interval_ms = 50");
+        std::fs::write(dir.path().join(path.file_name().unwrap()), text).unwrap();
+    }
+    let mut scenario = Scenario::default();
+    scenario.sensors.insert("A_LINE1_004".into(), Wave::Constant { value: 12.34 }); // u16 scale 0.01, no deadband
+    scenario.sensors.insert("A_UTIL_001".into(), Wave::Constant { value: 230.5 }); // f32 CDAB, deadband 0.5
+    scenario.sensors.insert("B_BOILER_011".into(), Wave::Constant { value: -7.5 }); // i32 DCBA
+    let plant = plant_from(dir.path(), scenario).await;
+    plant.sim.freeze(Some(1.0));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let started = Utc::now().timestamp_millis();
+    // Wait until the first values are stored (observed, not slept for).
+    let store = plant.service.history().unwrap().clone();
+    while store.points("A_UTIL_001", started, i64::MAX).unwrap().len() < 1
+        || store.points("A_LINE1_004", started, i64::MAX).unwrap().len() < 5
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The meter value changes by less than its deadband, then by more.
+    plant.sim.set_wave("A_UTIL_001", Wave::Constant { value: 230.7 });
+    let n_before = store.points("A_LINE1_004", started, i64::MAX).unwrap().len();
+    while store.points("A_LINE1_004", started, i64::MAX).unwrap().len() < n_before + 5 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    plant.sim.set_wave("A_UTIL_001", Wave::Constant { value: 231.5 });
+    while store.points("A_UTIL_001", started, i64::MAX).unwrap().len() < 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.cancel();
+    for h in polling {
+        h.await.unwrap();
+    }
+    let now = Utc::now().timestamp_millis() + 1;
+    let read = |sensor: &'static str| {
+        let svc = plant.service.clone();
+        async move {
+            svc.call(
+                "get_sensor_history",
+                json!({"sensor_id": sensor, "from": iso(started - 1000), "to": iso(now)}),
+            )
+            .await
+            .unwrap()
+            .json()
+        }
+    };
+    let pump = read("A_LINE1_004").await;
+    let values: Vec<f64> =
+        pump["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
+    assert!(values.len() >= 10 && values.iter().all(|v| *v == 12.34), "{values:?}");
+    let meter = read("A_UTIL_001").await;
+    let values: Vec<f64> =
+        meter["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
+    // 230.5 stored once; 230.7 was inside the 0.5 V deadband; 231.5 was not.
+    assert_eq!(values, [230.5, 231.5]);
+    let boiler = read("B_BOILER_011").await;
+    assert!(boiler["points"].as_array().unwrap().iter().all(|p| p["value"] == -7.5));
+    // The poller also refreshed the reading cache.
+    let cached = plant
+        .service
+        .call("get_sensor_reading", json!({"sensor_id": "B_BOILER_011", "max_age_ms": 60000}))
+        .await
+        .unwrap();
+    assert_eq!(cached.json()["source"], "cache");
+    // And the counters are exported.
+    let metrics = plant.service.render_metrics();
+    assert!(metrics.contains("fieldgate_points_stored_total"), "{metrics}");
+}
+
+#[tokio::test]
+async fn history_over_http() {
+    let (t, v) = (Utc::now().timestamp_millis() - 60_000, 4.5);
+    let svc = with_points(&[(t, v)]);
+    let server = Server::start(svc, fieldgate::transport::auth::Tokens::default()).await;
+    let mut c = server.client().await;
+    let from = iso(t - 1000).replace(':', "%3A").replace('+', "%2B");
+    let r = c.get(&format!("/v1/sensors/A_LINE1_001/history?from={from}&bucket=1h")).await.unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["data"]["buckets"][0]["count"], 1);
+    let r = c.get("/v1/sensors/A_LINE1_001/history?from=nope").await.unwrap();
+    assert_eq!(r.status, 400);
+}
