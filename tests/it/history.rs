@@ -251,7 +251,7 @@ async fn the_poller_fills_history_that_matches_the_simulator() {
     let started = Utc::now().timestamp_millis();
     // Wait until the first values are stored (observed, not slept for).
     let store = plant.service.history().unwrap().clone();
-    while store.points("A_UTIL_001", started, i64::MAX).unwrap().len() < 1
+    while store.points("A_UTIL_001", started, i64::MAX).unwrap().is_empty()
         || store.points("A_LINE1_004", started, i64::MAX).unwrap().len() < 5
     {
         tokio::time::sleep(Duration::from_millis(10)).await;
