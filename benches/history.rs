@@ -56,7 +56,7 @@ async fn run() {
             let v = f64::from((((k + i as i64) as f32) * 0.01).sin() * 100.0);
             store.append(name, &Point { t: T0 + k * 1000, value: Stored::Float(v), quality: 0 });
             n += 1;
-            if n % 100_000 == 0 {
+            if n.is_multiple_of(100_000) {
                 store.flush().unwrap();
             }
         }

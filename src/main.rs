@@ -132,7 +132,23 @@ fn main() -> ExitCode {
                 Ok(v) => v,
                 Err(code) => return code,
             };
-            let service = ToolService::new(Arc::new(registry), config);
+            // History from the data directory when there is one (and no running service
+            // holds it); otherwise an empty store in memory.
+            let file = config.storage.data_dir.join("history.redb");
+            let store = if file.exists() {
+                match fieldgate::store::HistoryStore::open(&file) {
+                    Ok(s) => Some(Arc::new(s)),
+                    Err(e) => {
+                        eprintln!(
+                            "note: history not available here ({e}); query a running service over HTTP instead"
+                        );
+                        fieldgate::store::HistoryStore::in_memory().ok().map(Arc::new)
+                    }
+                }
+            } else {
+                fieldgate::store::HistoryStore::in_memory().ok().map(Arc::new)
+            };
+            let service = ToolService::with_history(Arc::new(registry), config, store);
             match runtime.block_on(service.call(&tool, args)) {
                 Ok(envelope) => {
                     out(&serde_json::to_string_pretty(&envelope).unwrap_or_default());

@@ -194,6 +194,11 @@ impl HistoryStore {
         Ok(out)
     }
 
+    /// Whether the store answers reads (for `/readyz`).
+    pub fn is_open(&self) -> bool {
+        self.db.begin_read().is_ok_and(|tx| tx.open_table(CHUNKS).is_ok())
+    }
+
     /// Bytes and chunks on disk.
     pub fn size(&self) -> Result<(u64, usize), StoreError> {
         let tx = self.db.begin_read().map_err(db)?;

@@ -312,8 +312,14 @@ async fn healthz() -> &'static str {
 
 /// Ready once the registry is loaded (the service exists only then) and the store is open.
 async fn readyz(State(st): State<AppState>) -> Response {
-    let body = json!({ "ready": true, "devices": st.tools.registry().devices().len(), "sensors": st.tools.registry().sensors().len() });
-    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+    let store = st.tools.history().is_some_and(|h| h.is_open());
+    let body = json!({
+        "ready": store,
+        "registry": { "devices": st.tools.registry().devices().len(), "sensors": st.tools.registry().sensors().len() },
+        "store": if store { "open" } else { "unavailable" },
+    });
+    let status = if store { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    json_response(status, serde_json::to_vec(&body).unwrap_or_default())
 }
 
 async fn openapi() -> Response {
