@@ -319,3 +319,47 @@ async fn history_over_http() {
     let r = c.get("/v1/sensors/A_LINE1_001/history?from=nope").await.unwrap();
     assert_eq!(r.status, 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_poller_does_not_poll_a_device_whose_breaker_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    for path in fieldgate::registry::device_files(&demo_dir()).unwrap() {
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("poll_interval_ms = 1000", "poll_interval_ms = 50")
+            .replace("poll_interval_ms = 2000", "poll_interval_ms = 50")
+            .replace("timeout_ms = 500", "timeout_ms = 100");
+        std::fs::write(dir.path().join(path.file_name().unwrap()), text).unwrap();
+    }
+    let mut config = fieldgate::config::Config::default();
+    config.breaker.open_ms = 60_000;
+    config.breaker.max_open_ms = 60_000;
+    let plant = plant_with(dir.path(), Scenario::default(), config).await;
+    plant.faults("a-util-meter", fieldgate_sim::Faults { no_reply: 1.0, ..Default::default() });
+    let stop = tokio_util::sync::CancellationToken::new();
+    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let status = || async {
+        plant.service.call("get_device_status", json!({"device_id": "a-util-meter"})).await.unwrap().json()["devices"][0]["breaker"]["state"].clone()
+    };
+    while status().await != "open" {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let requests = plant.sim.stats("a-util-meter").unwrap().requests;
+    // Let the healthy devices be polled many more times, then look again.
+    let polled = |m: String| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("fieldgate_points_polled_total "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = polled(plant.service.render_metrics());
+    while polled(plant.service.render_metrics()) < before + 200 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(plant.sim.stats("a-util-meter").unwrap().requests, requests, "the open device was polled");
+    assert_eq!(status().await, "open");
+    stop.cancel();
+    for h in polling {
+        h.await.unwrap();
+    }
+}
