@@ -109,6 +109,10 @@ pub struct HistoryConfig {
 pub struct WorkOrdersConfig {
     /// Pending work orders expire after this long.
     pub pending_ttl_hours: u64,
+    /// `type:priority` pairs approved without a person.
+    pub auto_approve: Vec<String>,
+    /// Where approved orders are delivered (`http://host:port/path`); empty for none.
+    pub webhook_url: String,
 }
 
 impl Default for Config {
@@ -147,7 +151,11 @@ impl Default for Config {
                 max_open_ms: 60_000,
             },
             history: HistoryConfig { max_silence_s: 60 },
-            work_orders: WorkOrdersConfig { pending_ttl_hours: 72 },
+            work_orders: WorkOrdersConfig {
+                pending_ttl_hours: 72,
+                auto_approve: Vec::new(),
+                webhook_url: String::new(),
+            },
         }
     }
 }
@@ -340,6 +348,31 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
     }
     if let Some(s) = t.table("work_orders") {
         set(&mut c.work_orders.pending_ttl_hours, s.int("pending_ttl_hours", 1..=8760).map(|v| v as u64));
+        let pairs = s.strings("auto_approve").filter(|list| {
+            let types = ["inspection", "calibration", "repair", "replacement", "cleaning"];
+            let prios = ["low", "medium", "high", "urgent"];
+            let bad: Vec<&String> = list
+                .iter()
+                .filter(|p| !p.split_once(':').is_some_and(|(t, q)| types.contains(&t) && prios.contains(&q)))
+                .collect();
+            if !bad.is_empty() {
+                s.problem(
+                    "auto_approve",
+                    format!("entries are \"type:priority\" such as \"inspection:low\", found {bad:?}"),
+                );
+            }
+            bad.is_empty()
+        });
+        set(&mut c.work_orders.auto_approve, pairs);
+        let url = s.str("webhook_url").filter(|u| {
+            let ok =
+                u.is_empty() || u.strip_prefix("http://").is_some_and(|r| r.contains(':') || !r.is_empty());
+            if !ok {
+                s.problem("webhook_url", format!("must be empty or http://host:port/path, found {u:?}"));
+            }
+            ok
+        });
+        set(&mut c.work_orders.webhook_url, url.map(str::to_string));
         s.finish();
     }
     t.finish();
@@ -394,6 +427,8 @@ mod tests {
         };
         c.history.max_silence_s = 1;
         c.work_orders.pending_ttl_hours = 1;
+        c.work_orders.auto_approve = vec!["x".into()];
+        c.work_orders.webhook_url = "x".into();
         assert!(apply_text(&mut c, "d", DEFAULT_TOML).is_empty());
         assert_eq!(c, Config::default());
     }

@@ -77,9 +77,16 @@ impl Demo {
         config.server.listen = addr;
         let store =
             crate::store::HistoryStore::open_in(&data_dir).map_err(|e| DemoError::Sim(e.to_string()))?;
-        let tools = ToolService::with_history(Arc::new(registry), config, Some(Arc::new(store)));
+        let orders = Arc::new(
+            crate::store::work_orders::WorkOrderStore::open_in(&data_dir)
+                .map_err(|e| DemoError::Sim(e.to_string()))?,
+        );
+        let (webhook, ttl) = (config.work_orders.webhook_url.clone(), config.work_orders.pending_ttl_hours);
+        let tools = ToolService::with_history(Arc::new(registry), config, Some(Arc::new(store)))
+            .with_work_orders(orders.clone());
         let shutdown = CancellationToken::new();
-        let polling = crate::poller::start(&tools, shutdown.clone());
+        let mut polling = crate::poller::start(&tools, shutdown.clone());
+        polling.push(crate::delivery::start(orders, &webhook, ttl, shutdown.clone()));
         let app = http::app(tools.clone(), tokens, shutdown.clone());
         let stop = shutdown.clone();
         let grace = std::time::Duration::from_millis(tools.config().server.shutdown_grace_ms);

@@ -3,6 +3,7 @@
 //! See ARCHITECTURE.md for the codemap and the invariants.
 
 pub mod config;
+pub mod delivery;
 pub mod demo;
 pub mod driver;
 pub mod ids;

@@ -58,6 +58,20 @@ enum Command {
     Serve,
     /// Serve MCP on stdin/stdout (logs go to stderr).
     Mcp,
+    /// Work orders in the data directory (when no service holds it): list, show, and the
+    /// operator's decisions approve, reject, start, complete, cancel.
+    WorkOrders {
+        /// list | show | approve | reject | start | complete | cancel
+        action: String,
+        /// The work order, e.g. WO-000001 (all but list).
+        id: Option<String>,
+        /// A note recorded with the decision.
+        #[arg(long)]
+        note: Option<String>,
+        /// Who decides (recorded in the history). Default: $USER.
+        #[arg(long)]
+        by: Option<String>,
+    },
     /// Run the simulated demo plant and the service against it until Ctrl-C.
     Demo {
         /// Instead, run a short scripted session through the HTTP API and exit.
@@ -195,6 +209,7 @@ fn main() -> ExitCode {
             };
             runtime.block_on(serve(config, registry, tokens))
         }
+        Command::WorkOrders { action, id, note, by } => work_orders(&cli.config, &action, id, note, by),
         Command::Demo { tour, data_dir, listen } => {
             let (config, registry) = match load(&cli.config, &cli.devices) {
                 Ok(v) => v,
@@ -227,9 +242,19 @@ async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> ExitC
             return ExitCode::FAILURE;
         }
     };
-    let service = ToolService::with_history(Arc::new(registry), config, Some(store));
+    let orders = match fieldgate::store::work_orders::WorkOrderStore::open_in(&config.storage.data_dir) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (webhook, ttl) = (config.work_orders.webhook_url.clone(), config.work_orders.pending_ttl_hours);
+    let service =
+        ToolService::with_history(Arc::new(registry), config, Some(store)).with_work_orders(orders.clone());
     let shutdown = CancellationToken::new();
-    let polling = fieldgate::poller::start(&service, shutdown.clone());
+    let mut polling = fieldgate::poller::start(&service, shutdown.clone());
+    polling.push(fieldgate::delivery::start(orders, &webhook, ttl, shutdown.clone()));
     let app = http::app(service, tokens, shutdown.clone());
     tracing::info!(%addr, "serving the HTTP API and MCP at /mcp");
     eprintln!("fieldgate listening on http://{addr} (MCP at /mcp)");
@@ -277,6 +302,84 @@ async fn demo(
     stop_signal().await;
     demo.stop().await;
     ExitCode::SUCCESS
+}
+
+fn work_orders(
+    config: &Option<PathBuf>,
+    action: &str,
+    id: Option<String>,
+    note: Option<String>,
+    by: Option<String>,
+) -> ExitCode {
+    use fieldgate::tools::defs::WorkOrderStatus as S;
+    let config = match Config::load(config.as_deref(), std::env::vars()) {
+        Ok(c) => c,
+        Err(e) => return report(&e.0),
+    };
+    let store = match fieldgate::store::work_orders::WorkOrderStore::open_in(&config.storage.data_dir) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "error: {e} (a running service holds the data directory: use POST /v1/work-orders/ID/ACTION with an operator token)"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let to = match action {
+        "list" => {
+            return match store.list() {
+                Ok(list) => {
+                    for o in list {
+                        out(&format!(
+                            "{}  {:<16} {:<12} {:<7} {}  {}",
+                            o.id,
+                            serde_json::to_value(o.status).unwrap_or_default().as_str().unwrap_or(""),
+                            o.sensor_id,
+                            serde_json::to_value(o.priority).unwrap_or_default().as_str().unwrap_or(""),
+                            o.created_at,
+                            o.summary
+                        ));
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        "show" => None,
+        "approve" => Some(S::Approved),
+        "reject" => Some(S::Rejected),
+        "start" => Some(S::InProgress),
+        "complete" => Some(S::Completed),
+        "cancel" => Some(S::Cancelled),
+        other => {
+            eprintln!(
+                "error: unknown action {other:?}; use list, show, approve, reject, start, complete or cancel"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let Some(id) = id else {
+        eprintln!("error: {action} needs a work order ID, e.g. WO-000001");
+        return ExitCode::from(2);
+    };
+    let by = by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "operator".into());
+    let result = match to {
+        None => store.get(&id),
+        Some(to) => store.transition(&id, to, &by, note),
+    };
+    match result {
+        Ok(o) => {
+            out(&serde_json::to_string_pretty(&o).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// Completes on SIGTERM or SIGINT.

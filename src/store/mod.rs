@@ -2,5 +2,6 @@
 
 pub mod gorilla;
 pub mod history;
+pub mod work_orders;
 
 pub use history::{HistoryStore, StoreError};

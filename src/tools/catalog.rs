@@ -202,7 +202,7 @@ pub static TOOLS: [ToolSpec; 8] = [
         "create_work_order",
         "Propose a work order",
         CREATE,
-        false,
+        true,
         CreateWorkOrderArgs,
         CreateWorkOrderData,
         "Propose maintenance work for the equipment of a sensor. Creates a record that waits for a \
@@ -216,7 +216,7 @@ pub static TOOLS: [ToolSpec; 8] = [
         "get_work_order",
         "Get a work order",
         READ_LOCAL,
-        false,
+        true,
         GetWorkOrderArgs,
         WorkOrderData,
         "State and full transition history of one work order, including its delivery to the \
@@ -227,7 +227,7 @@ pub static TOOLS: [ToolSpec; 8] = [
         "list_work_orders",
         "List work orders",
         READ_LOCAL,
-        false,
+        true,
         ListWorkOrdersArgs,
         ListWorkOrdersData,
         "List work orders, newest first, filtered by status, sensor or creation time. Use it to \

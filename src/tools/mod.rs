@@ -12,6 +12,7 @@ pub mod readings;
 mod resources;
 mod status;
 pub mod validate;
+pub mod work_orders;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -89,6 +90,7 @@ pub(crate) struct Inner {
     pub(crate) resilience: Resilience,
     repeat: RepeatGuard,
     pub(crate) history: Option<Arc<HistoryStore>>,
+    pub(crate) work_orders: Option<Arc<crate::store::work_orders::WorkOrderStore>>,
 }
 
 impl ToolService {
@@ -134,6 +136,7 @@ impl ToolService {
             resilience,
             repeat,
             history,
+            work_orders: crate::store::work_orders::WorkOrderStore::in_memory().ok().map(Arc::new),
         };
         ToolService { inner: Arc::new(inner) }
     }
@@ -177,6 +180,18 @@ impl ToolService {
 
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// Uses this work-order store (`serve`, `demo`: a file in the data directory).
+    pub fn with_work_orders(mut self, store: Arc<crate::store::work_orders::WorkOrderStore>) -> ToolService {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.work_orders = Some(store);
+        }
+        self
+    }
+
+    pub fn work_orders(&self) -> Option<&Arc<crate::store::work_orders::WorkOrderStore>> {
+        self.inner.work_orders.as_ref()
     }
 
     pub fn history(&self) -> Option<&Arc<HistoryStore>> {
@@ -227,7 +242,7 @@ impl ToolService {
         });
         let result = match self.inner.limiter.take(&caller.id) {
             Ok(()) if blocked.is_some() => Err(retry_limit(blocked.as_ref())),
-            Ok(()) => self.dispatch(spec.name, args, &mut attempts).await,
+            Ok(()) => self.dispatch(caller, spec.name, args, &mut attempts).await,
             Err(wait) => Err(ToolError::new(
                 ErrorCode::RateLimited,
                 format!("Caller {} exceeded {} calls per minute.", caller.id, self.inner.config.server.rate_limit_per_minute),
@@ -293,12 +308,67 @@ impl ToolService {
         }
     }
 
+    /// An operator's decision on a work order (`approve`, `reject`, `start`, `complete`,
+    /// `cancel`). Only the operator role may; the agent's tools never change a state.
+    pub async fn act_on_work_order(
+        &self,
+        caller: &Caller,
+        id: &str,
+        action: &str,
+        note: Option<String>,
+    ) -> Envelope {
+        use defs::WorkOrderStatus as S;
+        let started = Instant::now();
+        let to = match action {
+            "approve" => Some(S::Approved),
+            "reject" => Some(S::Rejected),
+            "start" => Some(S::InProgress),
+            "complete" => Some(S::Completed),
+            "cancel" => Some(S::Cancelled),
+            _ => None,
+        };
+        let result = match (caller.role, to, self.inner.work_orders.clone()) {
+            (Role::Agent, _, _) => Err(ToolError::new(
+                ErrorCode::Unauthorized,
+                "Only an operator can change a work order's state.",
+                "A person approves or rejects work orders; check it later with get_work_order.",
+            )),
+            (_, None, _) => Err(ToolError::invalid(
+                "action",
+                Some(action),
+                "approve, reject, start, complete or cancel",
+                "Unknown action.",
+                "Use one of the listed actions.",
+            )),
+            (_, _, None) => Err(ToolError::internal()),
+            (Role::Operator, Some(to), Some(store)) => {
+                let (id, by) = (id.to_string(), caller.id.clone());
+                let note = note.map(|n| envelope::cut(&n));
+                match tokio::task::spawn_blocking(move || store.transition(&id, to, &by, note)).await {
+                    Ok(Ok(order)) => to_data(&defs::WorkOrderData { work_order: order }),
+                    Ok(Err(e)) => Err(work_orders::store_error(e)),
+                    Err(_) => Err(ToolError::internal()),
+                }
+            }
+        };
+        let meta = Meta {
+            call_id: new_call_id(),
+            tool: format!("work_order_{action}").chars().take(40).collect(),
+            duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
+            attempts: 0,
+        };
+        match result {
+            Ok(data) => Envelope::success(data, meta),
+            Err(e) => Envelope::failure(e, meta),
+        }
+    }
+
     /// One sensor's description (`GET /v1/sensors/{id}`).
     pub fn describe_sensor(&self, caller: &Caller, id: &str) -> Envelope {
         self.resource(caller, "describe_sensor", |r| resources::sensor(r, id))
     }
 
-    async fn dispatch(&self, tool: &str, args: Value, attempts: &mut u32) -> ToolResult {
+    async fn dispatch(&self, caller: &Caller, tool: &str, args: Value, attempts: &mut u32) -> ToolResult {
         // Absent arguments mean "all defaults".
         let args = if args.is_null() { Value::Object(Default::default()) } else { args };
         if !args.is_object() {
@@ -322,6 +392,9 @@ impl ToolService {
             "get_sensor_readings" => readings::get_many(&self.inner, parse(args)?, attempts).await,
             "get_device_status" => status::run(&self.inner, parse(args)?),
             "get_sensor_history" => history::run(&self.inner, parse(args)?),
+            "create_work_order" => work_orders::create(&self.inner, caller, parse(args)?).await,
+            "get_work_order" => work_orders::get(&self.inner, parse(args)?),
+            "list_work_orders" => work_orders::list(&self.inner, parse(args)?),
             _ => Err(ToolError::internal()),
         }
     }

@@ -58,13 +58,13 @@ impl Cache {
 }
 
 /// Formats timestamps, once per distinct instant (a batch shares a few).
-struct Stamps {
+pub(crate) struct Stamps {
     now: DateTime<Utc>,
     last: Option<(DateTime<Utc>, String)>,
 }
 
 impl Stamps {
-    fn new() -> Stamps {
+    pub(crate) fn new() -> Stamps {
         Stamps { now: Utc::now(), last: None }
     }
 
@@ -97,7 +97,7 @@ fn significant(v: f64, digits: i32) -> f64 {
 }
 
 /// The agent-facing reading of a sample.
-fn reading(
+pub(crate) fn reading(
     sensor: &Sensor,
     sample: &Sample,
     mode: UnitMode,

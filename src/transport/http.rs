@@ -282,6 +282,45 @@ async fn history(
     }
 }
 
+async fn list_work_orders(
+    State(st): State<AppState>,
+    Extension(c): Extension<Caller>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    match st.tools.call_as(&c, "list_work_orders", query_args(q)).await {
+        Ok(e) => envelope_response(&e),
+        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+    }
+}
+
+async fn get_work_order(
+    State(st): State<AppState>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    match st.tools.call_as(&c, "get_work_order", json!({ "work_order_id": id })).await {
+        Ok(e) => envelope_response(&e),
+        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+    }
+}
+
+/// `POST /v1/work-orders/{id}/{action}` with an optional `{"note": "..."}`: operators only.
+async fn act_on_work_order(
+    State(st): State<AppState>,
+    Extension(c): Extension<Caller>,
+    Path((id, action)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let note =
+        serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["note"].as_str().map(str::to_string));
+    let e = st.tools.act_on_work_order(&c, &id, &action, note).await;
+    let mut res = envelope_response(&e);
+    if e.error.as_ref().is_some_and(|err| err.code == ErrorCode::Unauthorized) {
+        *res.status_mut() = StatusCode::FORBIDDEN;
+    }
+    res
+}
+
 async fn devices(State(st): State<AppState>, Extension(c): Extension<Caller>) -> Response {
     match st.tools.call_as(&c, "get_device_status", json!({})).await {
         Ok(e) => envelope_response(&e),
@@ -386,6 +425,9 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken)
         .route("/v1/sensors/{id}", get(sensor))
         .route("/v1/sensors/{id}/reading", get(reading))
         .route("/v1/sensors/{id}/history", get(history))
+        .route("/v1/work-orders", get(list_work_orders))
+        .route("/v1/work-orders/{id}", get(get_work_order))
+        .route("/v1/work-orders/{id}/{action}", post(act_on_work_order))
         .route("/v1/devices", get(devices))
         .route("/v1/devices/{id}", get(device))
         .route("/metrics", get(metrics))

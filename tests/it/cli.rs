@@ -89,7 +89,10 @@ fn tools_prints_the_served_definitions() {
             "get_sensor_reading",
             "get_sensor_readings",
             "get_sensor_history",
-            "get_device_status"
+            "get_device_status",
+            "create_work_order",
+            "get_work_order",
+            "list_work_orders"
         ]
     );
     for key in ["description", "inputSchema", "outputSchema", "annotations"] {

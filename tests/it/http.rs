@@ -79,7 +79,10 @@ async fn definitions_and_resource_routes() {
             "get_sensor_reading",
             "get_sensor_readings",
             "get_sensor_history",
-            "get_device_status"
+            "get_device_status",
+            "create_work_order",
+            "get_work_order",
+            "list_work_orders"
         ]
     );
 

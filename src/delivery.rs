@@ -1,0 +1,106 @@
+//! Delivery of approved work orders to the maintenance system (CMMS) through a webhook:
+//! at least once, with exponential backoff, surviving restarts (the outbox is in redb and
+//! is written in the same transaction as the approval). The work order ID is sent as the
+//! `Idempotency-Key`, so the receiver can drop repeats. Also expires pending orders.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::work_orders::WorkOrderStore;
+use crate::transport::client::HttpClient;
+
+/// First retry after a failed delivery; doubles up to `MAX_BACKOFF`.
+const FIRST_BACKOFF_MS: i64 = 1_000;
+const MAX_BACKOFF_MS: i64 = 300_000;
+
+/// `http://host:port/path` → (address, path).
+pub fn parse_webhook(url: &str) -> Option<(String, String)> {
+    let rest = url.strip_prefix("http://")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let authority = if authority.contains(':') { authority.to_string() } else { format!("{authority}:80") };
+    Some((authority, path.to_string()))
+}
+
+async fn post(addr: &str, path: &str, id: &str, body: &[u8]) -> bool {
+    let Ok(Ok(mut addrs)) = tokio::time::timeout(Duration::from_secs(5), tokio::net::lookup_host(addr)).await
+    else {
+        return false;
+    };
+    let Some(sa): Option<SocketAddr> = addrs.next() else { return false };
+    let attempt = async {
+        let mut c = HttpClient::connect(sa).await.ok()?;
+        c.send("POST", path, &[("idempotency-key", id), ("content-type", "application/json")], body)
+            .await
+            .ok()
+    };
+    matches!(tokio::time::timeout(Duration::from_secs(10), attempt).await, Ok(Some(r)) if (200..300).contains(&r.status))
+}
+
+/// One pass: deliver what is due, expire what is overdue. Returns deliveries made.
+pub async fn pass(
+    store: &Arc<WorkOrderStore>,
+    webhook: Option<&(String, String)>,
+    ttl: chrono::Duration,
+) -> usize {
+    let s = store.clone();
+    let cutoff = Utc::now() - ttl;
+    match tokio::task::spawn_blocking(move || s.expire(cutoff)).await {
+        Ok(Ok(expired)) if !expired.is_empty() => {
+            tracing::info!(count = expired.len(), "work orders expired")
+        }
+        Ok(Err(error)) => tracing::error!(%error, "work order expiry failed"),
+        _ => {}
+    }
+    let Some((addr, path)) = webhook else { return 0 };
+    let now = Utc::now().timestamp_millis();
+    let due = match store.due(now) {
+        Ok(d) => d,
+        Err(error) => {
+            tracing::error!(%error, "reading the outbox failed");
+            return 0;
+        }
+    };
+    let mut delivered = 0;
+    for (order, entry) in due {
+        let body = serde_json::to_vec(&order).unwrap_or_default();
+        let ok = post(addr, path, &order.id, &body).await;
+        let backoff = (FIRST_BACKOFF_MS << entry.attempts.min(20)).min(MAX_BACKOFF_MS);
+        let s = store.clone();
+        let id = order.id.clone();
+        let _ = tokio::task::spawn_blocking(move || s.delivered(&id, ok, now + backoff)).await;
+        if ok {
+            delivered += 1;
+            tracing::info!(work_order = %order.id, attempts = entry.attempts + 1, "work order delivered");
+        } else {
+            tracing::warn!(work_order = %order.id, attempts = entry.attempts + 1, retry_in_ms = backoff, "work order delivery failed");
+        }
+    }
+    delivered
+}
+
+/// Runs `pass` every second until `stop`.
+pub fn start(
+    store: Arc<WorkOrderStore>,
+    webhook_url: &str,
+    ttl_hours: u64,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let webhook = parse_webhook(webhook_url);
+    let ttl = chrono::Duration::hours(ttl_hours as i64);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => { pass(&store, webhook.as_ref(), ttl).await; }
+                () = stop.cancelled() => return,
+            }
+        }
+    })
+}

@@ -1,0 +1,378 @@
+//! Work orders in redb: created, deduplicated and moved through their lifecycle in single
+//! durable transactions, with an outbox for delivery to the maintenance system.
+//!
+//! Tables: `orders` (number → JSON), `keys` (idempotency key → number and a fingerprint of
+//! the arguments), `open` ((sensor, type) → number of the open order), `meta` (next
+//! number), `outbox` (number → delivery state). Every change is one write transaction with
+//! `Durability::Immediate` (redb's default): when a call answers, the change is on disk.
+
+use std::path::Path;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::tools::defs::{Delivery, Transition, WorkOrder, WorkOrderStatus, WorkOrderType};
+
+const ORDERS: TableDefinition<u64, &[u8]> = TableDefinition::new("orders");
+const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("keys");
+const OPEN: TableDefinition<(&str, &str), u64> = TableDefinition::new("open");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkOrderError {
+    #[error("work order store: {0}")]
+    Db(String),
+    #[error("no work order {0}")]
+    NotFound(String),
+    #[error("idempotency key reused with other arguments")]
+    Conflict { existing: String },
+    #[error("a {from} work order cannot be moved to {to}")]
+    Transition { from: &'static str, to: &'static str },
+}
+
+fn db<E: std::fmt::Display>(e: E) -> WorkOrderError {
+    WorkOrderError::Db(e.to_string())
+}
+
+pub fn status_name(s: WorkOrderStatus) -> &'static str {
+    match s {
+        WorkOrderStatus::PendingApproval => "pending_approval",
+        WorkOrderStatus::Approved => "approved",
+        WorkOrderStatus::InProgress => "in_progress",
+        WorkOrderStatus::Completed => "completed",
+        WorkOrderStatus::Rejected => "rejected",
+        WorkOrderStatus::Cancelled => "cancelled",
+        WorkOrderStatus::Expired => "expired",
+    }
+}
+
+pub fn type_name(t: WorkOrderType) -> &'static str {
+    match t {
+        WorkOrderType::Inspection => "inspection",
+        WorkOrderType::Calibration => "calibration",
+        WorkOrderType::Repair => "repair",
+        WorkOrderType::Replacement => "replacement",
+        WorkOrderType::Cleaning => "cleaning",
+    }
+}
+
+/// Whether an order in this state still blocks a duplicate (pending, approved, in progress).
+pub fn is_open(s: WorkOrderStatus) -> bool {
+    matches!(s, WorkOrderStatus::PendingApproval | WorkOrderStatus::Approved | WorkOrderStatus::InProgress)
+}
+
+/// The lifecycle: which moves are allowed.
+pub fn allowed(from: WorkOrderStatus, to: WorkOrderStatus) -> bool {
+    use WorkOrderStatus::*;
+    matches!(
+        (from, to),
+        (PendingApproval, Approved)
+            | (PendingApproval, Rejected)
+            | (PendingApproval, Expired)
+            | (Approved, InProgress)
+            | (Approved, Cancelled)
+            | (InProgress, Completed)
+            | (InProgress, Cancelled)
+    )
+}
+
+pub fn number_of(id: &str) -> Option<u64> {
+    id.strip_prefix("WO-").and_then(|n| n.parse().ok())
+}
+
+pub fn id_of(n: u64) -> String {
+    format!("WO-{n:06}")
+}
+
+fn now() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+#[derive(Serialize, Deserialize)]
+struct KeyEntry {
+    number: u64,
+    fingerprint: String,
+}
+
+/// Delivery state kept in the outbox.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OutboxEntry {
+    pub attempts: u32,
+    pub next_attempt_ms: i64,
+    pub delivered: bool,
+    pub last_attempt_at: Option<String>,
+}
+
+/// What `create` did.
+pub struct Created {
+    pub order: WorkOrder,
+    pub created: bool,
+    pub duplicate_of: Option<String>,
+}
+
+pub struct WorkOrderStore {
+    db: Database,
+}
+
+impl WorkOrderStore {
+    pub fn open(path: &Path) -> Result<WorkOrderStore, WorkOrderError> {
+        WorkOrderStore::init(Database::create(path).map_err(db)?)
+    }
+
+    pub fn open_in(dir: &Path) -> Result<WorkOrderStore, WorkOrderError> {
+        std::fs::create_dir_all(dir).map_err(db)?;
+        WorkOrderStore::open(&dir.join("work_orders.redb"))
+    }
+
+    pub fn in_memory() -> Result<WorkOrderStore, WorkOrderError> {
+        WorkOrderStore::init(
+            Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).map_err(db)?,
+        )
+    }
+
+    fn init(database: Database) -> Result<WorkOrderStore, WorkOrderError> {
+        let tx = database.begin_write().map_err(db)?;
+        tx.open_table(ORDERS).map_err(db)?;
+        tx.open_table(KEYS).map_err(db)?;
+        tx.open_table(OPEN).map_err(db)?;
+        tx.open_table(META).map_err(db)?;
+        tx.open_table(OUTBOX).map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(WorkOrderStore { db: database })
+    }
+
+    /// Creates `draft` unless its key or an open order of the same type for the same sensor
+    /// already exists; one durable transaction. `fingerprint` identifies the arguments.
+    pub fn create(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        mut draft: WorkOrder,
+        auto_approve: bool,
+    ) -> Result<Created, WorkOrderError> {
+        let tx = self.db.begin_write().map_err(db)?;
+        let result = {
+            let mut orders = tx.open_table(ORDERS).map_err(db)?;
+            let mut keys = tx.open_table(KEYS).map_err(db)?;
+            let mut open = tx.open_table(OPEN).map_err(db)?;
+            let mut meta = tx.open_table(META).map_err(db)?;
+            let existing_key: Option<KeyEntry> =
+                keys.get(key).map_err(db)?.and_then(|v| serde_json::from_slice(v.value()).ok());
+            if let Some(k) = existing_key {
+                let order = read(&orders, k.number)?;
+                if k.fingerprint != fingerprint {
+                    return Err(WorkOrderError::Conflict { existing: order.id });
+                }
+                return Ok(Created { order, created: false, duplicate_of: None });
+            }
+            let kind = type_name(draft.work_type);
+            let open_number = open.get((draft.sensor_id.as_str(), kind)).map_err(db)?.map(|v| v.value());
+            let duplicate = match open_number {
+                Some(n) => Some(read(&orders, n)?).filter(|o| is_open(o.status)),
+                None => None,
+            };
+            if let Some(order) = duplicate {
+                // Replaying this key later returns the same open order.
+                let entry = serde_json::to_vec(&KeyEntry {
+                    number: number_of(&order.id).unwrap_or(0),
+                    fingerprint: fingerprint.into(),
+                })
+                .map_err(db)?;
+                keys.insert(key, entry.as_slice()).map_err(db)?;
+                let id = order.id.clone();
+                Created { order, created: false, duplicate_of: Some(id) }
+            } else {
+                let n = meta.get("next").map_err(db)?.map_or(1, |v| v.value());
+                meta.insert("next", n + 1).map_err(db)?;
+                draft.id = id_of(n);
+                if auto_approve {
+                    let at = now();
+                    draft.status = WorkOrderStatus::Approved;
+                    draft.history.push(Transition {
+                        from: Some(WorkOrderStatus::PendingApproval),
+                        to: WorkOrderStatus::Approved,
+                        at,
+                        by: "system".into(),
+                        note: Some("auto-approved by policy (work_orders.auto_approve)".into()),
+                    });
+                    let mut outbox = tx.open_table(OUTBOX).map_err(db)?;
+                    let entry = OutboxEntry {
+                        attempts: 0,
+                        next_attempt_ms: 0,
+                        delivered: false,
+                        last_attempt_at: None,
+                    };
+                    outbox.insert(n, serde_json::to_vec(&entry).map_err(db)?.as_slice()).map_err(db)?;
+                }
+                orders.insert(n, serde_json::to_vec(&draft).map_err(db)?.as_slice()).map_err(db)?;
+                let entry = serde_json::to_vec(&KeyEntry { number: n, fingerprint: fingerprint.into() })
+                    .map_err(db)?;
+                keys.insert(key, entry.as_slice()).map_err(db)?;
+                open.insert((draft.sensor_id.as_str(), kind), n).map_err(db)?;
+                Created { order: draft, created: true, duplicate_of: None }
+            }
+        };
+        tx.commit().map_err(db)?;
+        Ok(result)
+    }
+
+    pub fn get(&self, id: &str) -> Result<WorkOrder, WorkOrderError> {
+        let n = number_of(id).ok_or_else(|| WorkOrderError::NotFound(id.into()))?;
+        let tx = self.db.begin_read().map_err(db)?;
+        let orders = tx.open_table(ORDERS).map_err(db)?;
+        let mut order = read(&orders, n)?;
+        let outbox = tx.open_table(OUTBOX).map_err(db)?;
+        if let Some(v) = outbox.get(n).map_err(db)?
+            && let Ok(e) = serde_json::from_slice::<OutboxEntry>(v.value())
+        {
+            order.delivery = Some(delivery(&e));
+        }
+        Ok(order)
+    }
+
+    /// Every order, newest first.
+    pub fn list(&self) -> Result<Vec<WorkOrder>, WorkOrderError> {
+        let tx = self.db.begin_read().map_err(db)?;
+        let orders = tx.open_table(ORDERS).map_err(db)?;
+        let outbox = tx.open_table(OUTBOX).map_err(db)?;
+        let mut out = Vec::new();
+        for item in orders.iter().map_err(db)?.rev() {
+            let (k, v) = item.map_err(db)?;
+            let mut o: WorkOrder = serde_json::from_slice(v.value()).map_err(db)?;
+            if let Some(e) = outbox
+                .get(k.value())
+                .map_err(db)?
+                .and_then(|e| serde_json::from_slice::<OutboxEntry>(e.value()).ok())
+            {
+                o.delivery = Some(delivery(&e));
+            }
+            out.push(o);
+        }
+        Ok(out)
+    }
+
+    /// Moves an order to `to`, recording who and why; approval queues delivery in the same
+    /// transaction.
+    pub fn transition(
+        &self,
+        id: &str,
+        to: WorkOrderStatus,
+        by: &str,
+        note: Option<String>,
+    ) -> Result<WorkOrder, WorkOrderError> {
+        let n = number_of(id).ok_or_else(|| WorkOrderError::NotFound(id.into()))?;
+        let tx = self.db.begin_write().map_err(db)?;
+        let order = {
+            let mut orders = tx.open_table(ORDERS).map_err(db)?;
+            let mut order = read(&orders, n)?;
+            if !allowed(order.status, to) {
+                return Err(WorkOrderError::Transition {
+                    from: status_name(order.status),
+                    to: status_name(to),
+                });
+            }
+            let at = now();
+            order.history.push(Transition {
+                from: Some(order.status),
+                to,
+                at: at.clone(),
+                by: by.into(),
+                note,
+            });
+            order.status = to;
+            order.updated_at = at;
+            orders.insert(n, serde_json::to_vec(&order).map_err(db)?.as_slice()).map_err(db)?;
+            if !is_open(to) {
+                let mut open = tx.open_table(OPEN).map_err(db)?;
+                let key = (order.sensor_id.as_str(), type_name(order.work_type));
+                if open.get(key).map_err(db)?.map(|v| v.value()) == Some(n) {
+                    open.remove(key).map_err(db)?;
+                }
+            }
+            if to == WorkOrderStatus::Approved {
+                let mut outbox = tx.open_table(OUTBOX).map_err(db)?;
+                let entry =
+                    OutboxEntry { attempts: 0, next_attempt_ms: 0, delivered: false, last_attempt_at: None };
+                outbox.insert(n, serde_json::to_vec(&entry).map_err(db)?.as_slice()).map_err(db)?;
+            }
+            order
+        };
+        tx.commit().map_err(db)?;
+        self.get(&order.id)
+    }
+
+    /// Expires pending orders created before `cutoff`; returns their IDs.
+    pub fn expire(&self, cutoff: DateTime<Utc>) -> Result<Vec<String>, WorkOrderError> {
+        let due: Vec<String> = self
+            .list()?
+            .into_iter()
+            .filter(|o| o.status == WorkOrderStatus::PendingApproval)
+            .filter(|o| DateTime::parse_from_rfc3339(&o.created_at).is_ok_and(|c| c < cutoff))
+            .map(|o| o.id)
+            .collect();
+        for id in &due {
+            self.transition(id, WorkOrderStatus::Expired, "system", Some("not approved in time".into()))?;
+        }
+        Ok(due)
+    }
+
+    /// Deliveries due at `now_ms`.
+    pub fn due(&self, now_ms: i64) -> Result<Vec<(WorkOrder, OutboxEntry)>, WorkOrderError> {
+        let tx = self.db.begin_read().map_err(db)?;
+        let outbox = tx.open_table(OUTBOX).map_err(db)?;
+        let orders = tx.open_table(ORDERS).map_err(db)?;
+        let mut out = Vec::new();
+        for item in outbox.iter().map_err(db)? {
+            let (k, v) = item.map_err(db)?;
+            let e: OutboxEntry = serde_json::from_slice(v.value()).map_err(db)?;
+            if !e.delivered && e.next_attempt_ms <= now_ms {
+                out.push((read(&orders, k.value())?, e));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records a delivery attempt.
+    pub fn delivered(&self, id: &str, ok: bool, next_attempt_ms: i64) -> Result<(), WorkOrderError> {
+        let n = number_of(id).ok_or_else(|| WorkOrderError::NotFound(id.into()))?;
+        let tx = self.db.begin_write().map_err(db)?;
+        {
+            let mut outbox = tx.open_table(OUTBOX).map_err(db)?;
+            let mut e: OutboxEntry = match outbox.get(n).map_err(db)? {
+                Some(v) => serde_json::from_slice(v.value()).map_err(db)?,
+                None => return Err(WorkOrderError::NotFound(id.into())),
+            };
+            e.attempts += 1;
+            e.delivered = ok;
+            e.next_attempt_ms = next_attempt_ms;
+            e.last_attempt_at = Some(now());
+            outbox.insert(n, serde_json::to_vec(&e).map_err(db)?.as_slice()).map_err(db)?;
+        }
+        tx.commit().map_err(db)?;
+        Ok(())
+    }
+}
+
+fn delivery(e: &OutboxEntry) -> Delivery {
+    Delivery {
+        state: if e.delivered {
+            "delivered"
+        } else if e.attempts == 0 {
+            "pending"
+        } else {
+            "failing"
+        }
+        .into(),
+        attempts: e.attempts,
+        last_attempt_at: e.last_attempt_at.clone(),
+    }
+}
+
+fn read(orders: &impl ReadableTable<u64, &'static [u8]>, n: u64) -> Result<WorkOrder, WorkOrderError> {
+    match orders.get(n).map_err(db)? {
+        Some(v) => serde_json::from_slice(v.value()).map_err(db),
+        None => Err(WorkOrderError::NotFound(id_of(n))),
+    }
+}

@@ -1,0 +1,213 @@
+//! `create_work_order`, `get_work_order`, `list_work_orders`: proposals for a person to
+//! approve, never lost or duplicated. The agent's tools cannot change a state.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use super::defs::{
+    CreateWorkOrderArgs, CreateWorkOrderData, GetWorkOrderArgs, ListWorkOrdersArgs, ListWorkOrdersData,
+    Transition, UnitMode, WorkOrder, WorkOrderData, WorkOrderStatus,
+};
+use super::envelope::{ErrorCode, ToolError};
+use super::validate::{known_sensor, parse_sensor_id};
+use super::{Caller, Inner, ToolResult, to_data};
+use crate::resilience::repeat::call_key;
+use crate::store::work_orders::{Created, WorkOrderError, WorkOrderStore, type_name};
+
+/// How long the agent should wait before checking an order again.
+const NEXT_CHECK_S: u64 = 900;
+pub const DEFAULT_LIMIT: u32 = 50;
+
+fn store(inner: &Inner) -> Result<Arc<WorkOrderStore>, ToolError> {
+    inner.work_orders.clone().ok_or_else(ToolError::internal)
+}
+
+fn not_found(id: &str) -> ToolError {
+    let mut e = ToolError::new(
+        ErrorCode::WorkOrderNotFound,
+        format!("No work order {} exists.", super::envelope::cut(id)),
+        "Call list_work_orders to see the existing work orders.",
+    );
+    e.parameter = Some("work_order_id".into());
+    e.received = Some(super::envelope::cut(id));
+    e
+}
+
+/// Store failures the agent can act on; anything else is a logged internal error.
+pub fn store_error(e: WorkOrderError) -> ToolError {
+    match e {
+        WorkOrderError::NotFound(id) => not_found(&id),
+        WorkOrderError::Conflict { existing } => {
+            let mut err = ToolError::new(
+                ErrorCode::IdempotencyConflict,
+                format!(
+                    "This idempotency_key was already used for work order {existing} with other arguments."
+                ),
+                "Resend the original arguments to get that work order back, or use a new idempotency_key for a new request.",
+            );
+            err.parameter = Some("idempotency_key".into());
+            err
+        }
+        WorkOrderError::Transition { from, to } => ToolError::invalid(
+            "action",
+            Some(to),
+            "a move allowed from the current state",
+            format!("A {from} work order cannot become {to}."),
+            "get_work_order shows the state and its history.",
+        ),
+        WorkOrderError::Db(error) => {
+            tracing::error!(%error, "work order store failed");
+            ToolError::internal()
+        }
+    }
+}
+
+pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrderArgs) -> ToolResult {
+    let registry = &inner.registry;
+    let id = parse_sensor_id("sensor_id", &args.sensor_id, registry)?;
+    let sensor = known_sensor("sensor_id", &id, registry)?;
+    let summary = args.summary.trim().to_string();
+    if summary.chars().count() < 10 {
+        return Err(ToolError::invalid(
+            "summary",
+            Some(&args.summary),
+            "10-500 characters besides spaces",
+            "`summary` is too short once spaces are removed.",
+            "Say what was observed and what should be done.",
+        ));
+    }
+    let fingerprint = call_key(
+        "create_work_order",
+        &serde_json::json!({"sensor_id": id.as_str(), "type": type_name(args.work_type), "priority": args.priority, "summary": summary}),
+    );
+    let now = Utc::now();
+    let at = now.to_rfc3339_opts(SecondsFormat::Millis, true);
+    let evidence = inner.cache.fresh(&id, u64::MAX / 2, now).map(|s| {
+        let mut stamps = super::readings::Stamps::new();
+        super::readings::reading(
+            sensor,
+            &s,
+            UnitMode::Normalized,
+            super::defs::ReadingSource::Cache,
+            &mut stamps,
+        )
+    });
+    let draft = WorkOrder {
+        id: String::new(),
+        sensor_id: id.to_string(),
+        equipment: sensor.equipment.clone(),
+        work_type: args.work_type,
+        priority: args.priority,
+        summary,
+        status: WorkOrderStatus::PendingApproval,
+        evidence,
+        created_by: caller.id.clone(),
+        created_at: at.clone(),
+        updated_at: at.clone(),
+        history: vec![Transition {
+            from: None,
+            to: WorkOrderStatus::PendingApproval,
+            at,
+            by: caller.id.clone(),
+            note: None,
+        }],
+        delivery: None,
+    };
+    let policy = format!(
+        "{}:{}",
+        type_name(args.work_type),
+        serde_json::to_value(args.priority)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    );
+    let auto = inner.config.work_orders.auto_approve.contains(&policy);
+    let store = store(inner)?;
+    let key = args.idempotency_key.clone();
+    // redb commits (with fsync) block: off the async threads.
+    let created = tokio::task::spawn_blocking(move || store.create(&key, &fingerprint, draft, auto))
+        .await
+        .map_err(|_| ToolError::internal())?
+        .map_err(store_error)?;
+    let Created { order, created, duplicate_of } = created;
+    let status = order.status;
+    to_data(&CreateWorkOrderData {
+        created,
+        duplicate_of,
+        status,
+        approval_required: status == WorkOrderStatus::PendingApproval,
+        next_check_after_seconds: NEXT_CHECK_S,
+        work_order: order,
+    })
+}
+
+pub(crate) fn get(inner: &Inner, args: GetWorkOrderArgs) -> ToolResult {
+    let order = store(inner)?.get(&args.work_order_id).map_err(store_error)?;
+    to_data(&WorkOrderData { work_order: order })
+}
+
+pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
+    let sensor = match &args.sensor_id {
+        Some(raw) => Some(parse_sensor_id("sensor_id", raw, &inner.registry)?),
+        None => None,
+    };
+    let since = match &args.since {
+        Some(raw) => {
+            Some(DateTime::parse_from_rfc3339(raw).map(|d| d.with_timezone(&Utc)).map_err(|_| {
+                ToolError::invalid(
+                    "since",
+                    Some(raw),
+                    "an RFC 3339 instant, e.g. 2026-11-01T00:00:00Z",
+                    "`since` is not a real RFC 3339 instant.",
+                    "Send a date and time with a zone.",
+                )
+            })?)
+        }
+        None => None,
+    };
+    let f = call_key(
+        "list_work_orders",
+        &serde_json::json!({"s": args.status, "id": args.sensor_id, "since": args.since}),
+    );
+    let before = match &args.cursor {
+        Some(c) => {
+            let decoded = URL_SAFE_NO_PAD.decode(c).ok().and_then(|b| String::from_utf8(b).ok());
+            match decoded.as_deref().and_then(|d| d.split_once('|')) {
+                Some((n, fp)) if fp == f => n.parse::<u64>().ok(),
+                _ => None,
+            }
+            .ok_or_else(|| {
+                ToolError::invalid(
+                    "cursor",
+                    Some(c),
+                    "the next_cursor of the previous page",
+                    "`cursor` does not belong to this listing.",
+                    "Pass next_cursor unchanged, or omit cursor to start over.",
+                )
+            })
+            .map(Some)?
+        }
+        None => None,
+    };
+    let matching: Vec<WorkOrder> = store(inner)?
+        .list()
+        .map_err(store_error)?
+        .into_iter()
+        .filter(|o| args.status.is_none_or(|s| o.status == s))
+        .filter(|o| sensor.as_ref().is_none_or(|s| o.sensor_id == s.as_str()))
+        .filter(|o| since.is_none_or(|t| DateTime::parse_from_rfc3339(&o.created_at).is_ok_and(|c| c >= t)))
+        .collect();
+    let total = matching.len();
+    let limit = args.limit.unwrap_or(DEFAULT_LIMIT) as usize;
+    let number = |o: &WorkOrder| crate::store::work_orders::number_of(&o.id).unwrap_or(0);
+    let mut page: Vec<WorkOrder> =
+        matching.into_iter().filter(|o| before.is_none_or(|b| number(o) < b)).collect();
+    let more = page.len() > limit;
+    page.truncate(limit);
+    let next_cursor =
+        if more { page.last().map(|o| URL_SAFE_NO_PAD.encode(format!("{}|{f}", number(o)))) } else { None };
+    to_data(&ListWorkOrdersData { work_orders: page, total, complete: next_cursor.is_none(), next_cursor })
+}
