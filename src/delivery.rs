@@ -43,14 +43,24 @@ async fn post(addr: &str, path: &str, id: &str, body: &[u8]) -> bool {
     matches!(tokio::time::timeout(Duration::from_secs(10), attempt).await, Ok(Some(r)) if (200..300).contains(&r.status))
 }
 
-/// One pass: deliver what is due, expire what is overdue. Returns deliveries made.
+/// One pass now: deliver what is due, expire what is overdue. Returns deliveries made.
 pub async fn pass(
     store: &Arc<WorkOrderStore>,
     webhook: Option<&(String, String)>,
     ttl: chrono::Duration,
 ) -> usize {
+    pass_at(store, webhook, ttl, Utc::now()).await
+}
+
+/// One pass as of `now_at` (tests move time forward through backoffs with it).
+pub async fn pass_at(
+    store: &Arc<WorkOrderStore>,
+    webhook: Option<&(String, String)>,
+    ttl: chrono::Duration,
+    now_at: chrono::DateTime<Utc>,
+) -> usize {
     let s = store.clone();
-    let cutoff = Utc::now() - ttl;
+    let cutoff = now_at - ttl;
     match tokio::task::spawn_blocking(move || s.expire(cutoff)).await {
         Ok(Ok(expired)) if !expired.is_empty() => {
             tracing::info!(count = expired.len(), "work orders expired")
@@ -59,7 +69,7 @@ pub async fn pass(
         _ => {}
     }
     let Some((addr, path)) = webhook else { return 0 };
-    let now = Utc::now().timestamp_millis();
+    let now = now_at.timestamp_millis();
     let due = match store.due(now) {
         Ok(d) => d,
         Err(error) => {

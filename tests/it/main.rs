@@ -12,3 +12,4 @@ mod schemas;
 mod serve;
 mod support;
 mod validation;
+mod work_orders;

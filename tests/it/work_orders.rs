@@ -1,0 +1,474 @@
+//! Work orders: idempotency under concurrency, duplicates, the lifecycle, the operator
+//! role, expiry, delivery through the outbox, and crashes at any moment.
+
+use std::collections::{HashMap, HashSet};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fieldgate::store::work_orders::{WorkOrderStore, allowed};
+use fieldgate::tools::defs::WorkOrderStatus as S;
+use fieldgate::tools::{ErrorCode, ToolService};
+use serde_json::{Value, json};
+
+use super::support::*;
+
+fn order(sensor: &str, ty: &str, key: &str) -> Value {
+    json!({"sensor_id": sensor, "type": ty, "priority": "medium",
+           "summary": "Discharge pressure above range for an hour; inspect the pump.", "idempotency_key": key})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_calls_with_one_key_create_one_work_order() {
+    let svc = service();
+    let calls = (0..50).map(|_| {
+        let svc = svc.clone();
+        tokio::spawn(async move {
+            svc.call("create_work_order", order("A_LINE1_001", "inspection", "report-key-0001"))
+                .await
+                .unwrap()
+        })
+    });
+    let mut ids = HashSet::new();
+    let mut created = 0;
+    for c in calls {
+        let e = c.await.unwrap();
+        assert!(e.ok, "{:?}", e.error);
+        let d = e.json();
+        ids.insert(d["work_order"]["id"].as_str().unwrap().to_string());
+        created += usize::from(d["created"] == true);
+        assert_eq!(d["status"], "pending_approval");
+        assert_eq!(d["approval_required"], true);
+        assert!(d["next_check_after_seconds"].as_u64().unwrap() > 0);
+    }
+    assert_eq!((ids.len(), created), (1, 1));
+    assert_eq!(svc.work_orders().unwrap().list().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_keys_for_the_same_sensor_and_type_create_one_and_point_at_it() {
+    let svc = service();
+    let calls = (0..50).map(|i| {
+        let svc = svc.clone();
+        tokio::spawn(async move {
+            svc.call("create_work_order", order("A_LINE1_002", "repair", &format!("agent-run-{i:04}")))
+                .await
+                .unwrap()
+        })
+    });
+    let mut results = Vec::new();
+    for c in calls {
+        results.push(c.await.unwrap().json());
+    }
+    let created: Vec<&Value> = results.iter().filter(|d| d["created"] == true).collect();
+    assert_eq!(created.len(), 1);
+    let id = created[0]["work_order"]["id"].clone();
+    for d in results.iter().filter(|d| d["created"] == false) {
+        assert_eq!(d["duplicate_of"], id);
+        assert_eq!(d["work_order"]["id"], id);
+    }
+    // Another type for the same sensor is a separate order.
+    let e = svc.call("create_work_order", order("A_LINE1_002", "cleaning", "agent-run-9999")).await.unwrap();
+    assert_eq!(e.json()["created"], true);
+}
+
+#[tokio::test]
+async fn a_key_reused_with_other_arguments_is_a_conflict() {
+    let svc = service();
+    let first =
+        svc.call("create_work_order", order("A_LINE1_003", "inspection", "key-conflict-1")).await.unwrap();
+    assert!(first.ok);
+    let e =
+        svc.call("create_work_order", order("A_LINE1_004", "inspection", "key-conflict-1")).await.unwrap();
+    let err = e.error.unwrap();
+    assert_eq!(err.code, ErrorCode::IdempotencyConflict);
+    assert!(!err.retryable);
+    assert!(err.message.contains(first.json()["work_order"]["id"].as_str().unwrap()));
+    // The same arguments with the same key: the same order, not created again.
+    let again = svc
+        .call("create_work_order", order("A_LINE1_003", "inspection", "key-conflict-1"))
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(again["created"], false);
+    assert_eq!(again["work_order"]["id"], first.json()["work_order"]["id"]);
+}
+
+#[tokio::test]
+async fn arguments_are_validated() {
+    let svc = service();
+    for (args, param) in [
+        (
+            json!({"sensor_id": "A_LINE1_001", "type": "inspect", "priority": "low", "summary": "A long enough summary.", "idempotency_key": "abcdefgh"}),
+            "type",
+        ),
+        (
+            json!({"sensor_id": "A_LINE1_001", "type": "repair", "priority": "low", "summary": "short", "idempotency_key": "abcdefgh"}),
+            "summary",
+        ),
+        (
+            json!({"sensor_id": "A_LINE1_001", "type": "repair", "priority": "low", "summary": "A long enough summary.", "idempotency_key": "bad key!"}),
+            "idempotency_key",
+        ),
+        (
+            json!({"sensor_id": "A_LINE1_001", "type": "repair", "priority": "low", "summary": "          x         ", "idempotency_key": "abcdefgh"}),
+            "summary",
+        ),
+    ] {
+        let err = svc.call("create_work_order", args.clone()).await.unwrap().error.unwrap();
+        assert_eq!((err.code, err.parameter.as_deref()), (ErrorCode::InvalidArgument, Some(param)), "{args}");
+    }
+    let err = svc
+        .call("create_work_order", order("A_LINE1_099", "repair", "abcdefgh"))
+        .await
+        .unwrap()
+        .error
+        .unwrap();
+    assert_eq!(err.code, ErrorCode::SensorNotFound);
+    let err = svc.call("get_work_order", json!({"work_order_id": "WO-000777"})).await.unwrap().error.unwrap();
+    assert_eq!(err.code, ErrorCode::WorkOrderNotFound);
+}
+
+#[test]
+fn every_lifecycle_transition_and_every_refused_one() {
+    let all =
+        [S::PendingApproval, S::Approved, S::InProgress, S::Completed, S::Rejected, S::Cancelled, S::Expired];
+    let ok = [
+        (S::PendingApproval, S::Approved),
+        (S::PendingApproval, S::Rejected),
+        (S::PendingApproval, S::Expired),
+        (S::Approved, S::InProgress),
+        (S::Approved, S::Cancelled),
+        (S::InProgress, S::Completed),
+        (S::InProgress, S::Cancelled),
+    ];
+    for from in all {
+        for to in all {
+            assert_eq!(allowed(from, to), ok.contains(&(from, to)), "{from:?} -> {to:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn operators_move_orders_and_the_agent_cannot() {
+    let svc = service();
+    let id = svc
+        .call("create_work_order", order("A_LINE1_005", "calibration", "cal-0000001"))
+        .await
+        .unwrap()
+        .json()["work_order"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let agent = fieldgate::tools::Caller { id: "reporter".into(), role: fieldgate::tools::Role::Agent };
+    let op = fieldgate::tools::Caller { id: "shift-lead".into(), role: fieldgate::tools::Role::Operator };
+    let e = svc.act_on_work_order(&agent, &id, "approve", None).await;
+    assert_eq!(e.error.unwrap().code, ErrorCode::Unauthorized);
+    let e = svc.act_on_work_order(&op, &id, "start", None).await;
+    assert_eq!(e.error.unwrap().code, ErrorCode::InvalidArgument, "pending cannot start");
+    for (action, status) in [("approve", "approved"), ("start", "in_progress"), ("complete", "completed")] {
+        let e = svc.act_on_work_order(&op, &id, action, Some(format!("{action}d by the test"))).await;
+        assert_eq!(e.json()["work_order"]["status"], status, "{:?}", e.error);
+    }
+    let e = svc.act_on_work_order(&op, &id, "cancel", None).await;
+    assert!(e.error.unwrap().message.contains("completed"));
+    let wo = svc.call("get_work_order", json!({"work_order_id": id})).await.unwrap().json();
+    let history: Vec<(&str, &str)> = wo["work_order"]["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["to"].as_str().unwrap(), t["by"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            ("pending_approval", "local"),
+            ("approved", "shift-lead"),
+            ("in_progress", "shift-lead"),
+            ("completed", "shift-lead")
+        ]
+    );
+    // Closed: a new order for the same sensor and type is created, not a duplicate.
+    let again = svc
+        .call("create_work_order", order("A_LINE1_005", "calibration", "cal-0000002"))
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(again["created"], true);
+    // list_work_orders filters and pages.
+    let l = svc.call("list_work_orders", json!({"status": "completed"})).await.unwrap().json();
+    assert_eq!(l["total"], 1);
+    let l =
+        svc.call("list_work_orders", json!({"sensor_id": "A_LINE1_005", "limit": 1})).await.unwrap().json();
+    assert_eq!((l["total"].as_u64(), l["work_orders"].as_array().unwrap().len()), (Some(2), 1));
+    let next = l["next_cursor"].as_str().unwrap();
+    let l2 = svc
+        .call("list_work_orders", json!({"sensor_id": "A_LINE1_005", "limit": 1, "cursor": next}))
+        .await
+        .unwrap()
+        .json();
+    assert_ne!(l2["work_orders"][0]["id"], l["work_orders"][0]["id"]);
+    assert_eq!(l2["complete"], true);
+}
+
+#[tokio::test]
+async fn over_http_only_an_operator_token_can_approve() {
+    let svc = service();
+    let env = [
+        ("FIELDGATE_TOKEN_REPORTER".to_string(), "agent:agent-token-0123456789".to_string()),
+        ("FIELDGATE_TOKEN_LEAD".to_string(), "operator:operator-token-0123456789".to_string()),
+    ];
+    let server = Server::start(svc, fieldgate::transport::auth::Tokens::load(None, env).unwrap()).await;
+    let mut agent = server.client().await.with_token("agent-token-0123456789");
+    let r = agent
+        .post(
+            "/v1/tools/create_work_order",
+            &serde_json::to_vec(&order("B_BOILER_003", "inspection", "http-key-001")).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let id = r.json()["data"]["work_order"]["id"].as_str().unwrap().to_string();
+    assert_eq!(r.json()["data"]["work_order"]["created_by"], "reporter");
+    let r = agent.post(&format!("/v1/work-orders/{id}/approve"), b"{}").await.unwrap();
+    assert_eq!(r.status, 403);
+    let mut lead = server.client().await.with_token("operator-token-0123456789");
+    let r = lead.post(&format!("/v1/work-orders/{id}/approve"), br#"{"note": "go ahead"}"#).await.unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let r = agent.get(&format!("/v1/work-orders/{id}")).await.unwrap();
+    assert_eq!(r.json()["data"]["work_order"]["status"], "approved");
+    assert_eq!(r.json()["data"]["work_order"]["delivery"]["state"], "pending");
+    let r = agent.get("/v1/work-orders?status=approved").await.unwrap();
+    assert_eq!(r.json()["data"]["total"], 1);
+    let r = lead.post(&format!("/v1/work-orders/{id}/approve"), b"").await.unwrap();
+    assert_eq!(r.status, 400, "approved cannot be approved again");
+    let r = lead.post("/v1/work-orders/WO-009999/approve", b"").await.unwrap();
+    assert_eq!(r.status, 404);
+}
+
+#[tokio::test]
+async fn pending_orders_expire_after_their_ttl_and_auto_approval_is_recorded() {
+    let mut config = fieldgate::config::Config::default();
+    config.work_orders.auto_approve = vec!["inspection:low".into()];
+    let svc = ToolService::new(Arc::new(demo_registry()), config);
+    let low = json!({"sensor_id": "A_LINE1_006", "type": "inspection", "priority": "low", "summary": "Counter looks stuck; have a look.", "idempotency_key": "auto-00001"});
+    let d = svc.call("create_work_order", low).await.unwrap().json();
+    assert_eq!(d["status"], "approved");
+    assert_eq!(d["approval_required"], false);
+    assert_eq!(d["work_order"]["history"][1]["by"], "system");
+    assert!(d["work_order"]["history"][1]["note"].as_str().unwrap().contains("auto-approved"));
+    let pending =
+        svc.call("create_work_order", order("A_LINE1_007", "repair", "expire-0001")).await.unwrap().json();
+    let id = pending["work_order"]["id"].as_str().unwrap().to_string();
+    let store = svc.work_orders().unwrap().clone();
+    let ttl = chrono::Duration::hours(72);
+    // 71 hours later: still pending; 73 hours later: expired.
+    fieldgate::delivery::pass_at(&store, None, ttl, chrono::Utc::now() + chrono::Duration::hours(71)).await;
+    assert_eq!(store.get(&id).unwrap().status, S::PendingApproval);
+    fieldgate::delivery::pass_at(&store, None, ttl, chrono::Utc::now() + chrono::Duration::hours(73)).await;
+    let wo = store.get(&id).unwrap();
+    assert_eq!(wo.status, S::Expired);
+    assert_eq!(wo.history.last().unwrap().by, "system");
+}
+
+#[tokio::test]
+async fn the_outbox_delivers_at_least_once_through_failures_and_a_restart() {
+    // A maintenance system that fails the first two deliveries.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<(String, u16)>::new()));
+    let s = seen.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        while let Ok((stream, _)) = listener.accept().await {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut r = BufReader::new(stream);
+                let (mut key, mut len, mut line) = (String::new(), 0usize, String::new());
+                while r.read_line(&mut line).await.unwrap_or(0) > 0 && line != "\r\n" {
+                    let l = line.to_ascii_lowercase();
+                    if let Some(v) = l.strip_prefix("idempotency-key:") {
+                        key = v.trim().to_uppercase();
+                    }
+                    if let Some(v) = l.strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                    line.clear();
+                }
+                let mut body = vec![0; len];
+                let _ = r.read_exact(&mut body).await;
+                let status = if s.lock().unwrap().len() < 2 { 500 } else { 200 };
+                s.lock().unwrap().push((key, status));
+                let reply = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n");
+                let _ = r.get_mut().write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    let webhook = fieldgate::delivery::parse_webhook(&format!("http://{addr}/cmms/work-orders"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("work_orders.redb");
+    let ttl = chrono::Duration::hours(72);
+    let t0 = chrono::Utc::now();
+    let id = {
+        let store = Arc::new(WorkOrderStore::open(&path).unwrap());
+        let svc = service().with_work_orders(store.clone());
+        let id = svc
+            .call("create_work_order", order("A_UTIL_004", "inspection", "deliver-0001"))
+            .await
+            .unwrap()
+            .json()["work_order"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        // Nothing is delivered before approval.
+        assert_eq!(fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, t0).await, 0);
+        let op = fieldgate::tools::Caller { id: "lead".into(), role: fieldgate::tools::Role::Operator };
+        assert!(svc.act_on_work_order(&op, &id, "approve", None).await.ok);
+        assert_eq!(
+            fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, t0).await,
+            0,
+            "first attempt fails"
+        );
+        // Before the backoff has passed, nothing is tried.
+        assert_eq!(fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, t0).await, 0);
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        id
+    };
+    // The service restarts; the outbox is on disk.
+    let store = Arc::new(WorkOrderStore::open(&path).unwrap());
+    let wo = store.get(&id).unwrap();
+    assert_eq!(
+        (wo.delivery.as_ref().unwrap().state.as_str(), wo.delivery.as_ref().unwrap().attempts),
+        ("failing", 1)
+    );
+    let later = |s: i64| t0 + chrono::Duration::seconds(s);
+    assert_eq!(
+        fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, later(2)).await,
+        0,
+        "second attempt fails"
+    );
+    assert_eq!(
+        fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, later(3)).await,
+        0,
+        "backing off (2 s)"
+    );
+    assert_eq!(fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, later(10)).await, 1);
+    assert_eq!(
+        fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, later(100)).await,
+        0,
+        "delivered once is enough"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.iter().map(|s| s.1).collect::<Vec<_>>(), [500, 500, 200]);
+    assert!(seen.iter().all(|(k, _)| *k == id), "the work order ID is the idempotency key: {seen:?}");
+    let d = store.get(&id).unwrap().delivery.unwrap();
+    assert_eq!((d.state.as_str(), d.attempts), ("delivered", 3));
+}
+
+/// Starts `fieldgate serve` on a free port with this data directory.
+async fn serve(data: &std::path::Path) -> (tokio::process::Child, std::net::SocketAddr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .arg("serve")
+        .current_dir(root())
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
+        .env("FIELDGATE_STORAGE_DATA_DIR", data.to_str().unwrap())
+        .env("FIELDGATE_SERVER_RATE_LIMIT_PER_MINUTE", "1000000")
+        .env("FIELDGATE_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    loop {
+        let line =
+            tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.unwrap().unwrap().unwrap();
+        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
+            let addr = rest.split_whitespace().next().unwrap().parse().unwrap();
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            return (child, addr);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_random_moments_no_acknowledged_work_order_is_lost_or_doubled() {
+    let data = tempfile::tempdir().unwrap();
+    let sensors: Vec<String> = demo_registry().sensors().iter().map(|s| s.id.to_string()).collect();
+    let types = ["inspection", "calibration", "repair", "replacement", "cleaning"];
+    // Acknowledged: idempotency key → (arguments, work order ID).
+    let mut acked: HashMap<String, (Value, String)> = HashMap::new();
+    let mut seed = 0x2545_F491_4F6C_DD1D_u64;
+    let mut n = 0usize;
+    for round in 0..50 {
+        let (mut child, addr) = serve(data.path()).await;
+        let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
+        // Everything acknowledged before survives and comes back for its key.
+        if round % 10 == 9 {
+            for (key, (args, id)) in &acked {
+                let r =
+                    c.post("/v1/tools/create_work_order", &serde_json::to_vec(args).unwrap()).await.unwrap();
+                assert_eq!(r.json()["data"]["work_order"]["id"].as_str(), Some(id.as_str()), "{key}");
+            }
+        }
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let kill_after = Duration::from_micros(2_000 + seed % 40_000);
+        let pid = child.id().unwrap().to_string();
+        let killer = tokio::spawn(async move {
+            tokio::time::sleep(kill_after).await;
+            std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+        });
+        loop {
+            n += 1;
+            let key = format!("crash-{n:06}");
+            let args = json!({"sensor_id": sensors[n % sensors.len()], "type": types[(n / sensors.len()) % types.len()],
+                "priority": "low", "summary": format!("Crash test order number {n}."), "idempotency_key": key});
+            match c.post("/v1/tools/create_work_order", &serde_json::to_vec(&args).unwrap()).await {
+                Ok(r) if r.status == 200 => {
+                    let id = r.json()["data"]["work_order"]["id"].as_str().unwrap().to_string();
+                    acked.insert(key, (args, id));
+                }
+                Ok(r) => panic!("unexpected answer {}: {}", r.status, String::from_utf8_lossy(&r.body)),
+                Err(_) => break, // killed mid-call: not acknowledged
+            }
+        }
+        killer.await.unwrap();
+        let _ = child.wait().await;
+    }
+    // After the last crash: every acknowledged order exists exactly once and its key
+    // returns it.
+    let (mut child, addr) = serve(data.path()).await;
+    let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
+    let mut all = Vec::new();
+    let mut args = json!({"limit": 500});
+    loop {
+        let d = c
+            .post("/v1/tools/list_work_orders", &serde_json::to_vec(&args).unwrap())
+            .await
+            .unwrap()
+            .json()["data"]
+            .clone();
+        all.extend(
+            d["work_orders"].as_array().unwrap().iter().map(|o| o["id"].as_str().unwrap().to_string()),
+        );
+        match d["next_cursor"].as_str() {
+            Some(cur) => args["cursor"] = json!(cur),
+            None => break,
+        }
+    }
+    let unique: HashSet<&String> = all.iter().collect();
+    assert_eq!(unique.len(), all.len(), "an ID appears twice");
+    for (key, (args, id)) in &acked {
+        assert!(unique.contains(id), "{id} ({key}) was acknowledged and lost");
+        let r = c.post("/v1/tools/create_work_order", &serde_json::to_vec(args).unwrap()).await.unwrap();
+        assert_eq!(r.json()["data"]["work_order"]["id"].as_str(), Some(id.as_str()));
+        assert_eq!(r.json()["data"]["created"], false);
+    }
+    assert!(acked.len() >= 100, "only {} orders acknowledged over 50 rounds", acked.len());
+    eprintln!("crash test: 50 SIGKILLs, {} acknowledged work orders, {} stored", acked.len(), all.len());
+    child.kill().await.unwrap();
+}
