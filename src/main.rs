@@ -162,7 +162,18 @@ fn main() -> ExitCode {
             } else {
                 fieldgate::store::HistoryStore::in_memory().ok().map(Arc::new)
             };
-            let service = ToolService::with_history(Arc::new(registry), config, store);
+            let orders_dir = config.storage.data_dir.clone();
+            let mut service = ToolService::with_history(Arc::new(registry), config, store);
+            // Work orders made from the command line are kept in the data directory.
+            if tool.contains("work_order") {
+                match fieldgate::store::work_orders::WorkOrderStore::open_in(&orders_dir) {
+                    Ok(s) => service = service.with_work_orders(Arc::new(s)),
+                    Err(e) => {
+                        eprintln!("error: {e} (a running service holds the data directory: call it over HTTP instead)");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
             match runtime.block_on(service.call(&tool, args)) {
                 Ok(envelope) => {
                     out(&serde_json::to_string_pretty(&envelope).unwrap_or_default());

@@ -28,7 +28,7 @@ pub enum WorkOrderError {
     NotFound(String),
     #[error("idempotency key reused with other arguments")]
     Conflict { existing: String },
-    #[error("a {from} work order cannot be moved to {to}")]
+    #[error("a work order in state {from} cannot move to {to}")]
     Transition { from: &'static str, to: &'static str },
 }
 

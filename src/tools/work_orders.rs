@@ -55,7 +55,7 @@ pub fn store_error(e: WorkOrderError) -> ToolError {
             "action",
             Some(to),
             "a move allowed from the current state",
-            format!("A {from} work order cannot become {to}."),
+            format!("A work order in state {from} cannot move to {to}."),
             "get_work_order shows the state and its history.",
         ),
         WorkOrderError::Db(error) => {
