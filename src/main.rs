@@ -68,9 +68,15 @@ enum Command {
         /// A note recorded with the decision.
         #[arg(long)]
         note: Option<String>,
-        /// Who decides (recorded in the history). Default: $USER.
+        /// Who decides (recorded in the history). Default: $USER. With --url, the token's name.
         #[arg(long)]
         by: Option<String>,
+        /// Talk to a running service instead, e.g. http://127.0.0.1:8080.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        /// Operator bearer token for --url (or FIELDGATE_CLI_TOKEN).
+        #[arg(long, env = "FIELDGATE_CLI_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Run the simulated demo plant and the service against it until Ctrl-C.
     Demo {
@@ -169,7 +175,9 @@ fn main() -> ExitCode {
                 match fieldgate::store::work_orders::WorkOrderStore::open_in(&orders_dir) {
                     Ok(s) => service = service.with_work_orders(Arc::new(s)),
                     Err(e) => {
-                        eprintln!("error: {e} (a running service holds the data directory: call it over HTTP instead)");
+                        eprintln!(
+                            "error: {e} (a running service holds the data directory: call it over HTTP instead)"
+                        );
                         return ExitCode::FAILURE;
                     }
                 }
@@ -220,7 +228,12 @@ fn main() -> ExitCode {
             };
             runtime.block_on(serve(config, registry, tokens))
         }
-        Command::WorkOrders { action, id, note, by } => work_orders(&cli.config, &action, id, note, by),
+        Command::WorkOrders { action, id, note, url: Some(url), token, .. } => {
+            runtime.block_on(work_orders_remote(&url, token, &action, id, note))
+        }
+        Command::WorkOrders { action, id, note, by, url: None, .. } => {
+            work_orders(&cli.config, &action, id, note, by)
+        }
         Command::Demo { tour, data_dir, listen } => {
             let (config, registry) = match load(&cli.config, &cli.devices) {
                 Ok(v) => v,
@@ -389,6 +402,59 @@ fn work_orders(
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// `fieldgate work-orders ... --url`: the same actions through a running service's HTTP API.
+async fn work_orders_remote(
+    url: &str,
+    token: Option<String>,
+    action: &str,
+    id: Option<String>,
+    note: Option<String>,
+) -> ExitCode {
+    let Some(authority) = url.strip_prefix("http://").map(|r| r.trim_end_matches('/')) else {
+        eprintln!("error: --url must be http://host:port");
+        return ExitCode::from(2);
+    };
+    let addr = match tokio::net::lookup_host(authority).await.ok().and_then(|mut a| a.next()) {
+        Some(a) => a,
+        None => {
+            eprintln!("error: cannot resolve {authority}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut client = match fieldgate::transport::client::HttpClient::connect(addr).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot reach {url}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(t) = &token {
+        client = client.with_token(t);
+    }
+    let response = match (action, id) {
+        ("list", _) => client.get("/v1/work-orders?limit=500").await,
+        ("show", Some(id)) => client.get(&format!("/v1/work-orders/{id}")).await,
+        (_, Some(id)) => {
+            let body = serde_json::to_vec(&serde_json::json!({ "note": note })).unwrap_or_default();
+            client.post(&format!("/v1/work-orders/{id}/{action}"), &body).await
+        }
+        (_, None) => {
+            eprintln!("error: {action} needs a work order ID, e.g. WO-000001");
+            return ExitCode::from(2);
+        }
+    };
+    match response {
+        Ok(r) => {
+            out(&serde_json::to_string_pretty(&r.json()).unwrap_or_default());
+            if r.status == 200 { ExitCode::SUCCESS } else { ExitCode::from(2) }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
     }
 }

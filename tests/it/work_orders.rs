@@ -472,3 +472,37 @@ async fn killed_at_random_moments_no_acknowledged_work_order_is_lost_or_doubled(
     eprintln!("crash test: 50 SIGKILLs, {} acknowledged work orders, {} stored", acked.len(), all.len());
     child.kill().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_decides_through_a_running_service_with_an_operator_token() {
+    let svc = service();
+    let env = [
+        ("FIELDGATE_TOKEN_BOT".to_string(), "agent:bot-token-0123456789".to_string()),
+        ("FIELDGATE_TOKEN_LEAD".to_string(), "operator:lead-token-0123456789".to_string()),
+    ];
+    let created =
+        svc.call("create_work_order", order("A_LINE1_012", "cleaning", "cli-remote-01")).await.unwrap();
+    let id = created.json()["work_order"]["id"].as_str().unwrap().to_string();
+    let server =
+        Server::start(svc.clone(), fieldgate::transport::auth::Tokens::load(None, env).unwrap()).await;
+    let url = format!("http://{}", server.addr);
+    let run = |token: &str| {
+        let (url, id, token) = (url.clone(), id.clone(), token.to_string());
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+                .args(["work-orders", "approve", &id, "--url", &url, "--note", "from the CLI"])
+                .env("FIELDGATE_CLI_TOKEN", token)
+                .output()
+                .unwrap()
+        })
+    };
+    let agent = run("bot-token-0123456789").await.unwrap();
+    assert_eq!(agent.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&agent.stdout).contains("UNAUTHORIZED"));
+    let lead = run("lead-token-0123456789").await.unwrap();
+    assert!(lead.status.success(), "{}", String::from_utf8_lossy(&lead.stderr));
+    let wo = svc.work_orders().unwrap().get(&id).unwrap();
+    assert_eq!(wo.status, S::Approved);
+    let last = wo.history.last().unwrap();
+    assert_eq!((last.by.as_str(), last.note.as_deref()), ("lead", Some("from the CLI")));
+}
