@@ -55,6 +55,7 @@ impl Demo {
             .await
             .map_err(|e| DemoError::Sim(e.to_string()))?;
         registry.override_endpoints(sim.addrs(), sim.serial_paths());
+        registry.override_opcua_endpoints(sim.opcua_urls());
         let (data_dir, temp) = match data_dir {
             Some(d) => {
                 std::fs::create_dir_all(&d).map_err(|e| DemoError::DataDir(d.display().to_string(), e))?;
@@ -114,8 +115,11 @@ impl Demo {
         for (id, addr) in self.sim.addrs() {
             out.push_str(&format!("\n  simulated {id:<16} modbus on {addr}"));
         }
+        for (id, url) in self.sim.opcua_urls() {
+            out.push_str(&format!("\n  simulated {id:<16} opcua at {url}"));
+        }
         for id in self.sim.skipped() {
-            out.push_str(&format!("\n  simulated {id:<16} not yet (OPC UA arrives with its issue)"));
+            out.push_str(&format!("\n  not simulated {id}"));
         }
         out.push('\n');
         out

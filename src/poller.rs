@@ -38,6 +38,16 @@ struct Last {
 }
 
 fn stored_of(sample: &Sample) -> (Stored, u8) {
+    let (value, quality) = stored_value(sample);
+    let quality = match sample.quality {
+        crate::driver::SampleQuality::Good => quality,
+        crate::driver::SampleQuality::Uncertain => quality.max(1),
+        crate::driver::SampleQuality::Bad => 2,
+    };
+    (value, quality)
+}
+
+fn stored_value(sample: &Sample) -> (Stored, u8) {
     match &sample.value {
         RawValue::Float(f) if f.is_finite() => (Stored::Float(*f), 0),
         RawValue::Float(_) => (Stored::Float(f64::NAN), 2),

@@ -78,6 +78,13 @@ pub fn encode_string(text: &str, width: u16, order: Order) -> Vec<u16> {
 /// What a correct master reads back for `value` through this point: the value after
 /// the register round trip (integer rounding, f32 precision, string length), scaled.
 pub fn expected(p: &Point, value: &SimValue) -> SimValue {
+    if p.node_id.is_some() {
+        // OPC UA carries the value itself: no registers, no quantisation.
+        return match (value, p.kind_word()) {
+            (SimValue::Num(n), Some("status" | "alarm")) => SimValue::Bool(*n >= 0.5),
+            (v, _) => v.clone(),
+        };
+    }
     let kind = p.kind.unwrap_or(Kind::U16);
     if p.bit.is_some()
         || p.table.is_some_and(|t| matches!(t, crate::plant::Table::Coil | crate::plant::Table::Discrete))

@@ -8,6 +8,7 @@
 pub mod control;
 pub mod encode;
 pub mod faults;
+pub mod opcua;
 pub mod plant;
 mod server;
 pub mod wave;
@@ -49,6 +50,8 @@ pub enum SimError {
     UnknownDevice(String),
     #[error("invalid faults: {0}")]
     Faults(String),
+    #[error("OPC UA server: {0}")]
+    OpcUa(String),
 }
 
 /// Simulation time: seconds since start, or a frozen instant.
@@ -76,6 +79,8 @@ pub struct State {
     pub clock: Clock,
     changes: watch::Sender<u64>,
     shut: AtomicBool,
+    /// Reads answered by the OPC UA devices (for tests).
+    pub opcua_reads: AtomicU64,
 }
 
 impl State {
@@ -107,12 +112,12 @@ impl State {
     }
 
     /// True with probability `p`.
-    fn chance(&self, device: &str, p: f64) -> bool {
+    pub(crate) fn chance(&self, device: &str, p: f64) -> bool {
         p >= 1.0 || (p > 0.0 && (self.uniform(device, 1 << 24) as f64) < p * f64::from(1u32 << 24))
     }
 
     /// The signal of a sensor: its scenario wave, or a constant in the middle of its range.
-    fn wave_of(&self, p: &plant::Point) -> Wave {
+    pub(crate) fn wave_of(&self, p: &plant::Point) -> Wave {
         if let Some(w) = self.waves.read().unwrap_or_else(|e| e.into_inner()).get(&p.id) {
             return w.clone();
         }
@@ -177,6 +182,7 @@ pub struct Simulator {
     state: Arc<State>,
     endpoints: Vec<Arc<Endpoint>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    opcua: Vec<opcua::OpcUaDevice>,
 }
 
 impl Simulator {
@@ -201,6 +207,7 @@ impl Simulator {
             clock: Clock { start: Instant::now(), frozen: Mutex::new(None) },
             changes,
             shut: AtomicBool::new(false),
+            opcua_reads: AtomicU64::new(0),
             devices,
         });
         let mut groups: BTreeMap<(String, Framing), Vec<String>> = BTreeMap::new();
@@ -256,7 +263,11 @@ impl Simulator {
             tasks.push(tokio::spawn(server::run(state.clone(), ep.clone(), listener)));
             endpoints.push(ep);
         }
-        Ok(Simulator { state, endpoints, tasks })
+        let mut ua = Vec::new();
+        for d in state.devices.values().filter(|d| d.protocol == Protocol::Opcua) {
+            ua.push(opcua::start(state.clone(), d).await?);
+        }
+        Ok(Simulator { state, endpoints, tasks, opcua: ua })
     }
 
     fn endpoint(&self, device: &str) -> Option<&Arc<Endpoint>> {
@@ -293,7 +304,22 @@ impl Simulator {
 
     /// Devices of the plant that this simulator does not serve.
     pub fn skipped(&self) -> Vec<String> {
-        self.state.devices.keys().filter(|d| self.endpoint(d).is_none()).cloned().collect()
+        self.state
+            .devices
+            .keys()
+            .filter(|d| self.endpoint(d).is_none() && !self.opcua.iter().any(|o| o.device == **d))
+            .cloned()
+            .collect()
+    }
+
+    /// OPC UA devices and their endpoint URLs.
+    pub fn opcua_urls(&self) -> BTreeMap<String, String> {
+        self.opcua.iter().map(|o| (o.device.clone(), o.url.clone())).collect()
+    }
+
+    /// Reads answered by the OPC UA devices so far.
+    pub fn opcua_reads(&self) -> u64 {
+        self.state.opcua_reads.load(Ordering::Relaxed)
     }
 
     pub fn devices(&self) -> &BTreeMap<String, Device> {
@@ -350,6 +376,11 @@ impl Simulator {
         for t in self.tasks {
             t.abort();
             let _ = t.await;
+        }
+        for o in self.opcua {
+            o.handle.cancel();
+            o.task.abort();
+            let _ = o.task.await;
         }
     }
 }

@@ -71,9 +71,16 @@ pub struct Point {
     pub offset: Option<f64>,
     pub node_id: Option<String>,
     pub range: Option<Range>,
+    /// The sensor's kind word (temperature, status, ...).
+    #[serde(rename = "kind")]
+    pub kind_name: Option<String>,
 }
 
 impl Point {
+    pub fn kind_word(&self) -> Option<&str> {
+        self.kind_name.as_deref()
+    }
+
     pub fn scale(&self) -> f64 {
         self.scale.unwrap_or(1.0)
     }

@@ -1,13 +1,14 @@
 //! Device I/O. Only this module talks to field devices.
 //!
 //! [`Driver`] is transport-independent: the Modbus implementation lives in `modbus.rs`,
-//! OPC UA will implement the same trait. Drivers return [`DriverError`]s that keep "the
+//! OPC UA in `opcua.rs` implements the same trait. Drivers return [`DriverError`]s that keep "the
 //! device answered no" (`Rejected`) apart from "the device did not answer" (`Timeout`,
 //! `Unavailable`, `Malformed`) and "the device is busy" (`Busy`): only the transient kinds
 //! say anything about a device's health.
 
 pub mod codec;
 pub mod modbus;
+pub mod opcua;
 pub mod plan;
 
 use std::collections::HashMap;
@@ -25,11 +26,22 @@ use modbus::{Link, ModbusDriver};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// How far the device vouches for a value (OPC UA status codes; Modbus is always good).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SampleQuality {
+    #[default]
+    Good,
+    Uncertain,
+    /// The device reports the sensor as failed; the value is not to be used.
+    Bad,
+}
+
 /// A value read from a device, decoded but not scaled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub value: RawValue,
     pub at: chrono::DateTime<chrono::Utc>,
+    pub quality: SampleQuality,
 }
 
 /// Why a read failed. No variant carries text from the device.
@@ -43,6 +55,8 @@ pub enum DriverError {
     Busy,
     #[error("the device rejected the request (exception {code})")]
     Rejected { code: u8 },
+    #[error("the device refused to read the node ({status})")]
+    NodeRejected { status: &'static str },
     #[error("malformed reply")]
     Malformed,
     #[error("this protocol is not supported by this build")]
@@ -119,7 +133,10 @@ impl Drivers {
                         links.entry(target.clone()).or_insert_with(|| Arc::new(Link::new(target))).clone();
                     Arc::new(ModbusDriver::new(d.clone(), link))
                 }
-                None => Arc::new(Unsupported),
+                None => match opcua::OpcUaDriver::for_device(d) {
+                    Some(driver) => Arc::new(driver),
+                    None => Arc::new(Unsupported),
+                },
             };
             by_device.insert(d.id.clone(), driver);
         }

@@ -422,7 +422,11 @@ impl Driver for ModbusDriver {
                 let at = chrono::Utc::now();
                 for &m in &block.members {
                     out[index[m]] = match &words {
-                        Ok(w) => slice(w, block, points[m]).map(|value| Sample { value, at }),
+                        Ok(w) => slice(w, block, points[m]).map(|value| Sample {
+                            value,
+                            at,
+                            quality: Default::default(),
+                        }),
                         Err(e) => Err(e.clone()),
                     };
                 }

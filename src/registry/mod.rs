@@ -93,6 +93,15 @@ impl Registry {
         }
     }
 
+    /// Points OPC UA devices at other server URLs (the simulator's, in the demo and tests).
+    pub fn override_opcua_endpoints(&mut self, urls: impl IntoIterator<Item = (String, String)>) {
+        for (id, url) in urls {
+            if let Ok(id) = id.parse::<DeviceId>() {
+                self.override_endpoint(&id, Endpoint::OpcUa { url });
+            }
+        }
+    }
+
     pub fn devices(&self) -> &[Device] {
         &self.devices
     }

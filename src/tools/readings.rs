@@ -112,6 +112,7 @@ pub(crate) fn reading(
         SensorSource::OpcUa { .. } => (sample.value.clone(), None),
     };
     let (value, quality) = match value {
+        _ if sample.quality == crate::driver::SampleQuality::Bad => (None, Quality::Bad),
         RawValue::Float(f) if !f.is_finite() => (None, Quality::Bad),
         RawValue::Bool(b) => (Some(Value::Bool(b)), Quality::Good),
         RawValue::Text(t) => (Some(Value::Text(t)), Quality::Good),
@@ -124,6 +125,11 @@ pub(crate) fn reading(
             };
             (Some(Value::Number(v)), Quality::Good)
         }
+    };
+    // The device's own verdict lowers what the value looks like.
+    let quality = match (quality, sample.quality) {
+        (Quality::Good, crate::driver::SampleQuality::Uncertain) => Quality::Uncertain,
+        (q, _) => q,
     };
     let in_range = match (&value, sensor.range, mode) {
         (Some(Value::Number(v)), Some(r), UnitMode::Normalized) => Some(r.min <= *v && *v <= r.max),
@@ -187,10 +193,7 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
         DriverError::Rejected { code } => {
             let name =
                 EXCEPTIONS.get(*code as usize).copied().filter(|n| !n.is_empty()).unwrap_or("device error");
-            let place = match &sensor.source {
-                SensorSource::Modbus(p) => format!("{:?} register {}", p.table, p.address).to_lowercase(),
-                SensorSource::OpcUa { node_id } => format!("node {node_id}"),
-            };
+            let place = place_of(sensor);
             ToolError::new(
                 ErrorCode::DeviceRejected,
                 format!(
@@ -203,6 +206,15 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
                 ),
             )
         }
+        DriverError::NodeRejected { status } => ToolError::new(
+            ErrorCode::DeviceRejected,
+            format!("Device {id} refused the read of sensor {} (OPC UA status {status}).", sensor.id),
+            format!(
+                "This is a configuration fault, not a passing failure: tell an operator that sensor {} ({}) cannot be read from {id}. Do not retry.",
+                sensor.id,
+                place_of(sensor)
+            ),
+        ),
         DriverError::NotSupported => ToolError::new(
             ErrorCode::DeviceRejected,
             format!("fieldgate cannot read {} devices in this version.", device.protocol.name()),
@@ -210,6 +222,14 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
         ),
     };
     err.with_device(id)
+}
+
+/// Where on its device a sensor is read from, for operators.
+fn place_of(sensor: &Sensor) -> String {
+    match &sensor.source {
+        SensorSource::Modbus(p) => format!("{:?} register {}", p.table, p.address).to_lowercase(),
+        SensorSource::OpcUa { node_id } => format!("node {node_id}"),
+    }
 }
 
 fn deadline(inner: &Inner) -> Instant {

@@ -7,6 +7,7 @@ mod http;
 mod list_sensors;
 mod mcp;
 mod modbus;
+mod opcua;
 mod registry;
 mod schemas;
 mod serve;

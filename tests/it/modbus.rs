@@ -335,6 +335,10 @@ async fn a_dead_device_does_not_delay_another() {
 async fn a_batch_with_nothing_readable_fails_with_details() {
     let plant = demo_plant().await;
     plant.faults("a-util-meter", Faults { down: true, ..Default::default() });
+    plant.faults(
+        "b-oven2-opcua",
+        Faults { exception_code: Some(2), exception_rate: 1.0, ..Default::default() },
+    );
     let e = plant
         .call("get_sensor_readings", json!({"sensor_ids": ["A_UTIL_001", "A_UTIL_002", "B_OVEN2_001"]}))
         .await;

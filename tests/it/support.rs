@@ -108,6 +108,7 @@ pub async fn plant_with(dir: &Path, scenario: Scenario, config: Config) -> Plant
     let sim = Simulator::start(devices, scenario, Bind::Ephemeral).await.unwrap();
     let mut registry = Registry::load(dir).unwrap();
     registry.override_endpoints(sim.addrs(), sim.serial_paths());
+    registry.override_opcua_endpoints(sim.opcua_urls());
     let service = ToolService::new(Arc::new(registry), config);
     Plant { sim, service }
 }
