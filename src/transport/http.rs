@@ -256,14 +256,7 @@ async fn reading(
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let mut args = query_args(q);
-    if let Some(o) = args.as_object_mut() {
-        o.insert("sensor_id".into(), Value::String(id));
-    }
-    match st.tools.call_as(&c, "get_sensor_reading", args).await {
-        Ok(e) => envelope_response(&e),
-        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
-    }
+    sensor_tool(&st, &c, "get_sensor_reading", id, q).await
 }
 
 async fn history(
@@ -272,11 +265,22 @@ async fn history(
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
+    sensor_tool(&st, &c, "get_sensor_history", id, q).await
+}
+
+/// `GET /v1/sensors/{id}/...`: the query string as arguments, with the path's sensor ID.
+async fn sensor_tool(
+    st: &AppState,
+    c: &Caller,
+    tool: &str,
+    id: String,
+    q: HashMap<String, String>,
+) -> Response {
     let mut args = query_args(q);
     if let Some(o) = args.as_object_mut() {
         o.insert("sensor_id".into(), Value::String(id));
     }
-    match st.tools.call_as(&c, "get_sensor_history", args).await {
+    match st.tools.call_as(c, tool, args).await {
         Ok(e) => envelope_response(&e),
         Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
     }
