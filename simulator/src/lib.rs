@@ -265,7 +265,7 @@ impl Simulator {
         }
         let mut ua = Vec::new();
         for d in state.devices.values().filter(|d| d.protocol == Protocol::Opcua) {
-            ua.push(opcua::start(state.clone(), d).await?);
+            ua.push(opcua::start(state.clone(), d, 0).await?);
         }
         Ok(Simulator { state, endpoints, tasks, opcua: ua })
     }
@@ -315,6 +315,20 @@ impl Simulator {
     /// OPC UA devices and their endpoint URLs.
     pub fn opcua_urls(&self) -> BTreeMap<String, String> {
         self.opcua.iter().map(|o| (o.device.clone(), o.url.clone())).collect()
+    }
+
+    /// Stops an OPC UA device's server and starts a fresh one on the same port, as a
+    /// device reboot does: every session and subscription on it is gone.
+    pub async fn restart_opcua(&mut self, device: &str) -> Result<(), SimError> {
+        let unknown = || SimError::OpcUa(format!("no OPC UA device {device}"));
+        let i = self.opcua.iter().position(|o| o.device == device).ok_or_else(unknown)?;
+        let old = self.opcua.remove(i);
+        let port = old.port;
+        old.stop().await;
+        let d = self.state.devices.get(device).ok_or_else(unknown)?;
+        let fresh = opcua::start(self.state.clone(), d, port).await?;
+        self.opcua.insert(i, fresh);
+        Ok(())
     }
 
     /// Reads answered by the OPC UA devices so far.
@@ -378,9 +392,7 @@ impl Simulator {
             let _ = t.await;
         }
         for o in self.opcua {
-            o.handle.cancel();
-            o.task.abort();
-            let _ = o.task.await;
+            o.stop().await;
         }
     }
 }

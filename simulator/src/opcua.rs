@@ -24,6 +24,7 @@ pub const NAMESPACE: &str = "urn:fieldgate-sim:plant";
 pub struct OpcUaDevice {
     pub device: String,
     pub url: String,
+    pub(crate) port: u16,
     pub(crate) task: tokio::task::JoinHandle<()>,
     pub(crate) handle: opcua::server::ServerHandle,
 }
@@ -39,13 +40,12 @@ fn variant(kind: DataTypeId, v: &SimValue) -> Variant {
     }
 }
 
-pub(crate) async fn start(state: Arc<State>, device: &Device) -> Result<OpcUaDevice, SimError> {
-    let bind = |e: std::io::Error| SimError::Bind {
-        device: device.id.clone(),
-        addr: "127.0.0.1:0".into(),
-        source: e,
-    };
-    let listener = TcpListener::bind("127.0.0.1:0").await.map_err(bind)?;
+/// Serves `device` on `port` of the loopback interface (0: a free one).
+pub(crate) async fn start(state: Arc<State>, device: &Device, port: u16) -> Result<OpcUaDevice, SimError> {
+    let addr = format!("127.0.0.1:{port}");
+    let bind =
+        |e: std::io::Error| SimError::Bind { device: device.id.clone(), addr: addr.clone(), source: e };
+    let listener = TcpListener::bind(&addr).await.map_err(bind)?;
     let port = listener.local_addr().map_err(bind)?.port();
     let (server, handle) = ServerBuilder::new_anonymous("fieldgate-sim")
         .application_uri("urn:fieldgate-sim")
@@ -117,5 +117,20 @@ pub(crate) async fn start(state: Arc<State>, device: &Device) -> Result<OpcUaDev
             tracing::warn!(%error, "OPC UA server stopped");
         }
     });
-    Ok(OpcUaDevice { device: device.id.clone(), url: format!("opc.tcp://127.0.0.1:{port}/"), task, handle })
+    Ok(OpcUaDevice {
+        device: device.id.clone(),
+        url: format!("opc.tcp://127.0.0.1:{port}/"),
+        port,
+        task,
+        handle,
+    })
+}
+
+impl OpcUaDevice {
+    /// Stops the server: its sessions and connections end.
+    pub(crate) async fn stop(self) {
+        self.handle.cancel();
+        self.task.abort();
+        let _ = self.task.await;
+    }
 }

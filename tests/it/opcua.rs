@@ -105,3 +105,27 @@ async fn a_server_that_is_not_there_is_unavailable_not_a_hang() {
     assert!(err.retryable);
     assert!(started.elapsed() < std::time::Duration::from_secs(3), "{:?}", started.elapsed());
 }
+
+#[tokio::test]
+async fn a_restarted_server_gets_a_new_session_and_values_flow_again() {
+    let mut plant = demo_plant().await;
+    let read = json!({"sensor_id": "B_OVEN2_001"});
+    assert!(plant.call("get_sensor_reading", read.clone()).await.ok);
+    plant.sim.restart_opcua("b-oven2-opcua").await.unwrap();
+    // The old session died with the server. The first call after the restart may still
+    // meet it (a retryable error) but must not hang; within the next call values flow.
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let e = plant.call("get_sensor_reading", read.clone()).await;
+        if e.ok {
+            break;
+        }
+        let err = e.error.unwrap();
+        assert!(err.retryable, "{err:?}");
+        answers.push(err.code);
+    }
+    assert!(answers.len() < 2, "no value after a restart: {answers:?}");
+    let e = plant.call("get_sensor_reading", read).await;
+    assert!(e.ok, "{:?}", e.error);
+    assert_eq!(e.json()["source"], "live");
+}
