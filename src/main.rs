@@ -90,6 +90,33 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         listen: Option<SocketAddr>,
     },
+    /// Probe a device and print a device file skeleton for a person to edit (modbus only
+    /// in this version): one sensor per readable address of the four tables.
+    Discover {
+        /// modbus
+        protocol: String,
+        /// The device's host:port, e.g. 192.168.10.21:502.
+        #[arg(long)]
+        endpoint: SocketAddr,
+        /// Modbus unit ID, 1-247.
+        #[arg(long, default_value_t = 1)]
+        unit: u8,
+        /// Plant code of the sensor IDs, e.g. A.
+        #[arg(long)]
+        plant: String,
+        /// Zone code of the sensor IDs, e.g. LINE1.
+        #[arg(long)]
+        zone: String,
+        /// Probe addresses 0 to this (exclusive) in each table.
+        #[arg(long, default_value_t = 1000)]
+        max_address: u16,
+        /// Per-request timeout in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        timeout_ms: u64,
+        /// Write the file here (refused if it exists) instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -120,6 +147,47 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Discover { protocol, endpoint, unit, plant, zone, max_address, timeout_ms, out: file } => {
+            if protocol != "modbus" {
+                eprintln!("error: discover supports \"modbus\" in this version, found {protocol:?}");
+                return ExitCode::from(2);
+            }
+            let probe = fieldgate::driver::discover::ModbusProbe {
+                addr: endpoint,
+                unit,
+                plant,
+                zone,
+                max_address,
+                timeout: std::time::Duration::from_millis(timeout_ms.max(1)),
+            };
+            let text = match runtime.block_on(fieldgate::driver::discover::discover_modbus(&probe)) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match file {
+                None => {
+                    out(text.trim_end());
+                    ExitCode::SUCCESS
+                }
+                Some(path) => {
+                    let written = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&path)
+                        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
+                    match written {
+                        Ok(()) => ExitCode::SUCCESS,
+                        Err(e) => {
+                            eprintln!("error: cannot write {}: {}", path.display(), e.kind());
+                            ExitCode::FAILURE
+                        }
+                    }
+                }
+            }
+        }
         Command::Tools => {
             let defs: Vec<_> =
                 fieldgate::tools::TOOLS.iter().filter(|t| t.served).map(|t| t.definition()).collect();

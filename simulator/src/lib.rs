@@ -148,6 +148,18 @@ impl State {
         }
         let Some(dev) = self.devices.get(device) else { return Err(ExceptionCode::GatewayTargetDevice) };
         let (start, end) = (u32::from(addr), u32::from(addr) + u32::from(qty));
+        // Like a PLC's configured data area: a table ends after its highest declared point
+        // (a table with none is empty); reads past the end are refused.
+        let size = dev
+            .sensors
+            .iter()
+            .filter(|p| p.table == Some(table))
+            .filter_map(|p| p.address.map(|a| u32::from(a) + u32::from(p.width())))
+            .max()
+            .unwrap_or(0);
+        if end > size {
+            return Err(ExceptionCode::IllegalDataAddress);
+        }
         let mut words = vec![0u16; if bits { 0 } else { qty as usize }];
         let mut flags = vec![false; if bits { qty as usize } else { 0 }];
         for p in dev.sensors.iter().filter(|p| p.table == Some(table)) {

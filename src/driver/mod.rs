@@ -7,6 +7,7 @@
 //! say anything about a device's health.
 
 pub mod codec;
+pub mod discover;
 pub mod modbus;
 pub mod opcua;
 pub mod plan;

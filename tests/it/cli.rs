@@ -134,3 +134,72 @@ fn call_refuses_bad_json_and_unknown_tools() {
     );
     assert!(!stderr(&o).contains("panicked"));
 }
+
+async fn fieldgate_async(args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("FIELDGATE_LOG")
+        .output()
+        .await
+        .expect("the binary runs")
+}
+
+#[tokio::test]
+async fn discover_modbus_writes_a_file_that_passes_check_and_covers_the_device() {
+    use fieldgate::registry::SensorSource;
+    let plant = demo_plant().await;
+    let addr = plant.sim.addr("a-line1-plc").unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("found.toml");
+    let file_s = file.to_str().unwrap();
+    let args = [
+        "discover",
+        "modbus",
+        "--endpoint",
+        &addr,
+        "--plant",
+        "A",
+        "--zone",
+        "LINE9",
+        "--max-address",
+        "300",
+    ];
+    let o = fieldgate_async(&[&args[..], &["--out", file_s]].concat()).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Unedited, the file passes `fieldgate check`.
+    let o = fieldgate_async(&["check", "--devices", dir.path().to_str().unwrap()]).await;
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    // Every register and bit the demo file declares for this device was found, and
+    // addresses the simulator refuses were not.
+    let found = fieldgate::registry::Registry::load(dir.path()).unwrap();
+    let has = |table: &str, address: u16| {
+        found.sensors().iter().any(|s| match &s.source {
+            SensorSource::Modbus(p) => {
+                format!("{:?}", p.table).eq_ignore_ascii_case(table) && p.address == address
+            }
+            SensorSource::OpcUa { .. } => false,
+        })
+    };
+    let demo = demo_registry();
+    let declared: Vec<_> = demo
+        .sensors()
+        .iter()
+        .filter(|s| s.device.as_str() == "a-line1-plc")
+        .filter_map(|s| match &s.source {
+            SensorSource::Modbus(p) => Some((format!("{:?}", p.table), p.address)),
+            SensorSource::OpcUa { .. } => None,
+        })
+        .collect();
+    assert!(!declared.is_empty());
+    for (table, address) in &declared {
+        assert!(has(table, *address), "{table} {address} was not discovered");
+    }
+    assert!(!has("Holding", 299), "an address the device refuses was listed");
+    // The file is not overwritten, and bad arguments are refused with the reason.
+    let o = fieldgate_async(&[&args[..], &["--out", file_s]].concat()).await;
+    assert!(!o.status.success() && stderr(&o).contains("cannot write"), "{}", stderr(&o));
+    let o =
+        fieldgate_async(&["discover", "modbus", "--endpoint", &addr, "--plant", "a!", "--zone", "Z"]).await;
+    assert!(!o.status.success() && stderr(&o).contains("--plant"), "{}", stderr(&o));
+}
