@@ -17,7 +17,7 @@ use super::{Inner, ToolResult, to_data};
 use crate::driver::codec::{RawValue, normalize};
 use crate::driver::{DriverError, Sample};
 use crate::ids::SensorId;
-use crate::registry::{DataType, Device, Sensor, SensorSource};
+use crate::registry::{DataType, Device, Protocol, Sensor, SensorSource};
 use crate::resilience::ReadError;
 
 /// The last value read of every sensor, for `max_age_ms`.
@@ -217,7 +217,12 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
         ),
         DriverError::NotSupported => ToolError::new(
             ErrorCode::DeviceRejected,
-            format!("fieldgate cannot read {} devices in this version.", device.protocol.name()),
+            match device.protocol {
+                Protocol::Opcua => format!(
+                    "fieldgate cannot yet read OPC UA devices with signing, encryption or a user identity ({id})."
+                ),
+                p => format!("fieldgate cannot read {} devices in this version.", p.name()),
+            },
             "Tell an operator that this device's readings are not available; do not retry.",
         ),
     };

@@ -129,3 +129,18 @@ async fn a_restarted_server_gets_a_new_session_and_values_flow_again() {
     assert!(e.ok, "{:?}", e.error);
     assert_eq!(e.json()["source"], "live");
 }
+
+#[tokio::test]
+async fn a_secured_endpoint_is_refused_as_not_yet_supported_not_as_a_passing_failure() {
+    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml"))
+        .unwrap()
+        .replace("security_policy = \"None\"", "security_policy = \"Basic256Sha256\"")
+        .replace("security_mode = \"None\"", "security_mode = \"SignAndEncrypt\"");
+    let dir = device_dir(&[("b-oven2-opcua.toml", &oven)]);
+    let registry = fieldgate::registry::Registry::load(dir.path()).unwrap();
+    let service = fieldgate::tools::ToolService::new(std::sync::Arc::new(registry), Default::default());
+    let e = service.call("get_sensor_reading", json!({"sensor_id": "B_OVEN2_001"})).await.unwrap();
+    let err = e.error.unwrap();
+    assert_eq!((err.code, err.retryable), (ErrorCode::DeviceRejected, false));
+    assert!(err.message.contains("signing, encryption"), "{}", err.message);
+}
