@@ -80,7 +80,7 @@ pub fn encode_string(text: &str, width: u16, order: Order) -> Vec<u16> {
 pub fn expected(p: &Point, value: &SimValue) -> SimValue {
     if p.node_id.is_some() {
         // OPC UA carries the value itself: no registers, no quantisation.
-        return match (value, p.kind_word()) {
+        return match (value, p.kind_name.as_deref()) {
             (SimValue::Num(n), Some("status" | "alarm")) => SimValue::Bool(*n >= 0.5),
             (v, _) => v.clone(),
         };

@@ -78,7 +78,7 @@ pub(crate) async fn start(state: Arc<State>, device: &Device, port: u16) -> Resu
             let ident = raw.split_once(";s=").map(|(_, s)| s.to_string()).unwrap_or_else(|| raw.clone());
             let id = NodeId::new(ns, ident.clone());
             let initial = state.wave_of(p).at(state.clock.now());
-            let kind = match (&initial, p.kind_word()) {
+            let kind = match (&initial, p.kind_name.as_deref()) {
                 (SimValue::Text(_), _) => DataTypeId::String,
                 (_, Some("status" | "alarm")) => DataTypeId::Boolean,
                 _ => DataTypeId::Double,

@@ -77,10 +77,6 @@ pub struct Point {
 }
 
 impl Point {
-    pub fn kind_word(&self) -> Option<&str> {
-        self.kind_name.as_deref()
-    }
-
     pub fn scale(&self) -> f64 {
         self.scale.unwrap_or(1.0)
     }

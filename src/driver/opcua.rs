@@ -85,7 +85,9 @@ impl OpcUaDriver {
             .session_retry_limit(0)
             .request_timeout(self.request_timeout)
             .client()
-            .map_err(|_| DriverError::NotSupported)?;
+            // Only a local problem (e.g. the PKI folder cannot be created) fails here; the
+            // device may be fine, so this must not read as "not supported".
+            .map_err(|_| DriverError::Unavailable { retry_after: None })?;
         let endpoint: EndpointDescription =
             (self.url.as_str(), "None", MessageSecurityMode::None, UserTokenPolicy::anonymous()).into();
         let (session, event_loop) = client
