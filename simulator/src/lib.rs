@@ -54,6 +54,13 @@ pub enum SimError {
     OpcUa(String),
 }
 
+/// The port of an `opc.tcp://host:port/path` URL.
+fn declared_port(url: &str) -> Option<u16> {
+    let rest = url.strip_prefix("opc.tcp://")?;
+    let authority = rest.split('/').next()?;
+    authority.rsplit_once(':')?.1.parse().ok()
+}
+
 /// Simulation time: seconds since start, or a frozen instant.
 pub struct Clock {
     start: Instant,
@@ -105,7 +112,7 @@ impl State {
     }
 
     /// A reproducible draw in `0..n`.
-    fn uniform(&self, device: &str, n: u64) -> u64 {
+    pub(crate) fn uniform(&self, device: &str, n: u64) -> u64 {
         let k = self.draws.fetch_add(1, Ordering::Relaxed);
         let h = device.bytes().fold(self.seed, |h, b| wave::splitmix(h ^ u64::from(b)));
         wave::splitmix(h ^ k) % n.max(1)
@@ -195,21 +202,26 @@ pub struct Simulator {
     endpoints: Vec<Arc<Endpoint>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     opcua: Vec<opcua::OpcUaDevice>,
+    /// How each OPC UA device's server is set up (kept for restarts).
+    ua_setups: BTreeMap<String, opcua::Setup>,
+    /// The OPC UA servers' PKI folders when the scenario names none.
+    _pki_temp: Option<tempfile::TempDir>,
 }
 
 impl Simulator {
     /// Starts a server for every Modbus endpoint of `devices`: TCP and RTU-over-TCP on
     /// sockets, serial RTU on a pseudo-terminal. Devices behind the same endpoint share one
-    /// server, told apart by unit ID. OPC UA devices are not served (yet); they are listed
-    /// by [`Simulator::skipped`].
+    /// server, told apart by unit ID. OPC UA devices get one server each (see [`opcua`]).
     pub async fn start(
         devices: BTreeMap<String, Device>,
-        scenario: Scenario,
+        mut scenario: Scenario,
         bind: Bind,
     ) -> Result<Simulator, SimError> {
         for f in scenario.faults.values() {
             f.validate().map_err(SimError::Faults)?;
         }
+        let ua_users = std::mem::take(&mut scenario.opcua_users);
+        let pki_dir = scenario.opcua_pki_dir.take();
         let (changes, _) = watch::channel(0);
         let state = Arc::new(State {
             waves: RwLock::new(scenario.sensors),
@@ -276,10 +288,33 @@ impl Simulator {
             endpoints.push(ep);
         }
         let mut ua = Vec::new();
+        let mut ua_setups = BTreeMap::new();
+        let mut pki_temp = None;
         for d in state.devices.values().filter(|d| d.protocol == Protocol::Opcua) {
-            ua.push(opcua::start(state.clone(), d, 0).await?);
+            let root = match (&pki_dir, &pki_temp) {
+                (Some(dir), _) => dir.clone(),
+                (None, Some(t)) => tempfile::TempDir::path(t).to_path_buf(),
+                (None, None) => {
+                    let t = tempfile::Builder::new().prefix("fieldgate-sim-pki").tempdir().map_err(|e| {
+                        SimError::OpcUa(format!("cannot create a folder for certificates: {e}"))
+                    })?;
+                    let p = t.path().to_path_buf();
+                    pki_temp = Some(t);
+                    p
+                }
+            };
+            let setup =
+                opcua::Setup { pki_dir: root.join(&d.id), user: opcua::user_of(d, ua_users.get(&d.id))? };
+            let port = match bind {
+                Bind::Declared => {
+                    declared_port(&d.endpoint).ok_or_else(|| SimError::Endpoint(d.id.clone()))?
+                }
+                Bind::Ephemeral => 0,
+            };
+            ua.push(opcua::start(state.clone(), d, port, &setup).await?);
+            ua_setups.insert(d.id.clone(), setup);
         }
-        Ok(Simulator { state, endpoints, tasks, opcua: ua })
+        Ok(Simulator { state, endpoints, tasks, opcua: ua, ua_setups, _pki_temp: pki_temp })
     }
 
     fn endpoint(&self, device: &str) -> Option<&Arc<Endpoint>> {
@@ -338,9 +373,16 @@ impl Simulator {
         let port = old.port;
         old.stop().await;
         let d = self.state.devices.get(device).ok_or_else(unknown)?;
-        let fresh = opcua::start(self.state.clone(), d, port).await?;
+        let setup = self.ua_setups.get(device).ok_or_else(unknown)?;
+        let fresh = opcua::start(self.state.clone(), d, port, setup).await?;
         self.opcua.insert(i, fresh);
         Ok(())
+    }
+
+    /// The certificate (DER file) of a secured OPC UA device's server: what a client
+    /// must trust.
+    pub fn opcua_certificate(&self, device: &str) -> Option<std::path::PathBuf> {
+        self.opcua.iter().find(|o| o.device == device).and_then(|o| o.certificate.clone())
     }
 
     /// Reads answered by the OPC UA devices so far.

@@ -23,6 +23,10 @@ struct Args {
     /// Listen on free ports of 127.0.0.1 instead of the endpoints of the device files.
     #[arg(long)]
     ephemeral: bool,
+    /// Keep the OPC UA servers' certificates here (one folder per device), so that a
+    /// client trusts them once; by default a temporary folder per run.
+    #[arg(long, value_name = "DIR")]
+    pki_dir: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -43,7 +47,7 @@ async fn main() -> ExitCode {
         }
     };
     let scenario = match Scenario::load(&args.scenario) {
-        Ok(s) => s,
+        Ok(s) => Scenario { opcua_pki_dir: args.pki_dir.clone().or(s.opcua_pki_dir.clone()), ..s },
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
@@ -63,8 +67,14 @@ async fn main() -> ExitCode {
     for (id, path) in sim.serial_paths() {
         println!("{id:<20} modbus RTU on serial line {path}");
     }
+    for (id, url) in sim.opcua_urls() {
+        println!("{id:<20} opcua on {url}");
+        if let Some(cert) = sim.opcua_certificate(&id) {
+            println!("{:<20} server certificate {}", "", cert.display());
+        }
+    }
     for id in sim.skipped() {
-        println!("{id:<20} not simulated (OPC UA comes later)");
+        println!("{id:<20} not simulated");
     }
     if let Some(addr) = args.control {
         match fieldgate_sim::control::serve(sim.clone(), addr).await {

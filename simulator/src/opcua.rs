@@ -1,21 +1,34 @@
 //! OPC UA devices, served with async-opcua's server: one server per device on a free
-//! loopback port, one variable per sensor (its `node_id`), values read from the same
-//! waveforms as the Modbus devices. Faults, with `exception_rate`: `exception_code = 6`
-//! answers BadTooManyOperations, `exception_code = 2` BadNodeIdUnknown; `down` answers
-//! BadNotConnected for every node (the server itself stays up).
+//! loopback port (or the port of its `endpoint`), one variable per sensor (its
+//! `node_id`), values read from the same waveforms as the Modbus devices.
+//!
+//! Security follows the device file: with `security_policy`/`security_mode` other than
+//! `None` the server offers only that endpoint, with its own certificate (created on
+//! first start in the device's PKI folder, kept across restarts) and trusting every
+//! client certificate; with `username_env` it accepts only that user (from the scenario's
+//! `opcua_users`, or the environment variables the file names).
+//!
+//! Faults: `down` answers BadNotConnected for every node (the server itself stays up);
+//! with `exception_rate`, `exception_code = 6` answers BadTooManyOperations and
+//! `exception_code = 2` BadNodeIdUnknown; `latency_ms`/`jitter_ms` delay every node's
+//! value (a Read of n nodes waits n times; the read callbacks are synchronous, so the
+//! delay blocks a worker thread of a multi-thread runtime).
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use opcua::server::ServerBuilder;
+use opcua::crypto::SecurityPolicy;
 use opcua::server::address_space::VariableBuilder;
 use opcua::server::diagnostics::NamespaceMetadata;
 use opcua::server::node_manager::memory::{SimpleNodeManager, simple_node_manager};
-use opcua::types::{DataTypeId, DataValue, NodeId, StatusCode, Variant};
+use opcua::server::{ANONYMOUS_USER_TOKEN_ID, ServerBuilder, ServerEndpoint, ServerUserToken};
+use opcua::types::{DataTypeId, DataValue, MessageSecurityMode, NodeId, StatusCode, Variant};
 use tokio::net::TcpListener;
 
 use crate::plant::Device;
-use crate::wave::SimValue;
+use crate::wave::{SimValue, UaUser};
 use crate::{SimError, State};
 
 pub const NAMESPACE: &str = "urn:fieldgate-sim:plant";
@@ -27,6 +40,16 @@ pub struct OpcUaDevice {
     pub(crate) port: u16,
     pub(crate) task: tokio::task::JoinHandle<()>,
     pub(crate) handle: opcua::server::ServerHandle,
+    /// The server's own certificate (DER), when it is secured.
+    pub certificate: Option<PathBuf>,
+}
+
+/// How a device's server is set up besides its sensors.
+pub(crate) struct Setup {
+    /// This device's PKI folder.
+    pub pki_dir: PathBuf,
+    /// The one user it accepts, when the device file names one.
+    pub user: Option<UaUser>,
 }
 
 fn variant(kind: DataTypeId, v: &SimValue) -> Variant {
@@ -40,27 +63,90 @@ fn variant(kind: DataTypeId, v: &SimValue) -> Variant {
     }
 }
 
+/// The security a device file asks for, in the server's terms.
+fn security_of(device: &Device) -> Result<(SecurityPolicy, MessageSecurityMode), SimError> {
+    let s = device.opcua.clone().unwrap_or_default();
+    let policy = match s.security_policy.as_deref().unwrap_or("None") {
+        "None" => SecurityPolicy::None,
+        "Basic256Sha256" => SecurityPolicy::Basic256Sha256,
+        "Aes128_Sha256_RsaOaep" => SecurityPolicy::Aes128Sha256RsaOaep,
+        "Aes256_Sha256_RsaPss" => SecurityPolicy::Aes256Sha256RsaPss,
+        other => return Err(SimError::OpcUa(format!("{}: unknown security_policy {other:?}", device.id))),
+    };
+    let mode = match s.security_mode.as_deref().unwrap_or("None") {
+        "None" => MessageSecurityMode::None,
+        "Sign" => MessageSecurityMode::Sign,
+        "SignAndEncrypt" => MessageSecurityMode::SignAndEncrypt,
+        other => return Err(SimError::OpcUa(format!("{}: unknown security_mode {other:?}", device.id))),
+    };
+    Ok((policy, mode))
+}
+
+/// The user a device accepts: the scenario's, else the environment variables its file names.
+pub(crate) fn user_of(device: &Device, scenario: Option<&UaUser>) -> Result<Option<UaUser>, SimError> {
+    let Some(user_env) = device.opcua.as_ref().and_then(|o| o.username_env.as_deref()) else {
+        return Ok(None);
+    };
+    if let Some(u) = scenario {
+        return Ok(Some(u.clone()));
+    }
+    let password_env = device.opcua.as_ref().and_then(|o| o.password_env.as_deref()).unwrap_or("");
+    match (std::env::var(user_env), std::env::var(password_env)) {
+        (Ok(user), Ok(password)) => Ok(Some(UaUser { user, password })),
+        _ => Err(SimError::OpcUa(format!(
+            "{}: set {user_env} and {password_env}, or [opcua_users.{}] in the scenario, for the user it accepts",
+            device.id, device.id
+        ))),
+    }
+}
+
+/// Waits `d` without stalling the other servers where the runtime allows it.
+fn block_for(d: Duration) {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| std::thread::sleep(d)),
+        _ => std::thread::sleep(d),
+    }
+}
+
 /// Serves `device` on `port` of the loopback interface (0: a free one).
-pub(crate) async fn start(state: Arc<State>, device: &Device, port: u16) -> Result<OpcUaDevice, SimError> {
+pub(crate) async fn start(
+    state: Arc<State>,
+    device: &Device,
+    port: u16,
+    setup: &Setup,
+) -> Result<OpcUaDevice, SimError> {
     let addr = format!("127.0.0.1:{port}");
     let bind =
         |e: std::io::Error| SimError::Bind { device: device.id.clone(), addr: addr.clone(), source: e };
     let listener = TcpListener::bind(&addr).await.map_err(bind)?;
     let port = listener.local_addr().map_err(bind)?.port();
-    let (server, handle) = ServerBuilder::new_anonymous("fieldgate-sim")
+    let (policy, mode) = security_of(device)?;
+    let secured = policy != SecurityPolicy::None;
+    let token_id = match &setup.user {
+        Some(_) => "user".to_string(),
+        None => ANONYMOUS_USER_TOKEN_ID.to_string(),
+    };
+    let mut builder = ServerBuilder::new()
+        .application_name("fieldgate-sim")
         .application_uri("urn:fieldgate-sim")
         .product_uri("urn:fieldgate-sim")
-        // Security policy None only: no certificates, but keep the PKI folders it creates
-        // out of the working directory.
-        .pki_dir(std::env::temp_dir().join("fieldgate-sim-pki"))
+        .discovery_urls(vec!["/".to_owned()])
+        .add_endpoint("device", ServerEndpoint::new("/", policy, mode, std::slice::from_ref(&token_id)))
+        .create_sample_keypair(secured)
+        .trust_client_certs(true)
+        .pki_dir(&setup.pki_dir)
         .host("127.0.0.1")
         .port(port)
         .with_node_manager(simple_node_manager(
             NamespaceMetadata { namespace_uri: NAMESPACE.into(), ..Default::default() },
             "fieldgate-sim",
-        ))
-        .build()
-        .map_err(SimError::OpcUa)?;
+        ));
+    if let Some(u) = &setup.user {
+        builder =
+            builder.add_user_token("user", ServerUserToken::user_pass(u.user.clone(), u.password.clone()));
+    }
+    let (server, handle) = builder.build().map_err(SimError::OpcUa)?;
     let manager = handle
         .node_managers()
         .get_of_type::<SimpleNodeManager>()
@@ -83,11 +169,17 @@ pub(crate) async fn start(state: Arc<State>, device: &Device, port: u16) -> Resu
                 (_, Some("status" | "alarm")) => DataTypeId::Boolean,
                 _ => DataTypeId::Double,
             };
-            VariableBuilder::new(&id, &ident, &ident)
+            let mut var = VariableBuilder::new(&id, &ident, &ident)
                 .data_type(kind)
                 .value(variant(kind, &initial))
-                .organized_by(&folder)
-                .insert(&mut *space);
+                .organized_by(&folder);
+            if let Some(d) = &p.description {
+                var = var.description(d.as_str());
+            }
+            var.insert(&mut *space);
+            if let Some(unit) = p.unit.as_deref().filter(|u| !u.is_empty()) {
+                add_engineering_units(&mut space, &id, ns, unit);
+            }
             nodes.push((id, kind, p.clone()));
         }
     }
@@ -96,6 +188,13 @@ pub(crate) async fn start(state: Arc<State>, device: &Device, port: u16) -> Resu
         manager.inner().add_read_callback(id, move |_, _, _| {
             st.opcua_reads.fetch_add(1, Ordering::Relaxed);
             let faults = st.faults(&dev);
+            let mut delay = faults.latency_ms;
+            if faults.jitter_ms > 0 {
+                delay += st.uniform(&dev, faults.jitter_ms + 1);
+            }
+            if delay > 0 {
+                block_for(Duration::from_millis(delay));
+            }
             if faults.down {
                 return Err(StatusCode::BadNotConnected);
             }
@@ -123,7 +222,40 @@ pub(crate) async fn start(state: Arc<State>, device: &Device, port: u16) -> Resu
         port,
         task,
         handle,
+        certificate: secured.then(|| own_certificate(&setup.pki_dir)),
     })
+}
+
+/// Where a server keeps its own certificate in its PKI folder.
+fn own_certificate(pki_dir: &Path) -> PathBuf {
+    pki_dir.join("own").join("cert.der")
+}
+
+/// Gives a variable an `EngineeringUnits` property whose display name is `unit`, as
+/// servers that follow the analog-item model do.
+fn add_engineering_units(
+    space: &mut opcua::server::address_space::AddressSpace,
+    variable: &NodeId,
+    ns: u16,
+    unit: &str,
+) {
+    use opcua::types::{EUInformation, ExtensionObject, LocalizedText, UAString};
+    let Some(ident) = variable.identifier.to_string().strip_prefix("s=").map(str::to_string) else {
+        return;
+    };
+    let id = NodeId::new(ns, format!("{ident}.EngineeringUnits"));
+    let info = EUInformation {
+        namespace_uri: UAString::from("http://www.opcfoundation.org/UA/units/un/cefact"),
+        unit_id: -1,
+        display_name: LocalizedText::new("", unit),
+        description: LocalizedText::new("", unit),
+    };
+    VariableBuilder::new(&id, "EngineeringUnits", "EngineeringUnits")
+        .data_type(DataTypeId::EUInformation)
+        .value(Variant::from(ExtensionObject::from_message(info)))
+        .property_of(variable.clone())
+        .has_type_definition(opcua::types::VariableTypeId::PropertyType)
+        .insert(space);
 }
 
 impl OpcUaDevice {

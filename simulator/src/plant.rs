@@ -74,6 +74,10 @@ pub struct Point {
     /// The sensor's kind word (temperature, status, ...).
     #[serde(rename = "kind")]
     pub kind_name: Option<String>,
+    /// Served as the OPC UA variable's description.
+    pub description: Option<String>,
+    /// Served as the OPC UA variable's `EngineeringUnits` property.
+    pub unit: Option<String>,
 }
 
 impl Point {
@@ -104,6 +108,21 @@ pub struct Device {
     pub word_order: Option<Order>,
     #[serde(default)]
     pub sensors: Vec<Point>,
+    /// OPC UA security (`[opcua]`); absent or "None": unsecured, anonymous.
+    pub opcua: Option<UaSettings>,
+}
+
+/// The `[opcua]` table of a device file, as far as the simulated server cares.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct UaSettings {
+    #[serde(default)]
+    pub security_policy: Option<String>,
+    #[serde(default)]
+    pub security_mode: Option<String>,
+    #[serde(default)]
+    pub username_env: Option<String>,
+    #[serde(default)]
+    pub password_env: Option<String>,
 }
 
 impl Device {

@@ -108,6 +108,22 @@ pub struct Scenario {
     pub sensors: BTreeMap<String, Wave>,
     #[serde(default)]
     pub faults: BTreeMap<String, Faults>,
+    /// The user an OPC UA device with `username_env` accepts, by device ID. Without an
+    /// entry the simulator reads the environment variables the device file names.
+    #[serde(default)]
+    pub opcua_users: BTreeMap<String, UaUser>,
+    /// Where the OPC UA servers keep their certificates (one folder per device); by
+    /// default a temporary folder that lives as long as the simulator.
+    #[serde(default)]
+    pub opcua_pki_dir: Option<std::path::PathBuf>,
+}
+
+/// A user name and password an OPC UA device accepts.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UaUser {
+    pub user: String,
+    pub password: String,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -60,8 +60,28 @@ pub enum DriverError {
     NodeRejected { status: &'static str },
     #[error("malformed reply")]
     Malformed,
+    #[error("the device refused the connection: {0}")]
+    Refused(Refusal),
     #[error("this protocol is not supported by this build")]
     NotSupported,
+}
+
+/// Why a device refused fieldgate itself (security or identity): a configuration fault
+/// that an operator fixes, never a passing failure. No variant carries device text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the server's certificate (thumbprint {thumbprint}) is not trusted")]
+    UntrustedServer { thumbprint: String, rejected_dir: std::path::PathBuf, trusted_dir: std::path::PathBuf },
+    #[error("the server did not accept fieldgate's certificate")]
+    ClientNotTrusted { own_certificate: std::path::PathBuf },
+    #[error("the server offers no endpoint with security {policy}/{mode}")]
+    NoMatchingEndpoint { policy: String, mode: String },
+    #[error("the server refused the user identity")]
+    IdentityRejected { user_env: Option<String> },
+    #[error("environment variable {var} is not set")]
+    CredentialsMissing { var: String },
+    #[error("fieldgate has no OPC UA certificate ({reason})")]
+    NoOwnCertificate { reason: String },
 }
 
 impl DriverError {
@@ -124,7 +144,22 @@ pub struct Drivers {
 }
 
 impl Drivers {
-    pub fn new(registry: &Registry) -> Drivers {
+    /// Drivers for the devices of `registry`; OPC UA drivers keep certificates in `pki_dir`
+    /// (fieldgate's own is created there when a device needs one).
+    pub fn new(registry: &Registry, pki_dir: &std::path::Path) -> Drivers {
+        let pki = opcua::security::Pki::new(pki_dir);
+        let secured =
+            registry.devices().iter().any(|d| opcua::security::Security::of(d.opcua.as_ref()).is_secured());
+        if secured {
+            match pki.ensure() {
+                Ok(cert) => tracing::info!(
+                    certificate = %cert.display(),
+                    trusted = %pki.trusted_dir().display(),
+                    "OPC UA: fieldgate's certificate (give it to the servers' administrators); trusted server certificates go to the trusted folder"
+                ),
+                Err(error) => tracing::error!(%error, "OPC UA: secured devices cannot be read"),
+            }
+        }
         let mut links: HashMap<modbus::Target, Arc<Link>> = HashMap::new();
         let mut by_device: HashMap<DeviceId, Arc<dyn Driver>> = HashMap::new();
         for d in registry.devices() {
@@ -134,7 +169,7 @@ impl Drivers {
                         links.entry(target.clone()).or_insert_with(|| Arc::new(Link::new(target))).clone();
                     Arc::new(ModbusDriver::new(d.clone(), link))
                 }
-                None => match opcua::OpcUaDriver::for_device(d) {
+                None => match opcua::OpcUaDriver::for_device(d, &pki) {
                     Some(driver) => Arc::new(driver),
                     None => Arc::new(Unsupported),
                 },

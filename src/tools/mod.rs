@@ -118,7 +118,7 @@ impl ToolService {
                 }
             })
             .collect();
-        let drivers = Drivers::new(&registry);
+        let drivers = Drivers::new(&registry, &config.storage.data_dir.join("pki"));
         let limiter = limits::RateLimiter::new(config.server.rate_limit_per_minute);
         let resilience = Resilience::new(&registry, &config);
         let repeat = RepeatGuard::new(

@@ -14,10 +14,11 @@ use super::defs::{
 use super::envelope::{Detail, ErrorCode, ToolError};
 use super::validate::{known_sensor, parse_sensor_id};
 use super::{Inner, ToolResult, to_data};
+use crate::driver::Refusal;
 use crate::driver::codec::{RawValue, normalize};
 use crate::driver::{DriverError, Sample};
 use crate::ids::SensorId;
-use crate::registry::{DataType, Device, Protocol, Sensor, SensorSource};
+use crate::registry::{DataType, Device, Sensor, SensorSource};
 use crate::resilience::ReadError;
 
 /// The last value read of every sensor, for `max_age_ms`.
@@ -215,18 +216,59 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
                 place_of(sensor)
             ),
         ),
+        DriverError::Refused(r) => refused(id, r),
         DriverError::NotSupported => ToolError::new(
             ErrorCode::DeviceRejected,
-            match device.protocol {
-                Protocol::Opcua => format!(
-                    "fieldgate cannot yet read OPC UA devices with signing, encryption or a user identity ({id})."
-                ),
-                p => format!("fieldgate cannot read {} devices in this version.", p.name()),
-            },
+            format!("fieldgate cannot read {} devices in this version.", device.protocol.name()),
             "Tell an operator that this device's readings are not available; do not retry.",
         ),
     };
     err.with_device(id)
+}
+
+/// A device that refused fieldgate itself: what an operator has to do about it.
+fn refused(id: &str, r: &Refusal) -> ToolError {
+    let (message, hint) = match r {
+        Refusal::UntrustedServer { thumbprint, rejected_dir, trusted_dir } => (
+            format!("The OPC UA server of device {id} is not trusted yet (certificate thumbprint {thumbprint})."),
+            format!(
+                "Tell an operator: to trust it, move the file ending in [{thumbprint}].der from {} to {}. Do not retry before that.",
+                rejected_dir.display(),
+                trusted_dir.display()
+            ),
+        ),
+        Refusal::ClientNotTrusted { own_certificate } => (
+            format!("The OPC UA server of device {id} did not accept fieldgate's certificate."),
+            format!(
+                "Tell an operator to add {} to the trusted certificates of device {id}'s server. Do not retry before that.",
+                own_certificate.display()
+            ),
+        ),
+        Refusal::NoMatchingEndpoint { policy, mode } => (
+            format!("The OPC UA server of device {id} offers no endpoint with security {policy}/{mode}."),
+            format!(
+                "This is a configuration fault: tell an operator to set security_policy and security_mode in {id}'s device file to what the server offers. Do not retry."
+            ),
+        ),
+        Refusal::IdentityRejected { user_env } => (
+            format!("The OPC UA server of device {id} refused fieldgate's user identity."),
+            match user_env {
+                Some(var) => format!(
+                    "Tell an operator to check the user name and password given in {var} and its password variable. Do not retry."
+                ),
+                None => "Tell an operator that the server does not accept anonymous sessions. Do not retry.".to_string(),
+            },
+        ),
+        Refusal::CredentialsMissing { var } => (
+            format!("fieldgate has no credentials for device {id}: environment variable {var} is not set."),
+            format!("Tell an operator to set {var} for the fieldgate service. Do not retry."),
+        ),
+        Refusal::NoOwnCertificate { .. } => (
+            format!("fieldgate has no OPC UA certificate to talk to device {id}."),
+            "Tell an operator that fieldgate could not create its certificate in the pki folder of its data directory (check permissions and space). Do not retry.".to_string(),
+        ),
+    };
+    ToolError::new(ErrorCode::DeviceRejected, message, hint)
 }
 
 /// Where on its device a sensor is read from, for operators.

@@ -130,17 +130,181 @@ async fn a_restarted_server_gets_a_new_session_and_values_flow_again() {
     assert_eq!(e.json()["source"], "live");
 }
 
-#[tokio::test]
-async fn a_secured_endpoint_is_refused_as_not_yet_supported_not_as_a_passing_failure() {
-    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml"))
+/// The demo oven with other security settings (and a user named by two variables).
+fn secured_oven(policy: &str, mode: &str, user: Option<(&str, &str)>) -> String {
+    let mut security = format!("security_policy = \"{policy}\"\nsecurity_mode = \"{mode}\"");
+    if let Some((u, p)) = user {
+        security.push_str(&format!("\nusername_env = \"{u}\"\npassword_env = \"{p}\""));
+    }
+    std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml"))
         .unwrap()
-        .replace("security_policy = \"None\"", "security_policy = \"Basic256Sha256\"")
-        .replace("security_mode = \"None\"", "security_mode = \"SignAndEncrypt\"");
-    let dir = device_dir(&[("b-oven2-opcua.toml", &oven)]);
-    let registry = fieldgate::registry::Registry::load(dir.path()).unwrap();
-    let service = fieldgate::tools::ToolService::new(std::sync::Arc::new(registry), Default::default());
+        .replace("security_policy = \"None\"\nsecurity_mode = \"None\"", &security)
+}
+
+/// A plant of the oven alone, as `oven` describes it, with fieldgate's data in `data`.
+async fn oven_plant(
+    oven: &str,
+    data: &std::path::Path,
+    scenario: fieldgate_sim::Scenario,
+) -> (Plant, tempfile::TempDir) {
+    let dir = device_dir(&[("b-oven2-opcua.toml", oven)]);
+    let mut config = fieldgate::config::Config::default();
+    config.storage.data_dir = data.to_path_buf();
+    (plant_with(dir.path(), scenario, config).await, dir)
+}
+
+fn assert_reads_the_simulators_value(plant: &Plant, e: &fieldgate::tools::Envelope) {
+    assert!(e.ok, "{:?}", e.error);
+    let want = match plant.sim.expected("B_OVEN2_001").unwrap() {
+        SimValue::Num(w) => w,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(e.json()["value"].as_f64(), Some(want));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secured_server_is_refused_until_its_certificate_is_trusted_then_read() {
+    for (policy, mode) in [("Basic256Sha256", "SignAndEncrypt"), ("Aes256_Sha256_RsaPss", "Sign")] {
+        let data = tempfile::tempdir().unwrap();
+        let (plant, _dir) =
+            oven_plant(&secured_oven(policy, mode, None), data.path(), Default::default()).await;
+        plant.sim.freeze(Some(12.5));
+        let pki = data.path().join("pki");
+        assert!(pki.join("own/cert.der").is_file(), "fieldgate made its certificate on start");
+        let read = json!({"sensor_id": "B_OVEN2_001"});
+
+        // Untrusted: refused, not retryable, and the hint says which file to move where.
+        let e = plant.call("get_sensor_reading", read.clone()).await;
+        let err = e.error.unwrap();
+        assert_eq!((err.code, err.retryable), (ErrorCode::DeviceRejected, false), "{policy}: {err:?}");
+        assert!(err.message.contains("not trusted"), "{}", err.message);
+        let rejected: Vec<_> =
+            std::fs::read_dir(pki.join("rejected")).unwrap().map(|f| f.unwrap().path()).collect();
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        let name = rejected[0].file_name().unwrap().to_string_lossy().to_string();
+        let thumbprint = name.rsplit_once('[').unwrap().1.trim_end_matches("].der").to_string();
+        assert_eq!(thumbprint.len(), 40, "{name}");
+        for part in [
+            format!("[{thumbprint}].der"),
+            pki.join("rejected").display().to_string(),
+            pki.join("trusted").display().to_string(),
+        ] {
+            assert!(err.hint.contains(&part), "hint lacks {part}: {}", err.hint);
+        }
+        // The certificate is the simulator's own.
+        let served = std::fs::read(plant.sim.opcua_certificate("b-oven2-opcua").unwrap()).unwrap();
+        assert_eq!(std::fs::read(&rejected[0]).unwrap(), served);
+        // Asking again changes nothing.
+        let again = plant.call("get_sensor_reading", read.clone()).await.error.unwrap();
+        assert_eq!(again.code, ErrorCode::DeviceRejected);
+
+        // The operator does what the hint says; the next read is live and right.
+        std::fs::rename(&rejected[0], pki.join("trusted").join(&name)).unwrap();
+        let e = plant.call("get_sensor_reading", read).await;
+        assert_reads_the_simulators_value(&plant, &e);
+        assert_eq!(e.json()["source"], "live");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_the_configured_security_is_a_configuration_fault() {
+    // The device file asks for encryption; the server offers only None.
+    let data = tempfile::tempdir().unwrap();
+    let dir = device_dir(&[("b-oven2-opcua.toml", &secured_oven("None", "None", None))]);
+    let sim = fieldgate_sim::Simulator::start(
+        fieldgate_sim::plant::load_dir(dir.path()).unwrap(),
+        Default::default(),
+        fieldgate_sim::Bind::Ephemeral,
+    )
+    .await
+    .unwrap();
+    let secured = device_dir(&[("b-oven2-opcua.toml", &secured_oven("Basic256Sha256", "Sign", None))]);
+    let mut registry = fieldgate::registry::Registry::load(secured.path()).unwrap();
+    registry.override_opcua_endpoints(sim.opcua_urls());
+    let mut config = fieldgate::config::Config::default();
+    config.storage.data_dir = data.path().to_path_buf();
+    let service = fieldgate::tools::ToolService::new(std::sync::Arc::new(registry), config);
     let e = service.call("get_sensor_reading", json!({"sensor_id": "B_OVEN2_001"})).await.unwrap();
     let err = e.error.unwrap();
-    assert_eq!((err.code, err.retryable), (ErrorCode::DeviceRejected, false));
-    assert!(err.message.contains("signing, encryption"), "{}", err.message);
+    assert_eq!((err.code, err.retryable), (ErrorCode::DeviceRejected, false), "{err:?}");
+    assert!(err.message.contains("no endpoint with security Basic256Sha256/Sign"), "{}", err.message);
+}
+
+/// `fieldgate call get_sensor_reading` for the oven, run as the real binary with `env`.
+fn call_binary(devices: &std::path::Path, data: &std::path::Path, env: &[(&str, &str)]) -> serde_json::Value {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"));
+    cmd.args(["--devices", devices.to_str().unwrap(), "call", "get_sensor_reading"])
+        .arg(r#"{"sensor_id":"B_OVEN2_001"}"#)
+        .env("FIELDGATE_STORAGE_DATA_DIR", data)
+        .env_remove("FIELDGATE_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().unwrap();
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|_| {
+        panic!(
+            "stdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_from_the_environment_opens_the_session() {
+    let (u, p) = ("FG_TEST_OVEN_USER", "FG_TEST_OVEN_PASSWORD");
+    let oven = secured_oven("Basic256Sha256", "SignAndEncrypt", Some((u, p)));
+    let dir = device_dir(&[("b-oven2-opcua.toml", &oven)]);
+    let scenario = fieldgate_sim::Scenario {
+        opcua_users: [(
+            "b-oven2-opcua".to_string(),
+            fieldgate_sim::wave::UaUser { user: "baker".into(), password: "s3cret-crust".into() },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let sim = fieldgate_sim::Simulator::start(
+        fieldgate_sim::plant::load_dir(dir.path()).unwrap(),
+        scenario,
+        fieldgate_sim::Bind::Ephemeral,
+    )
+    .await
+    .unwrap();
+    sim.freeze(Some(3.0));
+    // The service's device file points at the simulator's port.
+    let url = sim.opcua_urls()["b-oven2-opcua"].clone();
+    let service_dir =
+        device_dir(&[("b-oven2-opcua.toml", &oven.replace("opc.tcp://127.0.0.1:4840/fieldgate", &url))]);
+    let data = tempfile::tempdir().unwrap();
+    // Trust the server as an operator would.
+    let trusted = data.path().join("pki/trusted");
+    std::fs::create_dir_all(&trusted).unwrap();
+    let cert = sim.opcua_certificate("b-oven2-opcua").unwrap();
+    let der = std::fs::read(&cert).unwrap();
+    let x = opcua::crypto::X509::from_der(&der).unwrap();
+    std::fs::write(trusted.join(opcua::crypto::CertificateStore::cert_file_name(&x)), der).unwrap();
+
+    let run = |env: Vec<(&'static str, &'static str)>| {
+        let (devices, data) = (service_dir.path().to_path_buf(), data.path().to_path_buf());
+        tokio::task::spawn_blocking(move || call_binary(&devices, &data, &env))
+    };
+    let ok = run(vec![(u, "baker"), (p, "s3cret-crust")]).await.unwrap();
+    assert_eq!(ok["ok"], true, "{ok}");
+    let SimValue::Num(want) = sim.expected("B_OVEN2_001").unwrap() else { panic!() };
+    assert_eq!(ok["data"]["value"].as_f64(), Some(want));
+
+    let wrong = run(vec![(u, "baker"), (p, "rye")]).await.unwrap();
+    assert_eq!(wrong["error"]["code"], "DEVICE_REJECTED", "{wrong}");
+    assert_eq!(wrong["error"]["retryable"], false);
+    assert!(
+        wrong["error"]["message"].as_str().unwrap().contains("refused fieldgate's user identity"),
+        "{wrong}"
+    );
+    assert!(wrong["error"]["hint"].as_str().unwrap().contains(u), "{wrong}");
+    assert!(!wrong.to_string().contains("rye"), "the password never appears: {wrong}");
+
+    let unset = run(vec![(u, "baker")]).await.unwrap();
+    assert_eq!(unset["error"]["code"], "DEVICE_REJECTED", "{unset}");
+    assert!(unset["error"]["message"].as_str().unwrap().contains(&format!("{p} is not set")), "{unset}");
+    sim.shutdown().await;
 }

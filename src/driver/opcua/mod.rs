@@ -1,38 +1,44 @@
 //! OPC UA driver: one client session per device, opened on first use and reopened after
 //! it drops; every read is one `Read` service call for all requested nodes.
 //!
-//! This first slice speaks security policy `None` with anonymous identity (what the
-//! registry accepts today for the demo plant) and polls; signing/encryption, user
-//! identities are not built yet and such devices get no driver (they read as "not
-//! supported"); `mode = "subscribe"` is polled for now.
+//! Security follows the device file (see [`security`]): policy `None` or a signing /
+//! encrypting policy with fieldgate's own certificate from the PKI folder, anonymous or
+//! with a user whose credentials come from the environment. `mode = "subscribe"` devices
+//! are also read this way on demand; their values arrive through [`subscribe`].
 
-use std::path::PathBuf;
+pub mod security;
+
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use opcua::client::{ClientBuilder, IdentityToken, Session};
+use opcua::client::{Client, Session};
 use opcua::types::{
-    AttributeId, DataValue, EndpointDescription, MessageSecurityMode, NodeId, ReadValueId, StatusCode,
-    TimestampsToReturn, UserTokenPolicy, Variant,
+    AttributeId, ByteString, DataValue, NodeId, ReadValueId, StatusCode, TimestampsToReturn, Variant,
 };
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::timeout_at;
 
 use super::codec::RawValue;
-use super::{BoxFuture, Driver, DriverError, ReadOptions, Sample, SampleQuality};
+use super::{BoxFuture, Driver, DriverError, ReadOptions, Refusal, Sample, SampleQuality};
 use crate::registry::{Device, Endpoint, Protocol, Sensor, SensorSource};
+use security::{Pki, Security};
 
 /// An open session and the task that keeps it alive.
-struct Connection {
-    session: Arc<Session>,
+pub(crate) struct Connection {
+    pub(crate) session: Arc<Session>,
     event_loop: JoinHandle<StatusCode>,
 }
 
 impl Connection {
-    fn is_alive(&self) -> bool {
+    pub(crate) fn is_alive(&self) -> bool {
         !self.event_loop.is_finished()
+    }
+
+    /// Waits until the session's event loop ends (the connection is lost).
+    pub(crate) async fn closed(&mut self) -> StatusCode {
+        (&mut self.event_loop).await.unwrap_or(StatusCode::BadUnexpectedError)
     }
 }
 
@@ -42,63 +48,119 @@ impl Drop for Connection {
     }
 }
 
-pub struct OpcUaDriver {
-    url: String,
-    pki_dir: PathBuf,
-    request_timeout: Duration,
-    conn: Mutex<Option<Connection>>,
+/// How to reach one OPC UA server: everything a connection needs.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub url: String,
+    pub security: Security,
+    pub pki: Pki,
+    pub request_timeout: Duration,
 }
 
-impl OpcUaDriver {
-    /// A driver for `device`, or `None` when the device is not an OPC UA device this slice
-    /// can talk to (see the module docs).
-    pub fn for_device(device: &Device) -> Option<OpcUaDriver> {
+impl Target {
+    /// The target of an OPC UA device, with fieldgate's PKI folder `pki`.
+    pub fn of(device: &Device, pki: &Pki) -> Option<Target> {
         let Endpoint::OpcUa { url } = &device.endpoint else { return None };
         if device.protocol != Protocol::Opcua {
             return None;
         }
-        if let Some(s) = &device.opcua {
-            let plain = s.security_policy.eq_ignore_ascii_case("none")
-                && s.security_mode.eq_ignore_ascii_case("none")
-                && s.username_env.is_none();
-            if !plain {
-                return None;
-            }
-        }
-        Some(OpcUaDriver {
+        Some(Target {
             url: url.clone(),
-            pki_dir: std::env::temp_dir().join("fieldgate-opcua-pki"),
+            security: Security::of(device.opcua.as_ref()),
+            pki: pki.clone(),
             request_timeout: device.timeout.max(Duration::from_millis(100)),
-            conn: Mutex::new(None),
         })
     }
 
-    async fn connect(&self) -> Result<Connection, DriverError> {
-        let mut client = ClientBuilder::new()
-            .application_name("fieldgate")
-            .application_uri("urn:fieldgate")
-            .product_uri("urn:fieldgate")
-            // Security policy None needs no key pair, and we must not write one to disk.
-            .create_sample_keypair(false)
-            .trust_server_certs(false)
-            .pki_dir(self.pki_dir.clone())
-            .session_retry_limit(0)
+    /// Opens a session: asks the server for its endpoints, picks the one with the
+    /// configured security, and connects with the configured identity.
+    pub(crate) async fn connect(&self) -> Result<Connection, DriverError> {
+        let secured = self.security.is_secured();
+        let mut client = security::client_builder(&self.pki.dir, secured)
             .request_timeout(self.request_timeout)
             .client()
-            // Only a local problem (e.g. the PKI folder cannot be created) fails here; the
-            // device may be fine, so this must not read as "not supported".
-            .map_err(|_| DriverError::Unavailable { retry_after: None })?;
-        let endpoint: EndpointDescription =
-            (self.url.as_str(), "None", MessageSecurityMode::None, UserTokenPolicy::anonymous()).into();
-        let (session, event_loop) = client
-            .connect_to_matching_endpoint(endpoint, IdentityToken::Anonymous)
-            .await
-            .map_err(|_| DriverError::Unavailable { retry_after: None })?;
-        let conn = Connection { session, event_loop: event_loop.spawn() };
-        if !conn.session.wait_for_connection().await {
-            return Err(DriverError::Unavailable { retry_after: None });
+            // Only a local problem (e.g. the PKI folder cannot be created) fails here.
+            .map_err(|e| DriverError::Refused(Refusal::NoOwnCertificate { reason: e.join("; ") }))?;
+        if secured && !self.pki.own_certificate().is_file() {
+            return Err(DriverError::Refused(Refusal::NoOwnCertificate {
+                reason: format!("{} cannot be created", self.pki.own_certificate().display()),
+            }));
         }
-        Ok(conn)
+        let identity = self.security.token().map_err(DriverError::Refused)?;
+        let endpoints = client
+            .get_server_endpoints_from_url(self.url.as_str())
+            .await
+            .map_err(|e| connect_failure(e.status()))?;
+        let Some(endpoint) =
+            Client::find_matching_endpoint(&endpoints, &self.url, self.security.policy, self.security.mode)
+        else {
+            let (policy, mode) = self.security.names();
+            return Err(DriverError::Refused(Refusal::NoMatchingEndpoint { policy, mode }));
+        };
+        let server_cert = endpoint.server_certificate.clone();
+        let (session, event_loop) = client
+            .connect_to_endpoint_directly(endpoint, identity)
+            .map_err(|e| connect_failure(e.status()))?;
+        let mut conn = Connection { session, event_loop: event_loop.spawn() };
+        let session = conn.session.clone();
+        let status = tokio::select! {
+            ok = session.wait_for_connection() => {
+                if ok {
+                    return Ok(conn);
+                }
+                conn.closed().await
+            }
+            status = conn.closed() => status,
+        };
+        Err(self.failure(status, &server_cert))
+    }
+
+    /// What a failed connect means, from the status the session ended with.
+    fn failure(&self, status: StatusCode, server_cert: &ByteString) -> DriverError {
+        let status = StatusCode::from(status.bits() & 0xFFFF_0000);
+        if self.security.is_secured()
+            && let Some(refusal) = self.pki.refusal_for(server_cert, status)
+        {
+            return DriverError::Refused(refusal);
+        }
+        if [
+            StatusCode::BadUserAccessDenied,
+            StatusCode::BadIdentityTokenInvalid,
+            StatusCode::BadIdentityTokenRejected,
+            StatusCode::BadUserSignatureInvalid,
+        ]
+        .contains(&status)
+        {
+            return DriverError::Refused(Refusal::IdentityRejected {
+                user_env: self.security.user_vars().map(|(u, _)| u),
+            });
+        }
+        if [StatusCode::BadSecurityPolicyRejected, StatusCode::BadSecurityModeRejected].contains(&status) {
+            let (policy, mode) = self.security.names();
+            return DriverError::Refused(Refusal::NoMatchingEndpoint { policy, mode });
+        }
+        connect_failure(status)
+    }
+}
+
+/// A connect that failed for a reason that is not fieldgate's configuration.
+fn connect_failure(status: StatusCode) -> DriverError {
+    if status == StatusCode::BadTimeout {
+        DriverError::Timeout
+    } else {
+        DriverError::Unavailable { retry_after: None }
+    }
+}
+
+pub struct OpcUaDriver {
+    target: Target,
+    conn: Mutex<Option<Connection>>,
+}
+
+impl OpcUaDriver {
+    /// A driver for `device`, or `None` when it is not an OPC UA device.
+    pub fn for_device(device: &Device, pki: &Pki) -> Option<OpcUaDriver> {
+        Some(OpcUaDriver { target: Target::of(device, pki)?, conn: Mutex::new(None) })
     }
 
     async fn read_nodes(
@@ -110,8 +172,9 @@ impl OpcUaDriver {
             timeout_at(options.deadline, self.conn.lock()).await.map_err(|_| DriverError::Timeout)?;
         if guard.as_ref().is_none_or(|c| !c.is_alive()) {
             *guard = None;
-            let conn =
-                timeout_at(options.deadline, self.connect()).await.map_err(|_| DriverError::Timeout)??;
+            let conn = timeout_at(options.deadline, self.target.connect())
+                .await
+                .map_err(|_| DriverError::Timeout)??;
             *guard = Some(conn);
         }
         let Some(conn) = guard.as_ref() else { return Err(DriverError::Unavailable { retry_after: None }) };
@@ -140,13 +203,13 @@ impl OpcUaDriver {
     }
 }
 
-fn is_busy(status: StatusCode) -> bool {
+pub(crate) fn is_busy(status: StatusCode) -> bool {
     status == StatusCode::BadTooManyOperations || status == StatusCode::BadServerTooBusy
 }
 
 /// The node a sensor is read from, or `None` when its `node_id` does not parse (the
 /// registry checks the form at load, so this is a belt-and-braces guard).
-fn node_of(sensor: &Sensor) -> Option<NodeId> {
+pub(crate) fn node_of(sensor: &Sensor) -> Option<NodeId> {
     match &sensor.source {
         SensorSource::OpcUa { node_id } => NodeId::from_str(node_id).ok(),
         SensorSource::Modbus(_) => None,
@@ -154,7 +217,7 @@ fn node_of(sensor: &Sensor) -> Option<NodeId> {
 }
 
 /// What one `DataValue` of a `Read` reply means for the sensor.
-fn sample_of(dv: DataValue) -> Result<Sample, DriverError> {
+pub(crate) fn sample_of(dv: DataValue) -> Result<Sample, DriverError> {
     let status = dv.status.unwrap_or(StatusCode::Good);
     let at =
         dv.source_timestamp.or(dv.server_timestamp).map(|t| t.as_chrono()).unwrap_or_else(chrono::Utc::now);

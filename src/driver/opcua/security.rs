@@ -1,0 +1,246 @@
+//! OPC UA security: which endpoint to ask for, who fieldgate is (its application
+//! certificate and, per device, a user), and which servers it trusts.
+//!
+//! The PKI folder (`<data_dir>/pki`) has async-opcua's layout: `own/cert.der` and
+//! `private/private.pem` (fieldgate's certificate, created on first start when a device
+//! needs it), `trusted/` (server certificates an operator has accepted) and `rejected/`
+//! (server certificates seen but not trusted; moving one to `trusted/` accepts it).
+
+use std::path::{Path, PathBuf};
+
+use opcua::client::{ClientBuilder, IdentityToken};
+use opcua::crypto::{SecurityPolicy, X509};
+use opcua::types::{ByteString, MessageSecurityMode, StatusCode};
+
+use crate::driver::Refusal;
+use crate::registry::OpcUaSettings;
+
+/// What a device's `[opcua]` table asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Security {
+    pub policy: SecurityPolicy,
+    pub mode: MessageSecurityMode,
+    pub identity: Identity,
+}
+
+/// Who fieldgate says it is to a server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    Anonymous,
+    /// A user name and password, read from these environment variables at connect time.
+    User {
+        user_env: String,
+        password_env: String,
+    },
+}
+
+impl Security {
+    /// The security of a device file's settings (`None` when there is no `[opcua]`).
+    /// The registry has checked the names; an unknown one reads as `Unknown` and no
+    /// endpoint will match it.
+    pub fn of(settings: Option<&OpcUaSettings>) -> Security {
+        let Some(s) = settings else {
+            return Security {
+                policy: SecurityPolicy::None,
+                mode: MessageSecurityMode::None,
+                identity: Identity::Anonymous,
+            };
+        };
+        let policy = match s.security_policy.as_str() {
+            "None" => SecurityPolicy::None,
+            "Basic256Sha256" => SecurityPolicy::Basic256Sha256,
+            "Aes128_Sha256_RsaOaep" => SecurityPolicy::Aes128Sha256RsaOaep,
+            "Aes256_Sha256_RsaPss" => SecurityPolicy::Aes256Sha256RsaPss,
+            _ => SecurityPolicy::Unknown,
+        };
+        let mode = match s.security_mode.as_str() {
+            "Sign" => MessageSecurityMode::Sign,
+            "SignAndEncrypt" => MessageSecurityMode::SignAndEncrypt,
+            _ => MessageSecurityMode::None,
+        };
+        let identity = match (&s.username_env, &s.password_env) {
+            (Some(u), Some(p)) => Identity::User { user_env: u.clone(), password_env: p.clone() },
+            _ => Identity::Anonymous,
+        };
+        Security { policy, mode, identity }
+    }
+
+    /// Whether messages are signed (and maybe encrypted): fieldgate needs its certificate.
+    pub fn is_secured(&self) -> bool {
+        self.policy != SecurityPolicy::None
+    }
+
+    /// The identity token to open a session with; credentials come from the environment.
+    pub fn token(&self) -> Result<IdentityToken, Refusal> {
+        match &self.identity {
+            Identity::Anonymous => Ok(IdentityToken::Anonymous),
+            Identity::User { user_env, password_env } => {
+                let var = |name: &String| {
+                    std::env::var(name)
+                        .ok()
+                        .filter(|v| !v.is_empty())
+                        .ok_or_else(|| Refusal::CredentialsMissing { var: name.clone() })
+                };
+                Ok(IdentityToken::new_user_name(var(user_env)?, var(password_env)?))
+            }
+        }
+    }
+
+    /// The environment variables naming the user, for messages.
+    pub fn user_vars(&self) -> Option<(String, String)> {
+        match &self.identity {
+            Identity::Anonymous => None,
+            Identity::User { user_env, password_env } => Some((user_env.clone(), password_env.clone())),
+        }
+    }
+
+    /// The names used in device files, for messages.
+    pub fn names(&self) -> (String, String) {
+        let policy = match self.policy {
+            SecurityPolicy::Aes128Sha256RsaOaep => "Aes128_Sha256_RsaOaep".to_string(),
+            SecurityPolicy::Aes256Sha256RsaPss => "Aes256_Sha256_RsaPss".to_string(),
+            SecurityPolicy::Unknown => "unknown".to_string(),
+            p => p.to_str().to_string(),
+        };
+        (policy, self.mode.to_string())
+    }
+}
+
+/// fieldgate's PKI folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pki {
+    pub dir: PathBuf,
+}
+
+impl Pki {
+    pub fn new(dir: impl Into<PathBuf>) -> Pki {
+        Pki { dir: dir.into() }
+    }
+
+    pub fn own_certificate(&self) -> PathBuf {
+        self.dir.join("own").join("cert.der")
+    }
+
+    pub fn trusted_dir(&self) -> PathBuf {
+        self.dir.join("trusted")
+    }
+
+    pub fn rejected_dir(&self) -> PathBuf {
+        self.dir.join("rejected")
+    }
+
+    /// Creates the folders and fieldgate's application certificate and key unless they
+    /// exist; returns the certificate's path (the file to give servers' administrators).
+    pub fn ensure(&self) -> Result<PathBuf, String> {
+        let cert = self.own_certificate();
+        let key = self.dir.join("private").join("private.pem");
+        if !(cert.is_file() && key.is_file()) {
+            // async-opcua writes a self-signed certificate (RSA 2048, the host's names and
+            // addresses, urn:fieldgate) when it finds none; it reports failure only in its log.
+            let _ = client_builder(&self.dir, true).client();
+        }
+        if cert.is_file() && key.is_file() {
+            Ok(cert)
+        } else {
+            Err(format!("cannot create fieldgate's OPC UA certificate in {}", self.dir.display()))
+        }
+    }
+
+    /// Why a secured connection failed with `status`, given the certificate the server
+    /// presented: an untrusted server (its certificate is now in `rejected/`), or a server
+    /// that did not accept fieldgate.
+    pub fn refusal_for(&self, server_cert: &ByteString, status: StatusCode) -> Option<Refusal> {
+        let untrusted_status = [
+            StatusCode::BadCertificateUntrusted,
+            StatusCode::BadSecurityChecksFailed,
+            StatusCode::BadCertificateInvalid,
+            StatusCode::BadCertificateHostNameInvalid,
+            StatusCode::BadCertificateUriInvalid,
+            StatusCode::BadCertificateTimeInvalid,
+            StatusCode::BadCertificateRevoked,
+        ];
+        if !untrusted_status.contains(&status) {
+            return None;
+        }
+        let cert = X509::from_byte_string(server_cert).ok()?;
+        let thumbprint = cert.thumbprint().as_hex_string();
+        let name = file_name_of(&cert);
+        if !self.trusted_dir().join(&name).is_file() {
+            // Make sure the file the message points at is there (async-opcua writes it when
+            // it first sees the certificate; a copy that was deleted since is restored).
+            let rejected = self.rejected_dir().join(&name);
+            if !rejected.is_file() {
+                let _ = std::fs::create_dir_all(self.rejected_dir());
+                if let Ok(der) = cert.to_der() {
+                    let _ = std::fs::write(&rejected, der);
+                }
+            }
+            return Some(Refusal::UntrustedServer {
+                thumbprint,
+                rejected_dir: self.rejected_dir(),
+                trusted_dir: self.trusted_dir(),
+            });
+        }
+        Some(Refusal::ClientNotTrusted { own_certificate: self.own_certificate() })
+    }
+}
+
+/// The file name async-opcua's certificate store gives a certificate.
+fn file_name_of(cert: &X509) -> String {
+    opcua::crypto::CertificateStore::cert_file_name(cert)
+}
+
+/// The client set-up every connection shares.
+pub fn client_builder(pki_dir: &Path, secured: bool) -> ClientBuilder {
+    ClientBuilder::new()
+        .application_name("fieldgate")
+        .application_uri("urn:fieldgate")
+        .product_uri("urn:fieldgate")
+        // Security policy None needs no key pair; do not write one for it.
+        .create_sample_keypair(secured)
+        // Servers are trusted by an operator moving their certificate, never automatically.
+        .trust_server_certs(false)
+        .verify_server_certs(true)
+        .pki_dir(pki_dir.to_path_buf())
+        .session_retry_limit(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::OpcUaMode;
+
+    fn settings(policy: &str, mode: &str, user: bool) -> OpcUaSettings {
+        OpcUaSettings {
+            security_policy: policy.into(),
+            security_mode: mode.into(),
+            username_env: user.then(|| "FG_TEST_UNSET_USER_VAR_1".into()),
+            password_env: user.then(|| "FG_TEST_UNSET_PASSWORD_VAR_1".into()),
+            mode: OpcUaMode::Poll,
+        }
+    }
+
+    #[test]
+    fn device_file_names_map_to_policies_and_modes() {
+        let s = Security::of(Some(&settings("Basic256Sha256", "SignAndEncrypt", false)));
+        assert_eq!((s.policy, s.mode), (SecurityPolicy::Basic256Sha256, MessageSecurityMode::SignAndEncrypt));
+        assert!(s.is_secured());
+        let s = Security::of(Some(&settings("Aes256_Sha256_RsaPss", "Sign", false)));
+        assert_eq!((s.policy, s.mode), (SecurityPolicy::Aes256Sha256RsaPss, MessageSecurityMode::Sign));
+        assert_eq!(s.names(), ("Aes256_Sha256_RsaPss".to_string(), "Sign".to_string()));
+        let s = Security::of(Some(&settings("Aes128_Sha256_RsaOaep", "Sign", false)));
+        assert_eq!(s.policy, SecurityPolicy::Aes128Sha256RsaOaep);
+        let s = Security::of(None);
+        assert!(!s.is_secured());
+        assert!(matches!(s.token(), Ok(IdentityToken::Anonymous)));
+    }
+
+    #[test]
+    fn a_missing_credential_names_its_variable() {
+        let s = Security::of(Some(&settings("None", "None", true)));
+        assert_eq!(
+            s.token().err(),
+            Some(Refusal::CredentialsMissing { var: "FG_TEST_UNSET_USER_VAR_1".into() })
+        );
+    }
+}
