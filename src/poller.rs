@@ -6,6 +6,10 @@
 //! device is not polled until its probe. A sample is stored when it moved by at least the
 //! sensor's `deadband`, its quality changed, or `history.max_silence_s` passed since the
 //! last stored point. Every sample refreshes the reading cache (`max_age_ms`).
+//!
+//! OPC UA devices in `mode = "subscribe"` are not polled: a subscription delivers their
+//! changes (filtered by the deadband on the server), which are recorded the same way; while
+//! it is live, a sensor silent for `max_silence_s` has its last value stored again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::driver::Sample;
 use crate::driver::codec::{RawValue, normalize};
-use crate::registry::{Sensor, SensorSource};
+use crate::driver::opcua::subscribe;
+use crate::registry::{OpcUaMode, Sensor, SensorSource};
 use crate::store::HistoryStore;
 use crate::store::gorilla::{Point, Stored};
 use crate::tools::ToolService;
@@ -98,6 +103,53 @@ fn jitter(max: Duration) -> Duration {
     max.mul_f64((n >> 11) as f64 / (1u64 << 53) as f64)
 }
 
+/// What the poller keeps per device to decide what to store.
+struct Recorder<'a> {
+    inner: &'a crate::tools::Inner,
+    store: &'a HistoryStore,
+    counters: &'a PollCounters,
+    max_silence: i64,
+    last: HashMap<&'a str, Last>,
+}
+
+impl<'a> Recorder<'a> {
+    fn new(inner: &'a crate::tools::Inner, store: &'a HistoryStore, counters: &'a PollCounters) -> Self {
+        let max_silence = inner.config.history.max_silence_s as i64 * 1000;
+        Recorder { inner, store, counters, max_silence, last: HashMap::new() }
+    }
+
+    /// A fresh sample of `s`: into the reading cache, and into history when worth it.
+    fn record(&mut self, s: &'a Sensor, sample: &Sample) {
+        self.counters.polled.fetch_add(1, Ordering::Relaxed);
+        self.inner.cache.put(&s.id, sample);
+        let t = sample.at.timestamp_millis();
+        let (value, quality) = stored_of(sample);
+        let prev = self.last.get(s.id.as_str()).map(|l| (l.t, &l.value, l.quality));
+        if worth_storing(s, prev, t, &value, quality, self.max_silence) {
+            self.append(s, Last { t, value, quality });
+        }
+    }
+
+    /// Under a live subscription no news means no change beyond the deadband: repeats the
+    /// last value of every sensor silent for `max_silence`, as polling would have stored it.
+    fn still(&mut self, sensors: &[&'a Sensor], now: i64) {
+        for s in sensors {
+            let Some(l) = self.last.get(s.id.as_str()) else { continue };
+            if now - l.t >= self.max_silence {
+                let again = Last { t: now, value: l.value.clone(), quality: l.quality };
+                self.append(s, again);
+            }
+        }
+    }
+
+    fn append(&mut self, s: &'a Sensor, l: Last) {
+        if self.store.append(s.id.as_str(), &Point { t: l.t, value: l.value.clone(), quality: l.quality }) {
+            self.counters.stored.fetch_add(1, Ordering::Relaxed);
+        }
+        self.last.insert(s.id.as_str(), l);
+    }
+}
+
 async fn poll_device(
     tools: ToolService,
     store: Arc<HistoryStore>,
@@ -114,9 +166,8 @@ async fn poll_device(
     if sensors.is_empty() {
         return;
     }
-    let max_silence = inner.config.history.max_silence_s as i64 * 1000;
     let call_deadline = Duration::from_millis(inner.config.calls.deadline_ms);
-    let mut last: HashMap<&str, Last> = HashMap::new();
+    let mut recorder = Recorder::new(&inner, &store, &counters);
     let mut next = Instant::now() + jitter(interval);
     loop {
         tokio::select! {
@@ -131,22 +182,60 @@ async fn poll_device(
         }
         let deadline = now + interval.min(call_deadline);
         let (results, _) = inner.resilience.read(&d.id, driver.as_ref(), &sensors, deadline).await;
-        let ok: Vec<(&Sensor, Sample)> =
-            sensors.iter().zip(results).filter_map(|(s, r)| r.ok().map(|sample| (*s, sample))).collect();
-        counters.polled.fetch_add(ok.len() as u64, Ordering::Relaxed);
-        for (s, sample) in ok {
-            inner.cache.put(&s.id, &sample);
-            let t = sample.at.timestamp_millis();
-            let (value, quality) = stored_of(&sample);
-            let prev = last.get(s.id.as_str()).map(|l| (l.t, &l.value, l.quality));
-            if worth_storing(s, prev, t, &value, quality, max_silence) {
-                if store.append(s.id.as_str(), &Point { t, value: value.clone(), quality }) {
-                    counters.stored.fetch_add(1, Ordering::Relaxed);
-                }
-                last.insert(s.id.as_str(), Last { t, value, quality });
+        for (s, r) in sensors.iter().zip(results) {
+            if let Ok(sample) = r {
+                recorder.record(s, &sample);
             }
         }
     }
+}
+
+/// An OPC UA device in `mode = "subscribe"`: its server sends changes (see
+/// [`crate::driver::opcua::subscribe`]); they go where polled samples go.
+async fn subscribe_device(
+    tools: ToolService,
+    store: Arc<HistoryStore>,
+    device: usize,
+    counters: Arc<PollCounters>,
+    subscription: Arc<subscribe::Counters>,
+    stop: CancellationToken,
+) {
+    let inner = tools.inner().clone();
+    let registry = &inner.registry;
+    let d = &registry.devices()[device];
+    let pki = crate::driver::opcua::security::Pki::new(inner.config.storage.data_dir.join("pki"));
+    let Some(target) = crate::driver::opcua::Target::of(d, &pki) else { return };
+    let sensors: Vec<&Sensor> = registry.sensors_of_device(&d.id).collect();
+    if sensors.is_empty() {
+        return;
+    }
+    // `poll_interval_ms = 0` means "not collected" in either mode.
+    let Some(interval) = d.poll_interval else { return };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let owned = sensors.iter().map(|s| (*s).clone()).collect();
+    let task = tokio::spawn(subscribe::run(target, owned, interval, tx, subscription.clone(), stop.clone()));
+    let mut recorder = Recorder::new(&inner, &store, &counters);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            u = rx.recv() => match u {
+                Some(subscribe::Update { sensor, sample: Ok(sample) }) => {
+                    if let Some(s) = sensors.get(sensor) {
+                        recorder.record(s, &sample);
+                    }
+                }
+                Some(subscribe::Update { sample: Err(_), .. }) => {}
+                None => break,
+            },
+            _ = tick.tick() => {
+                if subscription.live.load(Ordering::Relaxed) {
+                    recorder.still(&sensors, chrono::Utc::now().timestamp_millis());
+                }
+            }
+            () = stop.cancelled() => break,
+        }
+    }
+    let _ = task.await;
 }
 
 /// Flushes the store every `storage.flush_interval_ms` and applies retention every minute;
@@ -196,14 +285,42 @@ pub fn start(tools: &ToolService, stop: CancellationToken) -> Vec<JoinHandle<()>
         let _ = writeln!(out, "fieldgate_points_stored_total {}", c.stored.load(Ordering::Relaxed));
     }));
     let mut handles = Vec::new();
-    for i in 0..tools.registry().devices().len() {
-        handles.push(tokio::spawn(poll_device(
-            tools.clone(),
-            store.clone(),
-            i,
-            counters.clone(),
-            stop.clone(),
-        )));
+    let mut subscriptions = Vec::new();
+    for (i, d) in tools.registry().devices().iter().enumerate() {
+        let subscribed = d.opcua.as_ref().is_some_and(|o| o.mode == OpcUaMode::Subscribe);
+        if subscribed {
+            let c = Arc::new(subscribe::Counters::default());
+            subscriptions.push((d.id.to_string(), c.clone()));
+            handles.push(tokio::spawn(subscribe_device(
+                tools.clone(),
+                store.clone(),
+                i,
+                counters.clone(),
+                c,
+                stop.clone(),
+            )));
+        } else {
+            handles.push(tokio::spawn(poll_device(
+                tools.clone(),
+                store.clone(),
+                i,
+                counters.clone(),
+                stop.clone(),
+            )));
+        }
+    }
+    if !subscriptions.is_empty() {
+        tools.metrics().register(Box::new(move |out: &mut String| {
+            use std::fmt::Write;
+            out.push_str("# HELP fieldgate_opcua_sessions_total Sessions opened with their subscription created, per subscribed device.\n# TYPE fieldgate_opcua_sessions_total counter\n");
+            for (d, c) in &subscriptions {
+                let _ = writeln!(out, "fieldgate_opcua_sessions_total{{device=\"{d}\"}} {}", c.sessions.load(Ordering::Relaxed));
+            }
+            out.push_str("# HELP fieldgate_opcua_notifications_total Data changes received, per subscribed device.\n# TYPE fieldgate_opcua_notifications_total counter\n");
+            for (d, c) in &subscriptions {
+                let _ = writeln!(out, "fieldgate_opcua_notifications_total{{device=\"{d}\"}} {}", c.notifications.load(Ordering::Relaxed));
+            }
+        }));
     }
     handles.push(tokio::spawn(keep(tools.clone(), store, stop)));
     handles

@@ -259,10 +259,14 @@ fn add_engineering_units(
 }
 
 impl OpcUaDevice {
-    /// Stops the server: its sessions and connections end.
-    pub(crate) async fn stop(self) {
+    /// Stops the server: its connections are closed (as when a device reboots) and its
+    /// sessions and subscriptions are gone.
+    pub(crate) async fn stop(mut self) {
         self.handle.cancel();
-        self.task.abort();
-        let _ = self.task.await;
+        // The server closes its connections on cancel; aborting it first would leave
+        // their tasks running, serving reads but no subscriptions.
+        if tokio::time::timeout(std::time::Duration::from_secs(5), &mut self.task).await.is_err() {
+            self.task.abort();
+        }
     }
 }

@@ -308,3 +308,82 @@ async fn a_user_from_the_environment_opens_the_session() {
     assert!(unset["error"]["message"].as_str().unwrap().contains(&format!("{p} is not set")), "{unset}");
     sim.shutdown().await;
 }
+
+/// Waits (observing, not sleeping for a guess) until `done` holds; fails after 30 s.
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let wait = async {
+        while !done() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), wait)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
+fn metric(service: &fieldgate::tools::ToolService, name: &str) -> u64 {
+    let text = service.render_metrics();
+    let line = format!("{name}{{device=\"b-oven2-opcua\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_feeds_history_and_survives_a_server_restart() {
+    use fieldgate_sim::Wave;
+    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml"))
+        .unwrap()
+        .replace("mode = \"poll\"", "mode = \"subscribe\"")
+        .replace("poll_interval_ms = 1000", "poll_interval_ms = 50");
+    let dir = device_dir(&[("b-oven2-opcua.toml", &oven)]);
+    let mut scenario = fieldgate_sim::Scenario::default();
+    scenario.sensors.insert("B_OVEN2_001".into(), Wave::Constant { value: 200.0 }); // deadband 0.5
+    let mut plant = plant_from(dir.path(), scenario).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let store = plant.service.history().unwrap().clone();
+    let values = |sensor: &str| -> Vec<f64> {
+        store
+            .points(sensor, 0, i64::MAX)
+            .unwrap()
+            .iter()
+            .map(|p| match p.value {
+                fieldgate::store::gorilla::Stored::Float(f) => f,
+                _ => f64::NAN,
+            })
+            .collect()
+    };
+    until("the first value", || values("B_OVEN2_001") == [200.0]).await;
+
+    // A change inside the deadband is filtered by the server: wait until every item has
+    // been sampled a few times since (each sampling reads the 8 nodes), then leave it.
+    plant.sim.set_wave("B_OVEN2_001", Wave::Constant { value: 200.3 });
+    let reads = plant.sim.opcua_reads();
+    until("sampling after the small change", || plant.sim.opcua_reads() >= reads + 8 * 4).await;
+    plant.sim.set_wave("B_OVEN2_001", Wave::Constant { value: 201.0 });
+    until("the change beyond the deadband", || values("B_OVEN2_001").len() >= 2).await;
+    assert_eq!(values("B_OVEN2_001"), [200.0, 201.0]);
+    assert_eq!(metric(&plant.service, "fieldgate_opcua_sessions_total"), 1);
+    // 8 initial values and the one change: the server filtered 200.3 (the other sensors
+    // are constant in this scenario).
+    assert_eq!(metric(&plant.service, "fieldgate_opcua_notifications_total"), 9);
+
+    // The server restarts under the live subscription: all its sessions and
+    // subscriptions are gone. fieldgate opens a new session and recreates them.
+    plant.sim.restart_opcua("b-oven2-opcua").await.unwrap();
+    plant.sim.set_wave("B_OVEN2_001", Wave::Constant { value: 230.0 });
+    until("values after the restart", || values("B_OVEN2_001").last() == Some(&230.0)).await;
+    assert_eq!(metric(&plant.service, "fieldgate_opcua_sessions_total"), 2);
+    // The subscription also keeps the reading cache fresh.
+    let cached = plant
+        .call("get_sensor_reading", json!({"sensor_id": "B_OVEN2_001", "max_age_ms": 60000}))
+        .await
+        .json();
+    assert_eq!((cached["value"].as_f64(), cached["source"].as_str()), (Some(230.0), Some("cache")));
+    stop.cancel();
+    for h in polling {
+        h.await.unwrap();
+    }
+}

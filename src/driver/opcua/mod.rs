@@ -7,6 +7,7 @@
 //! are also read this way on demand; their values arrive through [`subscribe`].
 
 pub mod security;
+pub mod subscribe;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -76,7 +77,11 @@ impl Target {
     /// configured security, and connects with the configured identity.
     pub(crate) async fn connect(&self) -> Result<Connection, DriverError> {
         let secured = self.security.is_secured();
-        let mut client = security::client_builder(&self.pki.dir, secured)
+        // Without security no certificate is used, but async-opcua still lays out its PKI
+        // folders: keep those out of the data directory.
+        let pki_dir =
+            if secured { self.pki.dir.clone() } else { std::env::temp_dir().join("fieldgate-opcua-none") };
+        let mut client = security::client_builder(&pki_dir, secured)
             .request_timeout(self.request_timeout)
             .client()
             // Only a local problem (e.g. the PKI folder cannot be created) fails here.

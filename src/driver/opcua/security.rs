@@ -203,6 +203,11 @@ pub fn client_builder(pki_dir: &Path, secured: bool) -> ClientBuilder {
         .verify_server_certs(true)
         .pki_dir(pki_dir.to_path_buf())
         .session_retry_limit(0)
+        // A session whose server stopped answering (powered off, cable pulled: no reset
+        // reaches us) is closed after three failed keep-alives, so it can be reopened;
+        // async-opcua's default keeps it forever.
+        .keep_alive_interval(std::time::Duration::from_secs(5))
+        .max_failed_keep_alive_count(3)
 }
 
 #[cfg(test)]
