@@ -93,11 +93,12 @@ enum Command {
     /// Probe a device and print a device file skeleton for a person to edit (modbus only
     /// in this version): one sensor per readable address of the four tables.
     Discover {
-        /// modbus
+        /// modbus | opcua
         protocol: String,
-        /// The device's host:port, e.g. 192.168.10.21:502.
+        /// Modbus: the device's host:port, e.g. 192.168.10.21:502. OPC UA: the server's
+        /// URL, e.g. opc.tcp://192.168.10.30:4840/path (browsed with security None).
         #[arg(long)]
-        endpoint: SocketAddr,
+        endpoint: String,
         /// Modbus unit ID, 1-247.
         #[arg(long, default_value_t = 1)]
         unit: u8,
@@ -148,19 +149,41 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Discover { protocol, endpoint, unit, plant, zone, max_address, timeout_ms, out: file } => {
-            if protocol != "modbus" {
-                eprintln!("error: discover supports \"modbus\" in this version, found {protocol:?}");
-                return ExitCode::from(2);
-            }
-            let probe = fieldgate::driver::discover::ModbusProbe {
-                addr: endpoint,
-                unit,
-                plant,
-                zone,
-                max_address,
-                timeout: std::time::Duration::from_millis(timeout_ms.max(1)),
+            let timeout = std::time::Duration::from_millis(timeout_ms.max(1));
+            let found = match protocol.as_str() {
+                "modbus" => {
+                    let Ok(addr) = endpoint.parse::<SocketAddr>() else {
+                        eprintln!(
+                            "error: --endpoint: must be host:port such as 192.168.10.21:502, found {endpoint:?}"
+                        );
+                        return ExitCode::from(2);
+                    };
+                    let probe = fieldgate::driver::discover::ModbusProbe {
+                        addr,
+                        unit,
+                        plant,
+                        zone,
+                        max_address,
+                        timeout,
+                    };
+                    runtime.block_on(fieldgate::driver::discover::discover_modbus(&probe))
+                }
+                "opcua" => {
+                    let probe = fieldgate::driver::opcua::browse::UaProbe {
+                        url: endpoint,
+                        plant,
+                        zone,
+                        timeout,
+                        max_depth: 8,
+                    };
+                    runtime.block_on(fieldgate::driver::opcua::browse::discover_opcua(&probe))
+                }
+                other => {
+                    eprintln!("error: discover supports \"modbus\" and \"opcua\", found {other:?}");
+                    return ExitCode::from(2);
+                }
             };
-            let text = match runtime.block_on(fieldgate::driver::discover::discover_modbus(&probe)) {
+            let text = match found {
                 Ok(t) => t,
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -34,10 +34,9 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FIELDGATE_LOG")
-                .unwrap_or_else(|_| "info,opcua_server=warn,opcua_core::comms::secure_channel=off".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("FIELDGATE_LOG").unwrap_or_else(|_| {
+            "info,opcua_server=error,opcua_crypto=off,opcua_core::comms::secure_channel=off".into()
+        }))
         .init();
     let devices = match fieldgate_sim::plant::load_dir(&args.devices) {
         Ok(d) => d,

@@ -18,7 +18,7 @@ use tokio_modbus::prelude::Slave;
 use crate::ids::{check_plant, check_zone};
 
 /// At most this many sensors fit the `NNN` of a sensor ID.
-const MAX_SENSORS: usize = 999;
+pub const MAX_SENSORS: usize = 999;
 
 #[derive(Debug, Clone)]
 pub struct ModbusProbe {
@@ -36,11 +36,53 @@ pub enum DiscoverError {
     #[error("{0}")]
     Invalid(String),
     #[error("cannot connect to {0}")]
-    Connect(SocketAddr),
+    Connect(String),
     #[error("the device stopped answering while being probed")]
     NoAnswer,
     #[error("nothing readable in addresses 0-{0} of any table")]
     Nothing(u16),
+    #[error("no variable with a number, boolean or text value below the Objects folder")]
+    NothingBrowsed,
+}
+
+/// Problems with the `--plant` and `--zone` of a discovery, one line each.
+pub fn check_names(plant: &str, zone: &str) -> Vec<String> {
+    let mut bad = Vec::new();
+    if let Err(e) = check_plant(plant) {
+        bad.push(format!("--plant: {e}"));
+    }
+    if let Err(e) = check_zone(zone) {
+        bad.push(format!("--zone: {e}"));
+    }
+    bad
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn device_text_cannot_break_out_of_its_toml_string() {
+        let s = super::toml_string("a\"\nkind = \"x\\");
+        assert_eq!(s, "\"a\\\"kind = \\\"x\\\\\"");
+        let parsed: toml::Value = toml::from_str(&format!("v = {s}")).unwrap();
+        assert_eq!(parsed["v"].as_str(), Some("a\"kind = \"x\\"));
+        assert_eq!(super::toml_string(&"é".repeat(300)).chars().count(), 202);
+    }
+}
+
+/// `s` as a TOML basic string: text from a device is kept to printable characters, at
+/// most 200 of them, and escaped, so it cannot break out of the string.
+pub fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars().filter(|c| !c.is_control()).take(200) {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,13 +175,7 @@ async fn probe_table(
 
 /// Probes the device and returns the device file text.
 pub async fn discover_modbus(p: &ModbusProbe) -> Result<String, DiscoverError> {
-    let mut bad = Vec::new();
-    if let Err(e) = check_plant(&p.plant) {
-        bad.push(format!("--plant: {e}"));
-    }
-    if let Err(e) = check_zone(&p.zone) {
-        bad.push(format!("--zone: {e}"));
-    }
+    let mut bad = check_names(&p.plant, &p.zone);
     if !(1..=247).contains(&p.unit) {
         bad.push(format!("--unit: must be 1-247, found {}", p.unit));
     }
@@ -148,8 +184,8 @@ pub async fn discover_modbus(p: &ModbusProbe) -> Result<String, DiscoverError> {
     }
     let stream = tokio::time::timeout(p.timeout, tokio::net::TcpStream::connect(p.addr))
         .await
-        .map_err(|_| DiscoverError::Connect(p.addr))?
-        .map_err(|_| DiscoverError::Connect(p.addr))?;
+        .map_err(|_| DiscoverError::Connect(p.addr.to_string()))?
+        .map_err(|_| DiscoverError::Connect(p.addr.to_string()))?;
     let mut ctx = tokio_modbus::client::tcp::attach_slave(stream, Slave(p.unit));
     let mut points = Vec::new();
     for table in Table::ALL {

@@ -203,3 +203,60 @@ async fn discover_modbus_writes_a_file_that_passes_check_and_covers_the_device()
         fieldgate_async(&["discover", "modbus", "--endpoint", &addr, "--plant", "a!", "--zone", "Z"]).await;
     assert!(!o.status.success() && stderr(&o).contains("--plant"), "{}", stderr(&o));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discover_opcua_writes_a_file_that_passes_check_and_reads_the_server() {
+    use fieldgate::registry::SensorSource;
+    use serde_json::json;
+    let plant = demo_plant().await;
+    plant.sim.freeze(Some(42.0));
+    let url = plant.sim.opcua_urls()["b-oven2-opcua"].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("oven9.toml");
+    let args = ["discover", "opcua", "--endpoint", &url, "--plant", "B", "--zone", "OVEN9"];
+    let o = fieldgate_async(&[&args[..], &["--out", file.to_str().unwrap()]].concat()).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = fieldgate_async(&["check", "--devices", dir.path().to_str().unwrap()]).await;
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+
+    // One numbered sensor per variable of the server, with its description and unit.
+    let found = fieldgate::registry::Registry::load(dir.path()).unwrap();
+    let node = |s: &fieldgate::registry::Sensor| match &s.source {
+        SensorSource::OpcUa { node_id } => node_id.clone(),
+        SensorSource::Modbus(_) => unreachable!(),
+    };
+    let demo = demo_registry();
+    let declared: Vec<_> = demo.sensors().iter().filter(|s| s.device.as_str() == "b-oven2-opcua").collect();
+    assert_eq!(found.sensors().len(), declared.len());
+    let ids: Vec<String> = found.sensors().iter().map(|s| s.id.to_string()).collect();
+    assert_eq!(ids[0], "B_OVEN9_001");
+    for d in &declared {
+        let f = found
+            .sensors()
+            .iter()
+            .find(|f| node(f) == node(d))
+            .unwrap_or_else(|| panic!("{} ({}) not discovered", d.id, node(d)));
+        assert_eq!(f.description, d.description, "{}", d.id);
+        assert_eq!(f.unit, d.unit, "{}", d.id);
+    }
+    // Read unedited, the discovered sensors give the server's values.
+    let service = fieldgate::tools::ToolService::new(
+        std::sync::Arc::new(fieldgate::registry::Registry::load(dir.path()).unwrap()),
+        Default::default(),
+    );
+    for d in &declared {
+        let f = found.sensors().iter().find(|f| node(f) == node(d)).unwrap();
+        let e = service.call("get_sensor_reading", json!({"sensor_id": f.id.to_string()})).await.unwrap();
+        assert!(e.ok, "{}: {:?}", f.id, e.error);
+        let want = serde_json::to_value(plant.sim.expected(d.id.as_str()).unwrap()).unwrap();
+        assert_eq!(e.json()["value"], want, "{} as {}", d.id, f.id);
+    }
+    // A server that is not there is reported, not waited for.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let gone = format!("opc.tcp://127.0.0.1:{port}/");
+    let o = fieldgate_async(&["discover", "opcua", "--endpoint", &gone, "--plant", "B", "--zone", "Z"]).await;
+    assert!(!o.status.success() && stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+    let o = fieldgate_async(&["discover", "opcua", "--endpoint", "http://x", "--plant", "B", "--zone", "Z"])
+        .await;
+    assert!(!o.status.success() && stderr(&o).contains("opc.tcp://"), "{}", stderr(&o));
+}

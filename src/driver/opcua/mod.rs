@@ -6,6 +6,7 @@
 //! with a user whose credentials come from the environment. `mode = "subscribe"` devices
 //! are also read this way on demand; their values arrive through [`subscribe`].
 
+pub mod browse;
 pub mod security;
 pub mod subscribe;
 
