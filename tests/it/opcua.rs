@@ -387,3 +387,34 @@ async fn a_subscription_feeds_history_and_survives_a_server_restart() {
         h.await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_server_times_out_and_failures_open_the_breaker() {
+    let plant = demo_plant().await;
+    // Slower than the oven's 1000 ms timeout: a retryable timeout within the call deadline.
+    plant.faults("b-oven2-opcua", Faults { latency_ms: 1500, ..Default::default() });
+    let started = std::time::Instant::now();
+    let e = plant.call("get_sensor_reading", json!({"sensor_id": "B_OVEN2_001"})).await;
+    let err = e.error.unwrap();
+    assert_eq!((err.code, err.retryable), (ErrorCode::DeviceTimeout, true), "{err:?}");
+    assert!(started.elapsed() < std::time::Duration::from_millis(2500), "{:?}", started.elapsed());
+
+    // A server that answers every node with BadNotConnected is failing: after the
+    // breaker's threshold the device is not asked any more.
+    plant.faults("b-oven2-opcua", Faults { down: true, ..Default::default() });
+    let mut codes = Vec::new();
+    for _ in 0..10 {
+        let e = plant.call("get_sensor_reading", json!({"sensor_id": "B_OVEN2_002"})).await;
+        let code = e.error.unwrap().code;
+        codes.push(code);
+        if code == ErrorCode::CircuitOpen {
+            break;
+        }
+    }
+    assert_eq!(codes.last(), Some(&ErrorCode::CircuitOpen), "{codes:?}");
+    assert!(codes[..codes.len() - 1].iter().all(|c| *c == ErrorCode::DeviceUnavailable), "{codes:?}");
+    let reads = plant.sim.opcua_reads();
+    let e = plant.call("get_sensor_reading", json!({"sensor_id": "B_OVEN2_002"})).await;
+    assert_eq!(e.error.unwrap().code, ErrorCode::CircuitOpen);
+    assert_eq!(plant.sim.opcua_reads(), reads, "an open breaker sends nothing to the device");
+}
