@@ -164,7 +164,11 @@ fn assert_reads_the_simulators_value(plant: &Plant, e: &fieldgate::tools::Envelo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secured_server_is_refused_until_its_certificate_is_trusted_then_read() {
-    for (policy, mode) in [("Basic256Sha256", "SignAndEncrypt"), ("Aes256_Sha256_RsaPss", "Sign")] {
+    for (policy, mode) in [
+        ("Basic256Sha256", "SignAndEncrypt"),
+        ("Aes256_Sha256_RsaPss", "Sign"),
+        ("Aes128_Sha256_RsaOaep", "SignAndEncrypt"),
+    ] {
         let data = tempfile::tempdir().unwrap();
         let (plant, _dir) =
             oven_plant(&secured_oven(policy, mode, None), data.path(), Default::default()).await;
