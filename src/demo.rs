@@ -69,6 +69,22 @@ impl Demo {
                 (t.path().to_path_buf(), Some(t))
             }
         };
+        // The demo owns both ends: it trusts its own simulator's secured OPC UA servers, as
+        // an operator would by moving their certificates to pki/trusted.
+        let pki = crate::driver::opcua::security::Pki::new(data_dir.join("pki"));
+        for device in sim.opcua_urls().keys() {
+            if let Some(cert) = sim.opcua_certificate(device) {
+                let trusted = std::fs::read(&cert).map_err(|e| e.to_string()).and_then(|der| pki.trust(&der));
+                match trusted {
+                    Ok(path) => {
+                        tracing::info!(%device, file = %path.display(), "demo: trusting the simulator's certificate")
+                    }
+                    Err(error) => {
+                        tracing::warn!(%device, %error, "demo: cannot trust the simulator's certificate")
+                    }
+                }
+            }
+        }
         let mut config = config;
         config.server.listen = listen;
         config.storage.data_dir = data_dir.clone();

@@ -228,6 +228,12 @@ fn main() -> ExitCode {
                 for (protocol, devices, sensors) in registry.summary() {
                     out(&format!("  {:<20} {devices} device(s), {sensors} sensor(s)", protocol.name()));
                 }
+                let pki = fieldgate::driver::opcua::security::Pki::new(config.storage.data_dir.join("pki"));
+                for d in registry.devices() {
+                    for line in fieldgate::driver::opcua::security::notes(d, &pki) {
+                        out(&line);
+                    }
+                }
                 ExitCode::SUCCESS
             }
             Err(code) => code,

@@ -260,3 +260,24 @@ async fn discover_opcua_writes_a_file_that_passes_check_and_reads_the_server() {
         .await;
     assert!(!o.status.success() && stderr(&o).contains("opc.tcp://"), "{}", stderr(&o));
 }
+
+#[test]
+fn check_says_where_opcua_certificates_go_and_which_credentials_are_missing() {
+    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml")).unwrap().replace(
+        "security_policy = \"None\"\nsecurity_mode = \"None\"",
+        "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"SignAndEncrypt\"\nusername_env = \"FG_CHECK_U\"\npassword_env = \"FG_CHECK_P\"",
+    );
+    let dir = device_dir(&[("oven.toml", &oven)]);
+    let o = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["check", "--devices", dir.path().to_str().unwrap()])
+        .env("FIELDGATE_STORAGE_DATA_DIR", "/srv/fg")
+        .env("FG_CHECK_U", "baker")
+        .env_remove("FG_CHECK_P")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("b-oven2-opcua uses Basic256Sha256/SignAndEncrypt"), "{out}");
+    assert!(out.contains("/srv/fg/pki/own/cert.der") && out.contains("/srv/fg/pki/trusted"), "{out}");
+    assert!(out.contains("FG_CHECK_P is not set") && !out.contains("FG_CHECK_U is not set"), "{out}");
+}

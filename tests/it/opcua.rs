@@ -281,12 +281,9 @@ async fn a_user_from_the_environment_opens_the_session() {
         device_dir(&[("b-oven2-opcua.toml", &oven.replace("opc.tcp://127.0.0.1:4840/fieldgate", &url))]);
     let data = tempfile::tempdir().unwrap();
     // Trust the server as an operator would.
-    let trusted = data.path().join("pki/trusted");
-    std::fs::create_dir_all(&trusted).unwrap();
     let cert = sim.opcua_certificate("b-oven2-opcua").unwrap();
-    let der = std::fs::read(&cert).unwrap();
-    let x = opcua::crypto::X509::from_der(&der).unwrap();
-    std::fs::write(trusted.join(opcua::crypto::CertificateStore::cert_file_name(&x)), der).unwrap();
+    let pki = fieldgate::driver::opcua::security::Pki::new(data.path().join("pki"));
+    pki.trust(&std::fs::read(&cert).unwrap()).unwrap();
 
     let run = |env: Vec<(&'static str, &'static str)>| {
         let (devices, data) = (service_dir.path().to_path_buf(), data.path().to_path_buf());
@@ -421,4 +418,19 @@ async fn a_slow_server_times_out_and_failures_open_the_breaker() {
     let e = plant.call("get_sensor_reading", json!({"sensor_id": "B_OVEN2_002"})).await;
     assert_eq!(e.error.unwrap().code, ErrorCode::CircuitOpen);
     assert_eq!(plant.sim.opcua_reads(), reads, "an open breaker sends nothing to the device");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_trusts_its_own_simulators_secured_server() {
+    let oven = secured_oven("Basic256Sha256", "SignAndEncrypt", None);
+    let dir = device_dir(&[("b-oven2-opcua.toml", &oven)]);
+    let mut config = fieldgate::config::Config::default();
+    config.devices.dir = dir.path().to_path_buf();
+    let registry = fieldgate::registry::Registry::load(dir.path()).unwrap();
+    let demo =
+        fieldgate::demo::Demo::start(config, registry, "127.0.0.1:0".parse().unwrap(), None).await.unwrap();
+    let e = demo.tools.call("get_sensor_reading", json!({"sensor_id": "B_OVEN2_004"})).await.unwrap();
+    assert!(e.ok, "{:?}", e.error);
+    assert_eq!(e.json()["source"], "live");
+    demo.stop().await;
 }

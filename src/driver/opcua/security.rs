@@ -106,6 +106,33 @@ impl Security {
     }
 }
 
+/// What a person checking the device files should know about a device's OPC UA security
+/// here (`fieldgate check`): where certificates go, and credentials this environment lacks.
+pub fn notes(device: &crate::registry::Device, pki: &Pki) -> Vec<String> {
+    let security = Security::of(device.opcua.as_ref());
+    let mut out = Vec::new();
+    if security.is_secured() {
+        let (policy, mode) = security.names();
+        out.push(format!(
+            "note: {} uses {policy}/{mode}: fieldgate's certificate is {} (created on first start); put the server's certificate in {}",
+            device.id,
+            pki.own_certificate().display(),
+            pki.trusted_dir().display()
+        ));
+    }
+    if let Some((user, password)) = security.user_vars() {
+        for var in [user, password] {
+            if std::env::var(&var).map_or(true, |v| v.is_empty()) {
+                out.push(format!(
+                    "warning: {}: environment variable {var} is not set here; the device cannot be read without it",
+                    device.id
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// fieldgate's PKI folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pki {
@@ -144,6 +171,18 @@ impl Pki {
         } else {
             Err(format!("cannot create fieldgate's OPC UA certificate in {}", self.dir.display()))
         }
+    }
+
+    /// Trusts the server certificate in `der` (what an operator does by moving its file to
+    /// `trusted/`); returns where it was written.
+    pub fn trust(&self, der: &[u8]) -> Result<PathBuf, String> {
+        let cert = X509::from_der(der).map_err(|e| format!("not a DER certificate: {e}"))?;
+        let dir = self.trusted_dir();
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {}", dir.display(), e.kind()))?;
+        let path = dir.join(file_name_of(&cert));
+        std::fs::write(&path, der).map_err(|e| format!("cannot write {}: {}", path.display(), e.kind()))?;
+        Ok(path)
     }
 
     /// Why a secured connection failed with `status`, given the certificate the server
