@@ -72,6 +72,8 @@ pub enum DriverError {
 pub enum Refusal {
     #[error("the server's certificate (thumbprint {thumbprint}) is not trusted")]
     UntrustedServer { thumbprint: String, rejected_dir: std::path::PathBuf, trusted_dir: std::path::PathBuf },
+    #[error("the server's trusted certificate (thumbprint {thumbprint}) does not fit: {reason}")]
+    UnfitServerCertificate { thumbprint: String, reason: &'static str },
     #[error("the server did not accept fieldgate's certificate")]
     ClientNotTrusted { own_certificate: std::path::PathBuf },
     #[error("the server offers no endpoint with security {policy}/{mode}")]
@@ -151,6 +153,14 @@ impl Drivers {
         let secured =
             registry.devices().iter().any(|d| opcua::security::Security::of(d.opcua.as_ref()).is_secured());
         if secured {
+            if let Some(until) = pki.own_expiry().filter(|t| *t < chrono::Utc::now() + chrono::Days::new(30))
+            {
+                tracing::warn!(
+                    expires = %until.to_rfc3339(),
+                    certificate = %pki.own_certificate().display(),
+                    "OPC UA: fieldgate's certificate expires within 30 days; delete it and its key to have a new one made, then have the servers trust it"
+                );
+            }
             match pki.ensure() {
                 Ok(cert) => tracing::info!(
                     certificate = %cert.display(),

@@ -237,6 +237,12 @@ fn refused(id: &str, r: &Refusal) -> ToolError {
                 trusted_dir.display()
             ),
         ),
+        Refusal::UnfitServerCertificate { thumbprint, reason } => (
+            format!(
+                "The OPC UA server of device {id} presented a trusted certificate (thumbprint {thumbprint}) that does not fit: {reason}."
+            ),
+            "This is a configuration fault: tell an operator to renew the server's certificate or to correct the device's endpoint. Do not retry.".to_string(),
+        ),
         Refusal::ClientNotTrusted { own_certificate } => (
             format!("The OPC UA server of device {id} did not accept fieldgate's certificate."),
             format!(

@@ -281,3 +281,41 @@ fn check_says_where_opcua_certificates_go_and_which_credentials_are_missing() {
     assert!(out.contains("/srv/fg/pki/own/cert.der") && out.contains("/srv/fg/pki/trusted"), "{out}");
     assert!(out.contains("FG_CHECK_P is not set") && !out.contains("FG_CHECK_U is not set"), "{out}");
 }
+
+#[test]
+fn check_warns_when_fieldgates_opcua_certificate_is_about_to_expire() {
+    use opcua::crypto::{CertificateStore, X509Data};
+    let data = tempfile::tempdir().unwrap();
+    let store = CertificateStore::new(&data.path().join("pki"));
+    store.ensure_pki_path().unwrap();
+    let x509 = X509Data {
+        key_size: 2048,
+        common_name: "fieldgate".into(),
+        organization: "fieldgate".into(),
+        organizational_unit: "fieldgate".into(),
+        country: "IE".into(),
+        state: "Dublin".into(),
+        alt_host_names: X509Data::alt_host_names("urn:fieldgate", None, true, false, true),
+        certificate_duration_days: 10,
+    };
+    store.create_and_store_application_instance_cert(&x509, false).unwrap();
+    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml")).unwrap().replace(
+        "security_policy = \"None\"\nsecurity_mode = \"None\"",
+        "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"Sign\"",
+    );
+    let dir = device_dir(&[("oven.toml", &oven)]);
+    let o = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["check", "--devices", dir.path().to_str().unwrap()])
+        .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    // Ten days from when it was made (a day boundary may have passed since).
+    let day = |d| (chrono::Utc::now() + chrono::Days::new(d)).format("%Y-%m-%d").to_string();
+    assert!(
+        [day(9), day(10)]
+            .iter()
+            .any(|d| out.contains(&format!("fieldgate's OPC UA certificate expires {d}"))),
+        "{out}"
+    );
+}

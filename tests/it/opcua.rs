@@ -434,3 +434,45 @@ async fn the_demo_trusts_its_own_simulators_secured_server() {
     assert_eq!(e.json()["source"], "live");
     demo.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_failures_say_whose_certificate_and_what_is_wrong() {
+    use fieldgate::driver::Refusal;
+    use opcua::types::{ByteString, StatusCode};
+    let dir = device_dir(&[("b-oven2-opcua.toml", &secured_oven("Basic256Sha256", "Sign", None))]);
+    let sim = fieldgate_sim::Simulator::start(
+        fieldgate_sim::plant::load_dir(dir.path()).unwrap(),
+        Default::default(),
+        fieldgate_sim::Bind::Ephemeral,
+    )
+    .await
+    .unwrap();
+    let der = std::fs::read(sim.opcua_certificate("b-oven2-opcua").unwrap()).unwrap();
+    let cert = ByteString::from(der.clone());
+    let data = tempfile::tempdir().unwrap();
+    let pki = fieldgate::driver::opcua::security::Pki::new(data.path().join("pki"));
+    // Not trusted: whatever async-opcua says, the operator's step is to trust it.
+    for status in [StatusCode::BadCertificateUntrusted, StatusCode::BadCertificateHostNameInvalid] {
+        let r = pki.refusal_for(&cert, status);
+        assert!(matches!(r, Some(Refusal::UntrustedServer { .. })), "{status}: {r:?}");
+    }
+    assert_eq!(std::fs::read_dir(pki.rejected_dir()).unwrap().count(), 1, "the file the hint names exists");
+    pki.trust(&der).unwrap();
+    // Trusted but unfit: said as such, not blamed on fieldgate's certificate.
+    let r = pki.refusal_for(&cert, StatusCode::BadCertificateHostNameInvalid);
+    assert!(
+        matches!(r, Some(Refusal::UnfitServerCertificate { reason, .. }) if reason.contains("host names")),
+        "{r:?}"
+    );
+    let r = pki.refusal_for(&cert, StatusCode::BadCertificateTimeInvalid);
+    assert!(
+        matches!(r, Some(Refusal::UnfitServerCertificate { reason, .. }) if reason.contains("expired")),
+        "{r:?}"
+    );
+    // Trusted, and the channel still failed its security checks: the server refused us.
+    let r = pki.refusal_for(&cert, StatusCode::BadSecurityChecksFailed);
+    assert!(matches!(r, Some(Refusal::ClientNotTrusted { .. })), "{r:?}");
+    // Not a certificate matter at all.
+    assert_eq!(pki.refusal_for(&cert, StatusCode::BadTimeout), None);
+    sim.shutdown().await;
+}

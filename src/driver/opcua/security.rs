@@ -119,6 +119,13 @@ pub fn notes(device: &crate::registry::Device, pki: &Pki) -> Vec<String> {
             pki.own_certificate().display(),
             pki.trusted_dir().display()
         ));
+        if let Some(until) = pki.own_expiry().filter(|t| *t < chrono::Utc::now() + chrono::Days::new(30)) {
+            out.push(format!(
+                "warning: fieldgate's OPC UA certificate expires {}; delete {} and its key to have a new one made, then give it to the servers' administrators",
+                until.format("%Y-%m-%d"),
+                pki.own_certificate().display()
+            ));
+        }
     }
     if let Some((user, password)) = security.user_vars() {
         for var in [user, password] {
@@ -156,6 +163,12 @@ impl Pki {
         self.dir.join("rejected")
     }
 
+    /// When fieldgate's certificate stops being valid, if it exists and can be read.
+    pub fn own_expiry(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        let der = std::fs::read(self.own_certificate()).ok()?;
+        X509::from_der(&der).ok()?.not_after().ok()
+    }
+
     /// Creates the folders and fieldgate's application certificate and key unless they
     /// exist; returns the certificate's path (the file to give servers' administrators).
     pub fn ensure(&self) -> Result<PathBuf, String> {
@@ -189,16 +202,21 @@ impl Pki {
     /// presented: an untrusted server (its certificate is now in `rejected/`), or a server
     /// that did not accept fieldgate.
     pub fn refusal_for(&self, server_cert: &ByteString, status: StatusCode) -> Option<Refusal> {
-        let untrusted_status = [
-            StatusCode::BadCertificateUntrusted,
-            StatusCode::BadSecurityChecksFailed,
-            StatusCode::BadCertificateInvalid,
-            StatusCode::BadCertificateHostNameInvalid,
-            StatusCode::BadCertificateUriInvalid,
-            StatusCode::BadCertificateTimeInvalid,
-            StatusCode::BadCertificateRevoked,
-        ];
-        if !untrusted_status.contains(&status) {
+        // A certificate that is trusted but does not fit (checked by async-opcua after trust).
+        let unfit = match status {
+            s if s == StatusCode::BadCertificateHostNameInvalid => {
+                Some("its host names do not include the endpoint's host")
+            }
+            s if s == StatusCode::BadCertificateUriInvalid => Some("its application URI is not the server's"),
+            s if s == StatusCode::BadCertificateTimeInvalid => Some("it has expired or is not valid yet"),
+            s if s == StatusCode::BadCertificateRevoked => Some("it is revoked"),
+            s if s == StatusCode::BadCertificateInvalid => {
+                Some("it is malformed or its key does not fit the security policy")
+            }
+            _ => None,
+        };
+        let untrusted_status = [StatusCode::BadCertificateUntrusted, StatusCode::BadSecurityChecksFailed];
+        if unfit.is_none() && !untrusted_status.contains(&status) {
             return None;
         }
         let cert = X509::from_byte_string(server_cert).ok()?;
@@ -219,6 +237,9 @@ impl Pki {
                 rejected_dir: self.rejected_dir(),
                 trusted_dir: self.trusted_dir(),
             });
+        }
+        if let Some(reason) = unfit {
+            return Some(Refusal::UnfitServerCertificate { thumbprint, reason });
         }
         Some(Refusal::ClientNotTrusted { own_certificate: self.own_certificate() })
     }
