@@ -215,6 +215,9 @@ async fn subscribe_device(
     let owned = sensors.iter().map(|s| (*s).clone()).collect();
     let task = tokio::spawn(subscribe::run(target, owned, interval, tx, subscription.clone(), stop.clone()));
     let mut recorder = Recorder::new(&inner, &store, &counters);
+    // What get_device_status shows: the device was heard from, or its session was lost.
+    let health = inner.resilience.guard(&d.id).map(|g| &g.health);
+    let mut was_live = false;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
@@ -223,14 +226,22 @@ async fn subscribe_device(
                     if let Some(s) = sensors.get(sensor) {
                         recorder.record(s, &sample);
                     }
+                    if let Some(h) = health {
+                        h.heard();
+                    }
                 }
                 Some(subscribe::Update { sample: Err(_), .. }) => {}
                 None => break,
             },
             _ = tick.tick() => {
-                if subscription.live.load(Ordering::Relaxed) {
+                let live = subscription.live.load(Ordering::Relaxed);
+                if live {
                     recorder.still(&sensors, chrono::Utc::now().timestamp_millis());
                 }
+                if let (true, false, Some(h)) = (was_live, live, health) {
+                    h.lost(crate::driver::DriverError::Unavailable { retry_after: None });
+                }
+                was_live = live;
             }
             () = stop.cancelled() => break,
         }

@@ -51,6 +51,16 @@ impl Health {
         }
     }
 
+    /// The device was heard from without a read (an OPC UA subscription's data change).
+    pub fn heard(&self) {
+        self.lock().last_success = Some(Utc::now());
+    }
+
+    /// The device was lost without a read failing (an OPC UA subscription's session).
+    pub fn lost(&self, error: DriverError) {
+        self.lock().last_error = Some((error, Utc::now()));
+    }
+
     pub fn last_success(&self) -> Option<DateTime<Utc>> {
         self.lock().last_success
     }

@@ -357,6 +357,9 @@ async fn a_subscription_feeds_history_and_survives_a_server_restart() {
             .collect()
     };
     until("the first value", || values("B_OVEN2_001") == [200.0]).await;
+    // No tool has read the device, yet its status says it was heard from.
+    let status = plant.call("get_device_status", json!({"device_id": "b-oven2-opcua"})).await.json();
+    assert!(status["devices"][0]["last_success"].is_string(), "{status}");
 
     // A change inside the deadband is filtered by the server: wait until every item has
     // been sampled a few times since (each sampling reads the 8 nodes), then leave it.
