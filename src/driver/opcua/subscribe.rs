@@ -74,7 +74,11 @@ pub async fn run(
                     warned = false;
                     let status = tokio::select! {
                         s = conn.closed() => s,
-                        () = stop.cancelled() => return,
+                        () = stop.cancelled() => {
+                            // Close the session so the server frees it now, not at its timeout.
+                            let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
+                            return;
+                        }
                     };
                     counters.live.store(false, Ordering::Relaxed);
                     format!("session lost ({})", status.sub_code().name())
