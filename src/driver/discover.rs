@@ -37,6 +37,8 @@ pub enum DiscoverError {
     Invalid(String),
     #[error("cannot connect to {0}")]
     Connect(String),
+    #[error("the server refused: {0}")]
+    Refused(String),
     #[error("the device stopped answering while being probed")]
     NoAnswer,
     #[error("nothing readable in addresses 0-{0} of any table")]

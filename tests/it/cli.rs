@@ -319,3 +319,28 @@ fn check_warns_when_fieldgates_opcua_certificate_is_about_to_expire() {
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discover_opcua_says_when_a_server_offers_only_secured_endpoints() {
+    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml")).unwrap().replace(
+        "security_policy = \"None\"\nsecurity_mode = \"None\"",
+        "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"SignAndEncrypt\"",
+    );
+    let dir = device_dir(&[("oven.toml", &oven)]);
+    let sim = fieldgate_sim::Simulator::start(
+        fieldgate_sim::plant::load_dir(dir.path()).unwrap(),
+        Default::default(),
+        fieldgate_sim::Bind::Ephemeral,
+    )
+    .await
+    .unwrap();
+    let url = sim.opcua_urls()["b-oven2-opcua"].clone();
+    let o = fieldgate_async(&["discover", "opcua", "--endpoint", &url, "--plant", "B", "--zone", "Z"]).await;
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("offers no endpoint with security None/None") && err.contains("discovery connects"),
+        "{err}"
+    );
+    sim.shutdown().await;
+}

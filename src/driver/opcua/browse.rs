@@ -56,10 +56,15 @@ pub async fn discover_opcua(p: &UaProbe) -> Result<String, DiscoverError> {
         request_timeout: p.timeout,
     };
     let unreachable = || DiscoverError::Connect(p.url.clone());
-    let conn = tokio::time::timeout(p.timeout * 5, target.connect())
-        .await
-        .map_err(|_| unreachable())?
-        .map_err(|_| unreachable())?;
+    let conn = match tokio::time::timeout(p.timeout * 5, target.connect()).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(crate::driver::DriverError::Refused(r))) => {
+            return Err(DiscoverError::Refused(format!(
+                "{r} (discovery connects with security None, anonymously)"
+            )));
+        }
+        Ok(Err(_)) | Err(_) => return Err(unreachable()),
+    };
     let session = conn.session.clone();
     let found = tokio::time::timeout(p.timeout * 60, walk(&session, p.max_depth))
         .await
