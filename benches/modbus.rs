@@ -17,6 +17,10 @@ use fieldgate_sim::{Bind, Scenario, Simulator, Wave};
 use serde_json::json;
 use tokio_modbus::client::Reader;
 
+// The `fieldgate` binary runs on mimalloc; measure the tool path with the same allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const WARMUP: usize = 300;
 const RUNS: usize = 3000;
 

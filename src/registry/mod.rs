@@ -22,8 +22,8 @@ use crate::toml_reader::Problem;
 pub struct Registry {
     devices: Vec<Device>,
     sensors: Vec<Sensor>,
-    device_index: HashMap<DeviceId, usize>,
-    sensor_index: HashMap<SensorId, usize>,
+    device_index: foldhash::HashMap<DeviceId, usize>,
+    sensor_index: foldhash::HashMap<SensorId, usize>,
     by_equipment: BTreeMap<String, Vec<usize>>,
     by_device: HashMap<DeviceId, Vec<usize>>,
 }

@@ -35,7 +35,9 @@ pub struct Blocked {
 }
 
 /// `tool` and its arguments with object keys sorted, so that key order does not matter.
+/// Written into one string without intermediate allocations: it is built for every read call.
 pub fn call_key(tool: &str, args: &Value) -> String {
+    use std::fmt::Write as _;
     fn write(v: &Value, out: &mut String) {
         match v {
             Value::Object(m) => {
@@ -43,8 +45,8 @@ pub fn call_key(tool: &str, args: &Value) -> String {
                 keys.sort();
                 out.push('{');
                 for k in keys {
-                    out.push_str(&Value::String(k.clone()).to_string());
-                    out.push(':');
+                    // Debug quoting is injective, which is all a key needs.
+                    let _ = write!(out, "{k:?}:");
                     write(&m[k], out);
                     out.push(',');
                 }
@@ -58,10 +60,17 @@ pub fn call_key(tool: &str, args: &Value) -> String {
                 }
                 out.push(']');
             }
-            other => out.push_str(&other.to_string()),
+            Value::String(s) => {
+                let _ = write!(out, "{s:?}");
+            }
+            other => {
+                let _ = write!(out, "{other}");
+            }
         }
     }
-    let mut out = format!("{tool}:");
+    let mut out = String::with_capacity(64);
+    out.push_str(tool);
+    out.push(':');
     write(args, &mut out);
     out
 }

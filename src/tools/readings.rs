@@ -1,6 +1,6 @@
 //! `get_sensor_reading` and `get_sensor_readings`: live values, or young cached ones.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use crate::resilience::ReadError;
 /// The last value read of every sensor, for `max_age_ms`.
 #[derive(Default)]
 pub struct Cache {
-    map: Mutex<HashMap<SensorId, Sample>>,
+    map: Mutex<foldhash::HashMap<SensorId, Sample>>,
 }
 
 impl Cache {
