@@ -129,10 +129,12 @@ fn main() -> ExitCode {
         } else {
             "warn"
         };
-        // async-opcua logs every session at info, and an error for the certificate it
-        // looks for even under security policy None (which needs none); FIELDGATE_LOG=opcua_client=debug brings them back.
+        // async-opcua logs every session at info, an error for the certificate it looks for
+        // even under security policy None (which needs none), and errors with the server's
+        // own text for refusals fieldgate reports itself (untrusted certificate, user
+        // refused); FIELDGATE_LOG=opcua_client=debug,opcua_types=debug brings them back.
         tracing_subscriber::EnvFilter::new(format!(
-            "{level},opcua_server=error,opcua_client=off,opcua_crypto=off,opcua_core::comms::secure_channel=off"
+            "{level},opcua_server=error,opcua_client=off,opcua_crypto=off,opcua_types=off,opcua_core::comms::secure_channel=off"
         ))
     });
     let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
