@@ -263,10 +263,7 @@ async fn discover_opcua_writes_a_file_that_passes_check_and_reads_the_server() {
 
 #[test]
 fn check_says_where_opcua_certificates_go_and_which_credentials_are_missing() {
-    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml")).unwrap().replace(
-        "security_policy = \"None\"\nsecurity_mode = \"None\"",
-        "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"SignAndEncrypt\"\nusername_env = \"FG_CHECK_U\"\npassword_env = \"FG_CHECK_P\"",
-    );
+    let oven = secured_oven("Basic256Sha256", "SignAndEncrypt", Some(("FG_CHECK_U", "FG_CHECK_P")));
     let dir = device_dir(&[("oven.toml", &oven)]);
     let o = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
         .args(["check", "--devices", dir.path().to_str().unwrap()])
@@ -299,10 +296,7 @@ fn check_warns_when_fieldgates_opcua_certificate_is_about_to_expire() {
         certificate_duration_days: 10,
     };
     store.create_and_store_application_instance_cert(&x509, false).unwrap();
-    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml")).unwrap().replace(
-        "security_policy = \"None\"\nsecurity_mode = \"None\"",
-        "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"Sign\"",
-    );
+    let oven = secured_oven("Basic256Sha256", "Sign", None);
     let dir = device_dir(&[("oven.toml", &oven)]);
     let o = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
         .args(["check", "--devices", dir.path().to_str().unwrap()])
@@ -322,18 +316,9 @@ fn check_warns_when_fieldgates_opcua_certificate_is_about_to_expire() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discover_opcua_says_when_a_server_offers_only_secured_endpoints() {
-    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml")).unwrap().replace(
-        "security_policy = \"None\"\nsecurity_mode = \"None\"",
-        "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"SignAndEncrypt\"",
-    );
+    let oven = secured_oven("Basic256Sha256", "SignAndEncrypt", None);
     let dir = device_dir(&[("oven.toml", &oven)]);
-    let sim = fieldgate_sim::Simulator::start(
-        fieldgate_sim::plant::load_dir(dir.path()).unwrap(),
-        Default::default(),
-        fieldgate_sim::Bind::Ephemeral,
-    )
-    .await
-    .unwrap();
+    let sim = sim_for(dir.path()).await;
     let url = sim.opcua_urls()["b-oven2-opcua"].clone();
     let o = fieldgate_async(&["discover", "opcua", "--endpoint", &url, "--plant", "B", "--zone", "Z"]).await;
     assert!(!o.status.success());

@@ -130,17 +130,6 @@ async fn a_restarted_server_gets_a_new_session_and_values_flow_again() {
     assert_eq!(e.json()["source"], "live");
 }
 
-/// The demo oven with other security settings (and a user named by two variables).
-fn secured_oven(policy: &str, mode: &str, user: Option<(&str, &str)>) -> String {
-    let mut security = format!("security_policy = \"{policy}\"\nsecurity_mode = \"{mode}\"");
-    if let Some((u, p)) = user {
-        security.push_str(&format!("\nusername_env = \"{u}\"\npassword_env = \"{p}\""));
-    }
-    std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml"))
-        .unwrap()
-        .replace("security_policy = \"None\"\nsecurity_mode = \"None\"", &security)
-}
-
 /// A plant of the oven alone, as `oven` describes it, with fieldgate's data in `data`.
 async fn oven_plant(
     oven: &str,
@@ -215,13 +204,7 @@ async fn a_server_without_the_configured_security_is_a_configuration_fault() {
     // The device file asks for encryption; the server offers only None.
     let data = tempfile::tempdir().unwrap();
     let dir = device_dir(&[("b-oven2-opcua.toml", &secured_oven("None", "None", None))]);
-    let sim = fieldgate_sim::Simulator::start(
-        fieldgate_sim::plant::load_dir(dir.path()).unwrap(),
-        Default::default(),
-        fieldgate_sim::Bind::Ephemeral,
-    )
-    .await
-    .unwrap();
+    let sim = sim_for(dir.path()).await;
     let secured = device_dir(&[("b-oven2-opcua.toml", &secured_oven("Basic256Sha256", "Sign", None))]);
     let mut registry = fieldgate::registry::Registry::load(secured.path()).unwrap();
     registry.override_opcua_endpoints(sim.opcua_urls());
@@ -443,13 +426,7 @@ async fn certificate_failures_say_whose_certificate_and_what_is_wrong() {
     use fieldgate::driver::Refusal;
     use opcua::types::{ByteString, StatusCode};
     let dir = device_dir(&[("b-oven2-opcua.toml", &secured_oven("Basic256Sha256", "Sign", None))]);
-    let sim = fieldgate_sim::Simulator::start(
-        fieldgate_sim::plant::load_dir(dir.path()).unwrap(),
-        Default::default(),
-        fieldgate_sim::Bind::Ephemeral,
-    )
-    .await
-    .unwrap();
+    let sim = sim_for(dir.path()).await;
     let der = std::fs::read(sim.opcua_certificate("b-oven2-opcua").unwrap()).unwrap();
     let cert = ByteString::from(der.clone());
     let data = tempfile::tempdir().unwrap();

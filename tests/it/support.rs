@@ -162,3 +162,21 @@ impl Drop for Server {
         self.stop.cancel();
     }
 }
+
+/// The demo oven with other security settings (and a user named by two variables).
+pub fn secured_oven(policy: &str, mode: &str, user: Option<(&str, &str)>) -> String {
+    let mut security = format!("security_policy = \"{policy}\"\nsecurity_mode = \"{mode}\"");
+    if let Some((u, p)) = user {
+        security.push_str(&format!("\nusername_env = \"{u}\"\npassword_env = \"{p}\""));
+    }
+    std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml"))
+        .unwrap()
+        .replace("security_policy = \"None\"\nsecurity_mode = \"None\"", &security)
+}
+
+/// The simulator alone, serving the device files of `dir` on free ports.
+pub async fn sim_for(dir: &Path) -> Simulator {
+    Simulator::start(fieldgate_sim::plant::load_dir(dir).unwrap(), Scenario::default(), Bind::Ephemeral)
+        .await
+        .unwrap()
+}
