@@ -456,3 +456,31 @@ async fn certificate_failures_say_whose_certificate_and_what_is_wrong() {
     assert_eq!(pki.refusal_for(&cert, StatusCode::BadTimeout), None);
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_subscription_stores_the_last_value_again_after_max_silence() {
+    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml"))
+        .unwrap()
+        .replace("poll_interval_ms = 1000", "poll_interval_ms = 50");
+    assert!(oven.contains("mode = \"subscribe\""));
+    let dir = device_dir(&[("b-oven2-opcua.toml", &oven)]);
+    let mut config = fieldgate::config::Config::default();
+    config.history.max_silence_s = 1;
+    let plant = plant_with(dir.path(), fieldgate_sim::Scenario::default(), config).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let store = plant.service.history().unwrap().clone();
+    // Every wave is constant here: after the 8 initial values the server sends nothing.
+    until("three points of an unchanging sensor", || {
+        store.points("B_OVEN2_004", 0, i64::MAX).unwrap().len() >= 3
+    })
+    .await;
+    stop.cancel();
+    for h in polling {
+        h.await.unwrap();
+    }
+    let points = store.points("B_OVEN2_004", 0, i64::MAX).unwrap();
+    assert!(points.windows(2).all(|w| w[0].value == w[1].value), "the same value repeated");
+    assert!(points.windows(2).all(|w| w[1].t - w[0].t >= 1000), "not before max_silence: {points:?}");
+    assert_eq!(metric(&plant.service, "fieldgate_opcua_notifications_total"), 8, "no change was sent");
+}

@@ -93,10 +93,8 @@ impl Target {
             }));
         }
         let identity = self.security.token().map_err(DriverError::Refused)?;
-        let endpoints = client
-            .get_server_endpoints_from_url(self.url.as_str())
-            .await
-            .map_err(|e| connect_failure(e.status()))?;
+        let endpoints =
+            client.get_server_endpoints_from_url(self.url.as_str()).await.map_err(|e| lost(e.status()))?;
         let Some(endpoint) =
             Client::find_matching_endpoint(&endpoints, &self.url, self.security.policy, self.security.mode)
         else {
@@ -104,9 +102,8 @@ impl Target {
             return Err(DriverError::Refused(Refusal::NoMatchingEndpoint { policy, mode }));
         };
         let server_cert = endpoint.server_certificate.clone();
-        let (session, event_loop) = client
-            .connect_to_endpoint_directly(endpoint, identity)
-            .map_err(|e| connect_failure(e.status()))?;
+        let (session, event_loop) =
+            client.connect_to_endpoint_directly(endpoint, identity).map_err(|e| lost(e.status()))?;
         let mut conn = Connection { session, event_loop: event_loop.spawn() };
         let session = conn.session.clone();
         let status = tokio::select! {
@@ -145,12 +142,12 @@ impl Target {
             let (policy, mode) = self.security.names();
             return DriverError::Refused(Refusal::NoMatchingEndpoint { policy, mode });
         }
-        connect_failure(status)
+        lost(status)
     }
 }
 
-/// A connect that failed for a reason that is not fieldgate's configuration.
-fn connect_failure(status: StatusCode) -> DriverError {
+/// A connect or request that failed for a reason that is not fieldgate's configuration.
+fn lost(status: StatusCode) -> DriverError {
     if status == StatusCode::BadTimeout {
         DriverError::Timeout
     } else {
@@ -194,11 +191,7 @@ impl OpcUaDriver {
                 }
                 // The session may be broken; open a fresh one next time.
                 *guard = None;
-                Err(if status == StatusCode::BadTimeout {
-                    DriverError::Timeout
-                } else {
-                    DriverError::Unavailable { retry_after: None }
-                })
+                Err(lost(status))
             }
             Ok(Ok(values)) if values.len() == nodes.len() => Ok(values),
             Ok(Ok(_)) => {
