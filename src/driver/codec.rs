@@ -106,9 +106,14 @@ pub fn decode_string(regs: &[u16], order: WordOrder) -> String {
 /// Applies scale and offset to a numeric value; booleans and strings pass unchanged.
 pub fn normalize(point: &ModbusPoint, raw: &RawValue) -> RawValue {
     match raw.as_f64() {
-        Some(v) => RawValue::Float(v * point.scale + point.offset),
+        Some(v) => RawValue::Float(scaled(point, v)),
         None => raw.clone(),
     }
+}
+
+/// A decoded number in engineering units: scale, then offset.
+pub fn scaled(point: &ModbusPoint, v: f64) -> f64 {
+    v * point.scale + point.offset
 }
 
 #[cfg(test)]

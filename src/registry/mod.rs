@@ -23,7 +23,8 @@ pub struct Registry {
     devices: Vec<Device>,
     sensors: Vec<Sensor>,
     device_index: foldhash::HashMap<DeviceId, usize>,
-    sensor_index: foldhash::HashMap<SensorId, usize>,
+    /// By the ID's text, so that a caller's string finds its sensor without parsing.
+    sensor_index: foldhash::HashMap<Box<str>, usize>,
     by_equipment: BTreeMap<String, Vec<usize>>,
     by_device: HashMap<DeviceId, Vec<usize>>,
 }
@@ -50,7 +51,7 @@ impl Registry {
         devices.sort_by(|a, b| a.id.cmp(&b.id));
         sensors.sort_by(|a, b| a.id.cmp(&b.id));
         let device_index = devices.iter().enumerate().map(|(i, d)| (d.id.clone(), i)).collect();
-        let sensor_index = sensors.iter().enumerate().map(|(i, s)| (s.id.clone(), i)).collect();
+        let sensor_index = sensors.iter().enumerate().map(|(i, s)| (s.id.as_str().into(), i)).collect();
         let mut by_equipment: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         let mut by_device: HashMap<DeviceId, Vec<usize>> = HashMap::new();
         for (i, s) in sensors.iter().enumerate() {
@@ -116,7 +117,13 @@ impl Registry {
     }
 
     pub fn sensor(&self, id: &SensorId) -> Option<&Sensor> {
-        self.sensor_index.get(id).map(|&i| &self.sensors[i])
+        self.sensor_named(id.as_str())
+    }
+
+    /// The sensor whose ID is exactly `text`. Every registered ID is well-formed, so a
+    /// hit needs no parsing; a miss says nothing about why (see `ids::SensorId`).
+    pub fn sensor_named(&self, text: &str) -> Option<&Sensor> {
+        self.sensor_index.get(text).map(|&i| &self.sensors[i])
     }
 
     /// The device a sensor belongs to. Always present: the registry checked it.

@@ -35,7 +35,8 @@ pub struct Blocked {
 }
 
 /// `tool` and its arguments with object keys sorted, so that key order does not matter.
-/// Written into one string without intermediate allocations: it is built for every read call.
+/// Written into one string without intermediate allocations: it is built for every read
+/// call while any call is failing.
 pub fn call_key(tool: &str, args: &Value) -> String {
     use std::fmt::Write as _;
     fn write(v: &Value, out: &mut String) {

@@ -179,8 +179,38 @@ pub struct Meta {
     pub attempts: u32,
 }
 
-/// Tool data, serialized once by the tool and embedded as is by every transport.
-pub type Data = Box<serde_json::value::RawValue>;
+/// Tool data as JSON text: written once by the tool and spliced as is into every
+/// transport's envelope ([`Envelope::to_json`]).
+///
+/// Only fieldgate's own writers make one: serde for every tool, and the hand-written
+/// readings of a batch, which a test keeps byte for byte equal to serde's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Data(Box<str>);
+
+impl Data {
+    pub(crate) fn of<T: Serialize>(value: &T) -> Result<Data, serde_json::Error> {
+        serde_json::to_string(value).map(|s| Data(s.into()))
+    }
+
+    /// JSON text written by `tools::json`.
+    pub(crate) fn written(json: String) -> Data {
+        Data(json.into())
+    }
+
+    pub fn get(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Serialize for Data {
+    /// Embeds the text as JSON. Transports use [`Envelope::to_json`], which splices it in
+    /// without this check; this is for everything else (the command line, tests).
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let raw = serde_json::value::RawValue::from_string(self.0.to_string()).map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
+    }
+}
+
 
 /// `{"ok": true, "data": …, "meta": …}` or `{"ok": false, "error": …, "meta": …}`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -205,11 +235,54 @@ impl Envelope {
         self.data.as_ref().and_then(|d| serde_json::from_str(d.get()).ok()).unwrap_or_default()
     }
 
+    /// The envelope as JSON: the bytes serde writes for it, with `data` spliced in as
+    /// written instead of checked again.
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.data.as_ref().map_or(0, |d| d.get().len()) + 512);
+        out.extend_from_slice(if self.ok { b"{\"ok\":true" } else { b"{\"ok\":false" });
+        if let Some(data) = &self.data {
+            out.extend_from_slice(b",\"data\":");
+            out.extend_from_slice(data.get().as_bytes());
+        }
+        // Our own types: serializing them into a Vec cannot fail.
+        if let Some(error) = &self.error {
+            out.extend_from_slice(b",\"error\":");
+            let _ = serde_json::to_writer(&mut out, error);
+        }
+        out.extend_from_slice(b",\"meta\":");
+        let _ = serde_json::to_writer(&mut out, &self.meta);
+        out.push(b'}');
+        out
+    }
+
     pub fn success(data: Data, meta: Meta) -> Envelope {
         Envelope { ok: true, data: Some(data), error: None, meta }
     }
 
     pub fn failure(error: ToolError, meta: Meta) -> Envelope {
         Envelope { ok: false, data: None, error: Some(error), meta }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> Meta {
+        Meta { call_id: "c_1".into(), tool: "get_sensor_reading".into(), duration_ms: 0.125, attempts: 2 }
+    }
+
+    #[test]
+    fn to_json_writes_what_serde_writes() {
+        let data = Data::of(&serde_json::json!({"readings": [{"value": 1.5, "unit": "°C \"x\""}]})).unwrap();
+        let ok = Envelope::success(data, meta());
+        assert_eq!(ok.to_json(), serde_json::to_vec(&ok).unwrap());
+        let mut error = ToolError::invalid("sensor_id", Some("a\nb"), "an ID", "Bad.", "Fix it.");
+        error.suggestions = vec!["A_LINE1_001".into()];
+        let failed = Envelope::failure(error.with_device("d"), meta());
+        assert_eq!(failed.to_json(), serde_json::to_vec(&failed).unwrap());
+        // And back: the text a transport sends parses into the same envelope.
+        let back: serde_json::Value = serde_json::from_slice(&ok.to_json()).unwrap();
+        assert_eq!(back["data"], ok.json());
     }
 }

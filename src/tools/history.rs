@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::defs::{Gap, GetSensorHistoryArgs, HistoryBucket, HistoryData, HistoryPoint, Quality, Value};
 use super::envelope::{ErrorCode, ToolError};
-use super::validate::{known_sensor, parse_sensor_id};
+use super::validate::registered_sensor;
 use super::{Inner, ToolResult, to_data};
 use crate::driver::codec::{RawValue, normalize};
 use crate::registry::{Sensor, SensorSource};
@@ -97,8 +97,8 @@ fn fingerprint(parts: &str) -> u64 {
 
 pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
     let registry = &inner.registry;
-    let id = parse_sensor_id("sensor_id", &args.sensor_id, registry)?;
-    let sensor = known_sensor("sensor_id", &id, registry)?;
+    let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
+    let id = &sensor.id;
     let now = Utc::now().timestamp_millis();
     let from = instant("from", &args.from)?;
     let to = match &args.to {

@@ -5,6 +5,7 @@
 pub mod catalog;
 pub mod defs;
 pub mod envelope;
+mod json;
 mod history;
 pub mod limits;
 mod list_sensors;
@@ -70,7 +71,7 @@ pub(crate) type ToolResult = Result<envelope::Data, ToolError>;
 
 /// Serializes a tool's data once.
 pub(crate) fn to_data<T: serde::Serialize>(v: &T) -> ToolResult {
-    serde_json::value::to_raw_value(v).map_err(|_| ToolError::internal())
+    envelope::Data::of(v).map_err(|_| ToolError::internal())
 }
 
 /// All tools over one registry; cheap to clone and share between transports.
@@ -226,13 +227,11 @@ impl ToolService {
         let call_id = new_call_id();
         let mut attempts = 0;
         let logged = tracing::enabled!(tracing::Level::INFO).then(|| redact(&args));
-        // The cross-call retry limit applies to calls that read devices.
-        let key = matches!(spec.name, "get_sensor_reading" | "get_sensor_readings")
-            .then(|| call_key(spec.name, &args));
+        // The cross-call retry limit applies to calls that read devices. While no call is
+        // failing the guard is empty, and the call's key is not even built.
+        let reads = matches!(spec.name, "get_sensor_reading" | "get_sensor_readings");
+        let key = (reads && !self.inner.repeat.is_empty()).then(|| call_key(spec.name, &args));
         let blocked = key.as_deref().and_then(|k| {
-            if self.inner.repeat.is_empty() {
-                return None;
-            }
             self.inner.repeat.check(k, |d| {
                 d.parse()
                     .ok()
@@ -242,7 +241,7 @@ impl ToolService {
         });
         let result = match self.inner.limiter.take(&caller.id) {
             Ok(()) if blocked.is_some() => Err(retry_limit(blocked.as_ref())),
-            Ok(()) => self.dispatch(caller, spec.name, args, &mut attempts).await,
+            Ok(()) => self.dispatch(caller, spec.name, &args, &mut attempts).await,
             Err(wait) => Err(ToolError::new(
                 ErrorCode::RateLimited,
                 format!("Caller {} exceeded {} calls per minute.", caller.id, self.inner.config.server.rate_limit_per_minute),
@@ -256,7 +255,7 @@ impl ToolService {
             duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
             attempts,
         };
-        if let (Some(key), None) = (key, &blocked) {
+        if reads && blocked.is_none() {
             let (retryable, device) = match &result {
                 Err(e)
                     if matches!(
@@ -271,7 +270,11 @@ impl ToolService {
                 }
                 _ => (false, None),
             };
-            self.inner.repeat.record(key, retryable, device);
+            // A success only has to end a streak, and there is none to end in an empty guard.
+            if retryable || !self.inner.repeat.is_empty() {
+                let key = key.unwrap_or_else(|| call_key(spec.name, &args));
+                self.inner.repeat.record(key, retryable, device);
+            }
         }
         let envelope = match result {
             Ok(data) => Envelope::success(data, meta),
@@ -368,9 +371,10 @@ impl ToolService {
         self.resource(caller, "describe_sensor", |r| resources::sensor(r, id))
     }
 
-    async fn dispatch(&self, caller: &Caller, tool: &str, args: Value, attempts: &mut u32) -> ToolResult {
+    async fn dispatch(&self, caller: &Caller, tool: &str, args: &Value, attempts: &mut u32) -> ToolResult {
         // Absent arguments mean "all defaults".
-        let args = if args.is_null() { Value::Object(Default::default()) } else { args };
+        let defaults = Value::Object(Default::default());
+        let args = if args.is_null() { &defaults } else { args };
         if !args.is_object() {
             return Err(ToolError::invalid(
                 "arguments",
@@ -383,7 +387,7 @@ impl ToolService {
         let registry = &self.inner.registry;
         let suggest = |param: &str, received: &str| suggestions_for(registry, param, received);
         match self.inner.validators.get(tool) {
-            Some(v) => v.check(&args, &suggest)?,
+            Some(v) => v.check(args, &suggest)?,
             None => return Err(ToolError::internal()),
         }
         match tool {
@@ -429,8 +433,8 @@ fn suggestions_for(registry: &Registry, param: &str, received: &str) -> Vec<Stri
 }
 
 /// Arguments that passed the schema into their type.
-fn parse<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
-    serde_json::from_value(args).map_err(|_| {
+fn parse<T: DeserializeOwned>(args: &Value) -> Result<T, ToolError> {
+    T::deserialize(args).map_err(|_| {
         ToolError::new(
             ErrorCode::InvalidArgument,
             "The arguments do not fit the tool's input schema.",

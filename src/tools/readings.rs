@@ -8,14 +8,14 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use tokio::time::Instant;
 
 use super::defs::{
-    FailedSensor, GetSensorReadingArgs, GetSensorReadingsArgs, Quality, Reading, ReadingSource, ReadingsData,
+    FailedSensor, GetSensorReadingArgs, GetSensorReadingsArgs, Quality, Reading, ReadingSource,
     UnitMode, Value,
 };
 use super::envelope::{Detail, ErrorCode, ToolError};
-use super::validate::{known_sensor, parse_sensor_id};
-use super::{Inner, ToolResult, to_data};
+use super::validate::registered_sensor;
+use super::{Inner, ToolResult, json, to_data};
 use crate::driver::Refusal;
-use crate::driver::codec::{RawValue, normalize};
+use crate::driver::codec::{RawValue, scaled};
 use crate::driver::{DriverError, Sample};
 use crate::ids::SensorId;
 use crate::registry::{DataType, Device, Sensor, SensorSource};
@@ -29,19 +29,20 @@ pub struct Cache {
 
 impl Cache {
     pub fn put(&self, id: &SensorId, sample: &Sample) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        // Never let an older sample (a slow read finishing late) replace a newer one.
-        if map.get(id).is_none_or(|old| old.at <= sample.at) {
-            map.insert(id.clone(), sample.clone());
-        }
+        self.put_all(std::iter::once((id, sample)));
     }
 
     /// Stores several samples under one lock.
     fn put_all<'a>(&self, samples: impl Iterator<Item = (&'a SensorId, &'a Sample)>) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         for (id, sample) in samples {
-            if map.get(id).is_none_or(|old| old.at <= sample.at) {
-                map.insert(id.clone(), sample.clone());
+            match map.get_mut(id) {
+                // Never let an older sample (a slow read finishing late) replace a newer one.
+                Some(old) if old.at > sample.at => {}
+                Some(old) => old.clone_from(sample),
+                None => {
+                    map.insert(id.clone(), sample.clone());
+                }
             }
         }
     }
@@ -58,10 +59,10 @@ impl Cache {
     }
 }
 
-/// Formats timestamps, once per distinct instant (a batch shares a few).
+/// Formats timestamps and ages, once per distinct instant (a batch shares a few).
 pub(crate) struct Stamps {
     now: DateTime<Utc>,
-    last: Option<(DateTime<Utc>, String)>,
+    last: Option<(DateTime<Utc>, String, u64)>,
 }
 
 impl Stamps {
@@ -69,15 +70,19 @@ impl Stamps {
         Stamps { now: Utc::now(), last: None }
     }
 
-    fn text(&mut self, at: DateTime<Utc>) -> String {
-        match &self.last {
-            Some((t, text)) if *t == at => text.clone(),
-            _ => {
-                let text = at.to_rfc3339_opts(SecondsFormat::Millis, true);
-                self.last = Some((at, text.clone()));
-                text
-            }
+    /// Ages from here on are counted to the current time.
+    fn refresh(&mut self) {
+        *self = Stamps::new();
+    }
+
+    /// `at` as RFC 3339 text, and how old a value read then is now (0 for a clock that
+    /// stepped back).
+    fn of(&mut self, at: DateTime<Utc>) -> (&str, u64) {
+        if self.last.as_ref().is_none_or(|(t, _, _)| *t != at) {
+            let age = (self.now - at).num_milliseconds().max(0) as u64;
+            self.last = Some((at, at.to_rfc3339_opts(SecondsFormat::Millis, true), age));
         }
+        self.last.as_ref().map_or(("", 0), |(_, text, age)| (text, *age))
     }
 }
 
@@ -97,34 +102,42 @@ fn significant(v: f64, digits: i32) -> f64 {
     }
 }
 
-/// The agent-facing reading of a sample.
-pub(crate) fn reading(
-    sensor: &Sensor,
-    sample: &Sample,
-    mode: UnitMode,
-    source: ReadingSource,
-    stamps: &mut Stamps,
-) -> Reading {
-    let (value, data_type) = match &sensor.source {
-        SensorSource::Modbus(p) if mode == UnitMode::Normalized => {
-            (normalize(p, &sample.value), Some(p.data_type))
-        }
-        SensorSource::Modbus(p) => (sample.value.clone(), Some(p.data_type)),
-        SensorSource::OpcUa { .. } => (sample.value.clone(), None),
+/// A reading's value before it is owned: what `reading` and `write_reading` share.
+enum ValueRef<'a> {
+    Number(f64),
+    Bool(bool),
+    Text(&'a str),
+}
+
+/// What a sample says, judged once for both forms of a reading: the value (absent when
+/// bad), its quality, and whether it lies in the sensor's normal range.
+struct Judged<'a> {
+    value: Option<ValueRef<'a>>,
+    quality: Quality,
+    in_range: Option<bool>,
+}
+
+fn judge<'a>(sensor: &Sensor, sample: &'a Sample, mode: UnitMode) -> Judged<'a> {
+    let (point, data_type) = match &sensor.source {
+        SensorSource::Modbus(p) => ((mode == UnitMode::Normalized).then_some(p), Some(p.data_type)),
+        SensorSource::OpcUa { .. } => (None, None),
     };
-    let (value, quality) = match value {
+    let (value, quality) = match &sample.value {
         _ if sample.quality == crate::driver::SampleQuality::Bad => (None, Quality::Bad),
-        RawValue::Float(f) if !f.is_finite() => (None, Quality::Bad),
-        RawValue::Bool(b) => (Some(Value::Bool(b)), Quality::Good),
-        RawValue::Text(t) => (Some(Value::Text(t)), Quality::Good),
-        other => {
-            let v = other.as_f64().unwrap_or(f64::NAN);
+        RawValue::Bool(b) => (Some(ValueRef::Bool(*b)), Quality::Good),
+        RawValue::Text(t) => (Some(ValueRef::Text(t)), Quality::Good),
+        number => {
+            let v = number.as_f64().unwrap_or(f64::NAN);
+            let v = point.map_or(v, |p| scaled(p, v));
             let v = match data_type {
                 Some(DataType::F32) => significant(v, 7),
                 Some(DataType::F64) | None => v,
                 Some(_) => significant(v, 12),
             };
-            (Some(Value::Number(v)), Quality::Good)
+            match v.is_finite() {
+                true => (Some(ValueRef::Number(v)), Quality::Good),
+                false => (None, Quality::Bad),
+            }
         }
     };
     // The device's own verdict lowers what the value looks like.
@@ -133,21 +146,95 @@ pub(crate) fn reading(
         (q, _) => q,
     };
     let in_range = match (&value, sensor.range, mode) {
-        (Some(Value::Number(v)), Some(r), UnitMode::Normalized) => Some(r.min <= *v && *v <= r.max),
+        (Some(ValueRef::Number(v)), Some(r), UnitMode::Normalized) => Some(r.min <= *v && *v <= r.max),
         _ => None,
     };
+    Judged { value, quality, in_range }
+}
+
+/// The agent-facing reading of a sample.
+pub(crate) fn reading(
+    sensor: &Sensor,
+    sample: &Sample,
+    mode: UnitMode,
+    source: ReadingSource,
+    stamps: &mut Stamps,
+) -> Reading {
+    let j = judge(sensor, sample, mode);
+    let (timestamp, age_ms) = stamps.of(sample.at);
     Reading {
         sensor_id: sensor.id.to_string(),
-        value,
+        value: j.value.map(|v| match v {
+            ValueRef::Number(n) => Value::Number(n),
+            ValueRef::Bool(b) => Value::Bool(b),
+            ValueRef::Text(t) => Value::Text(t.to_string()),
+        }),
         unit: if mode == UnitMode::Raw { "raw".into() } else { sensor.unit.clone() },
-        timestamp: stamps.text(sample.at),
-        quality,
+        timestamp: timestamp.to_string(),
+        quality: j.quality,
         source,
-        age_ms: (stamps.now - sample.at).num_milliseconds().max(0) as u64,
+        age_ms,
         device_id: sensor.device.to_string(),
         range: sensor.range,
-        in_range,
+        in_range: j.in_range,
     }
+}
+
+/// Appends the JSON of `reading(...)` to `out`: the same bytes serde writes for it (a
+/// test holds them equal), without building a `Reading` per sensor of a batch.
+pub(crate) fn write_reading(
+    out: &mut Vec<u8>,
+    sensor: &Sensor,
+    sample: &Sample,
+    mode: UnitMode,
+    source: ReadingSource,
+    stamps: &mut Stamps,
+) {
+    let j = judge(sensor, sample, mode);
+    out.extend_from_slice(b"{\"sensor_id\":");
+    json::string(out, sensor.id.as_str());
+    out.extend_from_slice(b",\"value\":");
+    match j.value {
+        None => out.extend_from_slice(b"null"),
+        Some(ValueRef::Number(n)) => json::number(out, n),
+        Some(ValueRef::Bool(b)) => json::boolean(out, b),
+        Some(ValueRef::Text(t)) => json::string(out, t),
+    }
+    out.extend_from_slice(b",\"unit\":");
+    json::string(out, if mode == UnitMode::Raw { "raw" } else { &sensor.unit });
+    let (timestamp, age_ms) = stamps.of(sample.at);
+    out.extend_from_slice(b",\"timestamp\":");
+    json::string(out, timestamp);
+    out.extend_from_slice(match j.quality {
+        Quality::Good => b",\"quality\":\"good\"",
+        Quality::Uncertain => b",\"quality\":\"uncertain\"",
+        Quality::Bad => b",\"quality\":\"bad\"",
+    });
+    out.extend_from_slice(match source {
+        ReadingSource::Live => b",\"source\":\"live\"",
+        ReadingSource::Cache => b",\"source\":\"cache\"",
+    });
+    out.extend_from_slice(b",\"age_ms\":");
+    json::unsigned(out, age_ms);
+    out.extend_from_slice(b",\"device_id\":");
+    json::string(out, sensor.device.as_str());
+    out.extend_from_slice(b",\"range\":");
+    match sensor.range {
+        None => out.extend_from_slice(b"null"),
+        Some(r) => {
+            out.extend_from_slice(b"{\"min\":");
+            json::number(out, r.min);
+            out.extend_from_slice(b",\"max\":");
+            json::number(out, r.max);
+            out.push(b'}');
+        }
+    }
+    out.extend_from_slice(b",\"in_range\":");
+    match j.in_range {
+        None => out.extend_from_slice(b"null"),
+        Some(b) => json::boolean(out, b),
+    }
+    out.push(b'}');
 }
 
 const EXCEPTIONS: [&str; 5] =
@@ -291,11 +378,11 @@ fn deadline(inner: &Inner) -> Instant {
 
 pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts: &mut u32) -> ToolResult {
     let registry = &inner.registry;
-    let id = parse_sensor_id("sensor_id", &args.sensor_id, registry)?;
-    let sensor = known_sensor("sensor_id", &id, registry)?;
+    let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
+    let id = &sensor.id;
     let mode = args.unit.unwrap_or_default();
     let mut stamps = Stamps::new();
-    if let Some(hit) = inner.cache.fresh(&id, args.max_age_ms.unwrap_or(0), stamps.now) {
+    if let Some(hit) = inner.cache.fresh(id, args.max_age_ms.unwrap_or(0), stamps.now) {
         return to_data(&reading(sensor, &hit, mode, ReadingSource::Cache, &mut stamps));
     }
     let device = registry.device_of(sensor);
@@ -309,8 +396,8 @@ pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts:
     }
     match results.pop() {
         Some(Ok(sample)) => {
-            inner.cache.put(&id, &sample);
-            stamps.now = Utc::now();
+            inner.cache.put(id, &sample);
+            stamps.refresh();
             to_data(&reading(sensor, &sample, mode, ReadingSource::Live, &mut stamps))
         }
         Some(Err(e)) => Err(device_error(&e, device, sensor)),
@@ -323,10 +410,9 @@ pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempt
     let mut sensors = Vec::new();
     let mut bad = Vec::new();
     for (i, raw) in args.sensor_ids.iter().enumerate() {
-        let param = format!("sensor_ids/{i}");
-        match parse_sensor_id(&param, raw, registry).and_then(|id| known_sensor(&param, &id, registry)) {
-            Ok(s) => sensors.push(s),
-            Err(e) => bad.push(e),
+        match registry.sensor_named(raw) {
+            Some(s) => sensors.push(s),
+            None => bad.extend(registered_sensor(&format!("sensor_ids/{i}"), raw, registry).err()),
         }
     }
     if !bad.is_empty() {
@@ -334,14 +420,17 @@ pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempt
     }
     let mode = args.unit.unwrap_or_default();
     let max_age = args.max_age_ms.unwrap_or(0);
-    let mut results: Vec<Option<Result<Reading, ToolError>>> = vec![None; sensors.len()];
+    let mut slots: Vec<Slot> = Vec::with_capacity(sensors.len());
     let mut stamps = Stamps::new();
     // Group what the cache cannot answer by device, in request order.
     let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, s) in sensors.iter().enumerate() {
         match inner.cache.fresh(&s.id, max_age, stamps.now) {
-            Some(hit) => results[i] = Some(Ok(reading(s, &hit, mode, ReadingSource::Cache, &mut stamps))),
-            None => groups.entry(s.device.as_str()).or_default().push(i),
+            Some(hit) => slots.push(Slot::Read(hit, ReadingSource::Cache)),
+            None => {
+                slots.push(Slot::Pending);
+                groups.entry(s.device.as_str()).or_default().push(i);
+            }
         }
     }
     let until = deadline(inner);
@@ -363,36 +452,64 @@ pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempt
     let done = futures_util::future::join_all(reads).await;
     // Devices are read in parallel: the call made as many attempts as its busiest device.
     *attempts += done.iter().map(|(_, _, tries)| *tries).max().unwrap_or(0);
-    stamps.now = Utc::now();
-    for (idx, out, _) in &done {
+    stamps.refresh();
+    for (idx, out, _) in done {
         inner
             .cache
-            .put_all(idx.iter().zip(out).filter_map(|(&i, r)| r.as_ref().ok().map(|s| (&sensors[i].id, s))));
+            .put_all(idx.iter().zip(&out).filter_map(|(&i, r)| r.as_ref().ok().map(|s| (&sensors[i].id, s))));
         for (&i, r) in idx.iter().zip(out) {
             let s = sensors[i];
-            results[i] = Some(match r {
-                Ok(sample) => Ok(reading(s, sample, mode, ReadingSource::Live, &mut stamps)),
-                Err(e) => Err(device_error(e, registry.device_of(s), s)),
-            });
+            slots[i] = match r {
+                Ok(sample) => Slot::Read(sample, ReadingSource::Live),
+                Err(e) => Slot::Failed(Box::new(device_error(&e, registry.device_of(s), s))),
+            };
         }
     }
-    let mut readings = Vec::new();
     let mut failed = Vec::new();
-    for (i, r) in results.into_iter().enumerate() {
-        match r {
-            Some(Ok(reading)) => readings.push(reading),
-            Some(Err(mut error)) => {
+    for (i, slot) in slots.iter_mut().enumerate() {
+        match std::mem::replace(slot, Slot::Pending) {
+            Slot::Failed(mut error) => {
                 error.parameter = Some(format!("sensor_ids/{i}"));
-                failed.push(FailedSensor { sensor_id: sensors[i].id.to_string(), error });
+                failed.push(FailedSensor { sensor_id: sensors[i].id.to_string(), error: *error });
             }
-            None => return Err(ToolError::internal()),
+            Slot::Pending => return Err(ToolError::internal()),
+            read => *slot = read,
         }
     }
-    if readings.is_empty() {
+    if failed.len() == sensors.len() {
         let errors = failed.into_iter().map(|f| f.error).collect();
         return Err(combine(errors, "sensors could not be read"));
     }
-    to_data(&ReadingsData { complete: failed.is_empty(), readings, failed })
+    // `ReadingsData`, written directly: readings, failed, complete.
+    let mut out = Vec::with_capacity(64 + 256 * (sensors.len() - failed.len()));
+    out.extend_from_slice(b"{\"readings\":[");
+    for (n, (s, (sample, source))) in sensors
+        .iter()
+        .zip(&slots)
+        .filter_map(|(s, slot)| match slot {
+            Slot::Read(sample, source) => Some((s, (sample, *source))),
+            _ => None,
+        })
+        .enumerate()
+    {
+        if n > 0 {
+            out.push(b',');
+        }
+        write_reading(&mut out, s, sample, mode, source, &mut stamps);
+    }
+    out.extend_from_slice(b"],\"failed\":");
+    serde_json::to_writer(&mut out, &failed).map_err(|_| ToolError::internal())?;
+    out.extend_from_slice(b",\"complete\":");
+    json::boolean(&mut out, failed.is_empty());
+    out.push(b'}');
+    json::into_data(out)
+}
+
+/// Where each sensor of a batch stands.
+enum Slot {
+    Pending,
+    Read(Sample, ReadingSource),
+    Failed(Box<ToolError>),
 }
 
 /// Several errors as one: the first error's code, every one in `details`.
@@ -422,7 +539,90 @@ fn combine(mut errors: Vec<ToolError>, what: &str) -> ToolError {
 
 #[cfg(test)]
 mod tests {
-    use super::significant;
+    use super::*;
+    use crate::driver::SampleQuality;
+    use crate::registry::{ModbusPoint, NormalRange, RegisterTable, WordOrder};
+    use proptest::prelude::*;
+
+    fn sensor(source: SensorSource, unit: String, range: Option<NormalRange>) -> Sensor {
+        Sensor {
+            id: "A_LINE1_042".parse().unwrap(),
+            device: "a-line1-plc".parse().unwrap(),
+            description: String::new(),
+            kind: "pressure".into(),
+            unit,
+            equipment: None,
+            source,
+            range,
+            deadband: None,
+        }
+    }
+
+    fn any_value() -> impl Strategy<Value = RawValue> {
+        prop_oneof![
+            any::<bool>().prop_map(RawValue::Bool),
+            any::<i64>().prop_map(RawValue::Int),
+            any::<u64>().prop_map(RawValue::UInt),
+            any::<f64>().prop_map(RawValue::Float),
+            prop_oneof![Just(f64::NAN), Just(f64::INFINITY), Just(1e300), Just(-0.0)].prop_map(RawValue::Float),
+            any::<String>().prop_map(RawValue::Text),
+            Just(RawValue::Text("a \"quoted\"\\ text\n\u{1}\u{7f}é😀".into())),
+        ]
+    }
+
+    fn any_source() -> impl Strategy<Value = SensorSource> {
+        let types = prop_oneof![
+            Just(DataType::F32),
+            Just(DataType::F64),
+            Just(DataType::I16),
+            Just(DataType::U32),
+            Just(DataType::Bool)
+        ];
+        prop_oneof![
+            (types, -1e6..1e6f64, -1e3..1e3f64).prop_map(|(data_type, scale, offset)| {
+                SensorSource::Modbus(ModbusPoint {
+                    table: RegisterTable::Holding,
+                    address: 0,
+                    data_type,
+                    word_order: WordOrder::ABCD,
+                    bit: None,
+                    count: 2,
+                    scale,
+                    offset,
+                })
+            }),
+            Just(SensorSource::OpcUa { node_id: "ns=2;s=X".into() }),
+        ]
+    }
+
+    proptest! {
+        /// The hand-written JSON of a batch is the JSON serde writes for the same reading.
+        #[test]
+        fn written_readings_equal_serde(
+            value in any_value(),
+            source in any_source(),
+            unit in prop_oneof![Just("bar".to_string()), Just("°C \"x\"\t".to_string()), any::<String>()],
+            range in proptest::option::of((any::<f64>(), -1e9..1e9f64)),
+            quality in prop_oneof![Just(SampleQuality::Good), Just(SampleQuality::Uncertain), Just(SampleQuality::Bad)],
+            raw in any::<bool>(),
+            cached in any::<bool>(),
+            ms in 0i64..4_000_000_000_000,
+            age in -5_000i64..5_000,
+        ) {
+            let range = range.map(|(min, max)| NormalRange { min, max });
+            let s = sensor(source, unit, range);
+            let at = DateTime::<Utc>::from_timestamp_millis(ms).unwrap();
+            let sample = Sample { value, at, quality };
+            let mode = if raw { UnitMode::Raw } else { UnitMode::Normalized };
+            let source = if cached { ReadingSource::Cache } else { ReadingSource::Live };
+            let now = at + chrono::Duration::milliseconds(age);
+            let mut stamps = Stamps { now, last: None };
+            let expected = serde_json::to_vec(&reading(&s, &sample, mode, source, &mut stamps)).unwrap();
+            let mut written = Vec::new();
+            write_reading(&mut written, &s, &sample, mode, source, &mut Stamps { now, last: None });
+            prop_assert_eq!(String::from_utf8_lossy(&written), String::from_utf8_lossy(&expected));
+        }
+    }
 
     #[test]
     fn significant_digits_remove_binary_noise_only() {

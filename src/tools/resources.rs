@@ -2,13 +2,12 @@
 //! not agent tools, but answered in the same envelope with the same validation.
 
 use super::defs::SensorInfo;
-use super::validate::{known_sensor, parse_sensor_id};
+use super::validate::registered_sensor;
 use super::{ToolResult, list_sensors, to_data};
 use crate::registry::Registry;
 
 pub fn sensor(registry: &Registry, raw: &str) -> ToolResult {
-    let id = parse_sensor_id("sensor_id", raw, registry)?;
-    let s = known_sensor("sensor_id", &id, registry)?;
+    let s = registered_sensor("sensor_id", raw, registry)?;
     let info: SensorInfo = list_sensors::info(s, registry);
     to_data(&info)
 }

@@ -38,7 +38,11 @@ fn collect_choices(v: &Value, out: &mut Vec<String>) {
 
 impl InputValidator {
     pub fn new(schema: &Value) -> Result<InputValidator, String> {
-        let validator = jsonschema::validator_for(schema).map_err(|e| e.to_string())?;
+        // Our patterns are plain (no look-around): the linear-time engine.
+        let validator = jsonschema::options()
+            .with_pattern_options(jsonschema::PatternOptions::regex())
+            .build(schema)
+            .map_err(|e| e.to_string())?;
         let params = schema
             .get("properties")
             .and_then(Value::as_object)
@@ -61,6 +65,10 @@ impl InputValidator {
     ///
     /// `suggest(parameter, received)` offers close valid values for a malformed string.
     pub fn check(&self, args: &Value, suggest: &dyn Fn(&str, &str) -> Vec<String>) -> Result<(), ToolError> {
+        // The common case, without collecting errors; the same schema decides both.
+        if self.validator.is_valid(args) {
+            return Ok(());
+        }
         let mut details = Vec::new();
         for error in self.validator.iter_errors(args) {
             let path = error.instance_path().to_string();
@@ -294,6 +302,19 @@ pub fn parse_sensor_id(parameter: &str, raw: &str, registry: &Registry) -> Resul
         )
         .with_suggestions(registry.suggest_sensors(raw))
     })
+}
+
+/// Layers 2 and 3 together: a registered sensor (found at once when it is one), or the
+/// error about the grammar or the missing sensor.
+pub fn registered_sensor<'r>(
+    parameter: &str,
+    raw: &str,
+    registry: &'r Registry,
+) -> Result<&'r crate::registry::Sensor, ToolError> {
+    match registry.sensor_named(raw) {
+        Some(sensor) => Ok(sensor),
+        None => known_sensor(parameter, &parse_sensor_id(parameter, raw, registry)?, registry),
+    }
 }
 
 /// Layer 3: the sensor exists.

@@ -12,7 +12,7 @@ use super::defs::{
     Transition, UnitMode, WorkOrder, WorkOrderData, WorkOrderStatus,
 };
 use super::envelope::{ErrorCode, ToolError};
-use super::validate::{known_sensor, parse_sensor_id};
+use super::validate::{parse_sensor_id, registered_sensor};
 use super::{Caller, Inner, ToolResult, to_data};
 use crate::resilience::repeat::call_key;
 use crate::store::work_orders::{Created, WorkOrderError, WorkOrderStore, type_name};
@@ -67,8 +67,8 @@ pub fn store_error(e: WorkOrderError) -> ToolError {
 
 pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrderArgs) -> ToolResult {
     let registry = &inner.registry;
-    let id = parse_sensor_id("sensor_id", &args.sensor_id, registry)?;
-    let sensor = known_sensor("sensor_id", &id, registry)?;
+    let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
+    let id = &sensor.id;
     let summary = args.summary.trim().to_string();
     if summary.chars().count() < 10 {
         return Err(ToolError::invalid(

@@ -62,8 +62,7 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
 
 /// The envelope with its status and, on retryable errors, `Retry-After` (seconds).
 fn envelope_response(e: &Envelope) -> Response {
-    let body = serde_json::to_vec(e).unwrap_or_default();
-    let mut res = json_response(status_of(e), body);
+    let mut res = json_response(status_of(e), e.to_json());
     if let Some(ms) = e.error.as_ref().and_then(|err| err.retry_after_ms) {
         let secs = ms.div_ceil(1000).max(1);
         if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {

@@ -61,7 +61,7 @@ pub fn tool_definition(spec: &ToolSpec) -> Tool {
 /// The envelope as an MCP tool result: `structuredContent`, the same JSON as text, and
 /// `isError = !ok`.
 pub fn to_result(envelope: &Envelope) -> Result<CallToolResult, ErrorData> {
-    let value = serde_json::to_value(envelope)
+    let value: serde_json::Value = serde_json::from_slice(&envelope.to_json())
         .map_err(|_| ErrorData::internal_error("serialization failed", None))?;
     Ok(if envelope.ok { CallToolResult::structured(value) } else { CallToolResult::structured_error(value) })
 }
