@@ -36,21 +36,16 @@ pub struct DecodeError {
     pub got: usize,
 }
 
-/// Big-endian bytes `A B C D …` from registers as they came off the wire.
-pub fn canonical_bytes(regs: &[u16], order: WordOrder) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(regs.len() * 2);
-    let mut push = |r: u16| {
+/// Big-endian bytes `A B C D …` from up to four registers as they came off the wire, in
+/// the first `2 * regs.len()` bytes (numbers span at most four registers).
+fn canonical_bytes(regs: &[u16], order: WordOrder) -> [u8; 8] {
+    let mut bytes = [0u8; 8];
+    let n = regs.len().min(4);
+    for (k, r) in regs[..n].iter().enumerate() {
         let [hi, lo] = r.to_be_bytes();
-        if order.swaps_bytes() {
-            bytes.extend([lo, hi]);
-        } else {
-            bytes.extend([hi, lo]);
-        }
-    };
-    if order.swaps_words() {
-        regs.iter().rev().for_each(|r| push(*r));
-    } else {
-        regs.iter().for_each(|r| push(*r));
+        let pair = if order.swaps_bytes() { [lo, hi] } else { [hi, lo] };
+        let at = if order.swaps_words() { n - 1 - k } else { k };
+        bytes[2 * at..2 * at + 2].copy_from_slice(&pair);
     }
     bytes
 }
@@ -62,6 +57,13 @@ pub fn decode_registers(point: &ModbusPoint, regs: &[u16]) -> Result<RawValue, D
     }
     if let Some(bit) = point.bit {
         return Ok(RawValue::Bool(regs[0] >> bit & 1 == 1));
+    }
+    if point.data_type != DataType::String && regs.len() > 4 {
+        // No number is wider than four registers; the registry never declares one.
+        return Err(DecodeError {
+            expected: point.data_type.registers().unwrap_or(4) as usize,
+            got: regs.len(),
+        });
     }
     let b = canonical_bytes(regs, point.word_order);
     let arr = |n: usize| -> [u8; 8] {

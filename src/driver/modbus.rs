@@ -405,8 +405,9 @@ impl Driver for ModbusDriver {
         options: ReadOptions,
     ) -> BoxFuture<'a, Vec<Result<Sample, DriverError>>> {
         Box::pin(async move {
+            // Built, not cloned: cloning an error per sensor costs more than decoding.
             let mut out: Vec<Result<Sample, DriverError>> =
-                vec![Err(DriverError::NotSupported); sensors.len()];
+                std::iter::repeat_with(|| Err(DriverError::NotSupported)).take(sensors.len()).collect();
             let mut points = Vec::new();
             let mut index = Vec::new();
             for (i, s) in sensors.iter().enumerate() {

@@ -102,8 +102,11 @@ impl Resilience {
         sensors: &[&Sensor],
         deadline: Instant,
     ) -> (Vec<Result<Sample, ReadError>>, u32) {
+        // Built, not cloned: cloning an error per sensor costs more than decoding.
         let mut out: Vec<Result<Sample, ReadError>> =
-            vec![Err(ReadError::Driver(DriverError::NotSupported)); sensors.len()];
+            std::iter::repeat_with(|| Err(ReadError::Driver(DriverError::NotSupported)))
+                .take(sensors.len())
+                .collect();
         let Some(guard) = self.guards.get(device) else { return (out, 0) };
         let mut pending: Vec<usize> = (0..sensors.len()).collect();
         let mut attempts = 0;

@@ -206,11 +206,11 @@ impl Serialize for Data {
     /// Embeds the text as JSON. Transports use [`Envelope::to_json`], which splices it in
     /// without this check; this is for everything else (the command line, tests).
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let raw = serde_json::value::RawValue::from_string(self.0.to_string()).map_err(serde::ser::Error::custom)?;
+        let raw = serde_json::value::RawValue::from_string(self.0.to_string())
+            .map_err(serde::ser::Error::custom)?;
         raw.serialize(serializer)
     }
 }
-
 
 /// `{"ok": true, "data": …, "meta": …}` or `{"ok": false, "error": …, "meta": …}`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

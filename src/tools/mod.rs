@@ -5,8 +5,8 @@
 pub mod catalog;
 pub mod defs;
 pub mod envelope;
-mod json;
 mod history;
+mod json;
 pub mod limits;
 mod list_sensors;
 pub mod readings;

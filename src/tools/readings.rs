@@ -1,6 +1,5 @@
 //! `get_sensor_reading` and `get_sensor_readings`: live values, or young cached ones.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -8,8 +7,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use tokio::time::Instant;
 
 use super::defs::{
-    FailedSensor, GetSensorReadingArgs, GetSensorReadingsArgs, Quality, Reading, ReadingSource,
-    UnitMode, Value,
+    FailedSensor, GetSensorReadingArgs, GetSensorReadingsArgs, Quality, Reading, ReadingSource, UnitMode,
+    Value,
 };
 use super::envelope::{Detail, ErrorCode, ToolError};
 use super::validate::registered_sensor;
@@ -17,7 +16,7 @@ use super::{Inner, ToolResult, json, to_data};
 use crate::driver::Refusal;
 use crate::driver::codec::{RawValue, scaled};
 use crate::driver::{DriverError, Sample};
-use crate::ids::SensorId;
+use crate::ids::{DeviceId, SensorId};
 use crate::registry::{DataType, Device, Sensor, SensorSource};
 use crate::resilience::ReadError;
 
@@ -92,13 +91,33 @@ fn significant(v: f64, digits: i32) -> f64 {
     if v == 0.0 || !v.is_finite() {
         return v;
     }
-    let exp = digits - 1 - v.abs().log10().floor() as i32;
+    let exp = digits - 1 - decimal_exponent(v.abs());
     if exp > 0 {
-        let f = 10f64.powi(exp.min(300));
+        let f = pow10(exp.min(300));
         (v * f).round() / f
     } else {
-        let f = 10f64.powi((-exp).min(300));
+        let f = pow10((-exp).min(300));
         (v / f).round() * f
+    }
+}
+
+/// The powers of ten that an f64 holds exactly.
+const EXACT_POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18,
+    1e19, 1e20, 1e21, 1e22,
+];
+
+fn pow10(n: i32) -> f64 {
+    usize::try_from(n).ok().and_then(|i| EXACT_POW10.get(i).copied()).unwrap_or_else(|| 10f64.powi(n))
+}
+
+/// floor(log10(a)) for a finite `a` > 0: by comparison with exact powers where they
+/// reach (the usual sensor values), by logarithm elsewhere.
+fn decimal_exponent(a: f64) -> i32 {
+    if (1.0..1e22).contains(&a) {
+        EXACT_POW10.partition_point(|p| *p <= a) as i32 - 1
+    } else {
+        a.log10().floor() as i32
     }
 }
 
@@ -192,7 +211,7 @@ pub(crate) fn write_reading(
 ) {
     let j = judge(sensor, sample, mode);
     out.extend_from_slice(b"{\"sensor_id\":");
-    json::string(out, sensor.id.as_str());
+    json::plain(out, sensor.id.as_str());
     out.extend_from_slice(b",\"value\":");
     match j.value {
         None => out.extend_from_slice(b"null"),
@@ -204,7 +223,7 @@ pub(crate) fn write_reading(
     json::string(out, if mode == UnitMode::Raw { "raw" } else { &sensor.unit });
     let (timestamp, age_ms) = stamps.of(sample.at);
     out.extend_from_slice(b",\"timestamp\":");
-    json::string(out, timestamp);
+    json::plain(out, timestamp);
     out.extend_from_slice(match j.quality {
         Quality::Good => b",\"quality\":\"good\"",
         Quality::Uncertain => b",\"quality\":\"uncertain\"",
@@ -217,7 +236,7 @@ pub(crate) fn write_reading(
     out.extend_from_slice(b",\"age_ms\":");
     json::unsigned(out, age_ms);
     out.extend_from_slice(b",\"device_id\":");
-    json::string(out, sensor.device.as_str());
+    json::plain(out, sensor.device.as_str());
     out.extend_from_slice(b",\"range\":");
     match sensor.range {
         None => out.extend_from_slice(b"null"),
@@ -422,19 +441,23 @@ pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempt
     let max_age = args.max_age_ms.unwrap_or(0);
     let mut slots: Vec<Slot> = Vec::with_capacity(sensors.len());
     let mut stamps = Stamps::new();
-    // Group what the cache cannot answer by device, in request order.
-    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    // Group what the cache cannot answer by device, in request order. A batch names a few
+    // devices, usually one run of sensors after another: the last group is tried first.
+    let mut groups: Vec<(&DeviceId, Vec<usize>)> = Vec::new();
     for (i, s) in sensors.iter().enumerate() {
         match inner.cache.fresh(&s.id, max_age, stamps.now) {
             Some(hit) => slots.push(Slot::Read(hit, ReadingSource::Cache)),
             None => {
                 slots.push(Slot::Pending);
-                groups.entry(s.device.as_str()).or_default().push(i);
+                match groups.iter_mut().rev().find(|(d, _)| **d == s.device) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((&s.device, vec![i])),
+                }
             }
         }
     }
     let until = deadline(inner);
-    let reads = groups.values().map(|idx| {
+    let reads = groups.iter().map(|(_, idx)| {
         let group: Vec<&Sensor> = idx.iter().map(|&i| sensors[i]).collect();
         async move {
             let device = registry.device_of(group[0]);
@@ -564,7 +587,8 @@ mod tests {
             any::<i64>().prop_map(RawValue::Int),
             any::<u64>().prop_map(RawValue::UInt),
             any::<f64>().prop_map(RawValue::Float),
-            prop_oneof![Just(f64::NAN), Just(f64::INFINITY), Just(1e300), Just(-0.0)].prop_map(RawValue::Float),
+            prop_oneof![Just(f64::NAN), Just(f64::INFINITY), Just(1e300), Just(-0.0)]
+                .prop_map(RawValue::Float),
             any::<String>().prop_map(RawValue::Text),
             Just(RawValue::Text("a \"quoted\"\\ text\n\u{1}\u{7f}é😀".into())),
         ]
@@ -632,5 +656,13 @@ mod tests {
         assert_eq!(significant(48_214_131.0, 12), 48_214_131.0);
         assert_eq!(significant(1.5e30, 7), 1.5e30);
         assert_eq!(significant(0.0, 7), 0.0);
+        assert_eq!(significant(999_999.96, 7), 1_000_000.0);
+        assert_eq!(significant(1e22, 7), 1e22);
+        assert_eq!(significant(f64::from(0.1f32), 7), 0.1);
+        for (a, e) in
+            [(1.0, 0), (9.999, 0), (10.0, 1), (999.999_999_999_999_9, 2), (1e21, 21), (0.05, -2), (2e30, 30)]
+        {
+            assert_eq!(decimal_exponent(a), e, "{a}");
+        }
     }
 }
