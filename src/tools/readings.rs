@@ -540,7 +540,8 @@ fn combine(mut errors: Vec<ToolError>, what: &str) -> ToolError {
     if errors.len() == 1 {
         return errors.remove(0);
     }
-    let first = errors[0].clone();
+    // The schema asks for at least one sensor; an empty list never gets here.
+    let Some(first) = errors.first().cloned() else { return ToolError::internal() };
     let mut e = ToolError::new(first.code, format!("{} {what}.", errors.len()), first.hint.clone());
     e.retry_after_ms = errors.iter().filter_map(|e| e.retry_after_ms).max().filter(|_| e.retryable);
     let devices: Vec<_> = errors.iter().filter_map(|e| e.device_id.clone()).collect();
