@@ -144,6 +144,15 @@ mod tests {
     }
 
     #[test]
+    fn a_number_wider_than_four_registers_is_refused_not_truncated() {
+        let mut p = point(DataType::F64, ABCD);
+        p.count = 5;
+        assert_eq!(decode_registers(&p, &[0; 5]), Err(DecodeError { expected: 4, got: 5 }));
+        p.count = 4;
+        assert_eq!(decode_registers(&p, &[0x3ff0, 0, 0, 0]), Ok(RawValue::Float(1.0)));
+    }
+
+    #[test]
     fn f32_123_456_in_every_word_order() {
         // 123.456f32 = 0x42F6E979: A=42 B=F6 C=E9 D=79.
         for (order, wire) in [

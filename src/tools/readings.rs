@@ -429,9 +429,14 @@ pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempt
     let mut sensors = Vec::new();
     let mut bad = Vec::new();
     for (i, raw) in args.sensor_ids.iter().enumerate() {
-        match registry.sensor_named(raw) {
-            Some(s) => sensors.push(s),
-            None => bad.extend(registered_sensor(&format!("sensor_ids/{i}"), raw, registry).err()),
+        // The parameter's name is only spelled out for an error.
+        let found = match registry.sensor_named(raw) {
+            Some(s) => Ok(s),
+            None => registered_sensor(&format!("sensor_ids/{i}"), raw, registry),
+        };
+        match found {
+            Ok(s) => sensors.push(s),
+            Err(e) => bad.push(e),
         }
     }
     if !bad.is_empty() {
