@@ -84,22 +84,45 @@ impl SensorId {
     }
 }
 
+/// Checks `s` against the sensor ID grammar (`SENSOR_ID_PATTERN`); on success, the
+/// lengths of its plant and zone.
+fn check_sensor_id(s: &str) -> Result<(u8, u8), IdError> {
+    let mut parts = s.split('_');
+    let (Some(plant), Some(zone), Some(num), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(IdError::SensorShape);
+    };
+    check_plant(plant)?;
+    check_zone(zone)?;
+    if num.len() != 3 || !num.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(IdError::Number);
+    }
+    Ok((plant.len() as u8, zone.len() as u8))
+}
+
+/// Whether `s` matches `SENSOR_ID_PATTERN`, without building a `SensorId`: one pass over
+/// the bytes, for input schemas that check up to a hundred IDs per call.
+pub fn is_sensor_id(s: &str) -> bool {
+    fn part(p: &[u8], max: usize) -> bool {
+        p.first().is_some_and(u8::is_ascii_uppercase)
+            && p.len() <= max
+            && p.iter().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+    }
+    let b = s.as_bytes();
+    let Some((head, num)) = b.split_at_checked(b.len().saturating_sub(4)) else { return false };
+    let Some(plant_end) = head.iter().position(|&c| c == b'_') else { return false };
+    let (plant, zone) = (&head[..plant_end], &head[plant_end + 1..]);
+    matches!(num, [b'_', d @ ..] if d.len() == 3 && d.iter().all(u8::is_ascii_digit))
+        && part(plant, 8)
+        && part(zone, 16)
+}
+
 impl FromStr for SensorId {
     type Err = IdError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut parts = s.split('_');
-        let (Some(plant), Some(zone), Some(num), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(IdError::SensorShape);
-        };
-        check_plant(plant)?;
-        check_zone(zone)?;
-        if num.len() != 3 || !num.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(IdError::Number);
-        }
-        Ok(SensorId { text: s.into(), plant_len: plant.len() as u8, zone_len: zone.len() as u8 })
+        let (plant_len, zone_len) = check_sensor_id(s)?;
+        Ok(SensorId { text: s.into(), plant_len, zone_len })
     }
 }
 
@@ -207,6 +230,17 @@ mod tests {
         #[test]
         fn agrees_with_the_grammar_on_near_misses(s in "[A-Za-z0-9_ -]{0,30}") {
             prop_assert_eq!(s.parse::<SensorId>().is_ok(), regex_match(&s), "{}", s);
+        }
+
+        #[test]
+        fn is_sensor_id_is_the_pattern(s in prop_oneof![
+            "[A-Z][A-Z0-9]{0,9}_[A-Z][A-Z0-9]{0,17}_[0-9]{2,4}\n?",
+            "[A-Za-z0-9]{0,10}_[A-Z0-9a_]{0,18}_[0-9٢]{2,4}",
+            "([A-Z0-9_]|[a-z\\-٢É\n]){0,30}",
+        ]) {
+            // Input schemas check sensor IDs with `is_sensor_id` in place of the pattern.
+            let pattern = regex::Regex::new(SENSOR_ID_PATTERN).unwrap();
+            prop_assert_eq!(is_sensor_id(&s), pattern.is_match(&s), "{:?}", s);
         }
 
         #[test]

@@ -358,6 +358,9 @@ async fn batch_arguments_are_validated_per_item() {
     assert_eq!(err.code, ErrorCode::InvalidArgument);
     // Layer 1 stops the call at the malformed ID, before the unknown one is looked up.
     assert_eq!(err.parameter.as_deref(), Some("sensor_ids/1"));
+    assert_eq!(err.received.as_deref(), Some("a_line1_002"));
+    assert_eq!(err.expected.as_deref(), Some("a sensor ID PLANT_ZONE_NNN in upper case, e.g. A_LINE1_042"));
+    assert_eq!(err.message, "`sensor_ids/1` is not a well-formed sensor ID.");
     assert_eq!(err.suggestions.first().map(String::as_str), Some("A_LINE1_002"));
     // Two unknown IDs: layer 3, one detail each with its nearest IDs.
     let e = plant

@@ -74,6 +74,9 @@ async fn several_problems_are_reported_together() {
     // The malformed plant gets the registered one it most likely meant.
     let plant = err.details.iter().find(|d| d.parameter == "plant").unwrap();
     assert_eq!(plant.suggestions, ["A"]);
+    assert_eq!(plant.received.as_deref(), Some("a"));
+    assert_eq!(plant.expected.as_deref(), Some("a plant code in upper case, e.g. A"));
+    assert_eq!(plant.message, "`plant` is not in the expected format.");
 }
 
 #[tokio::test]

@@ -127,6 +127,11 @@ async fn arguments_are_validated() {
     assert_eq!(err.code, ErrorCode::SensorNotFound);
     let err = svc.call("get_work_order", json!({"work_order_id": "WO-000777"})).await.unwrap().error.unwrap();
     assert_eq!(err.code, ErrorCode::WorkOrderNotFound);
+    // A pattern without a friendlier name is stated as the pattern itself.
+    let err = svc.call("get_work_order", json!({"work_order_id": "WO-12"})).await.unwrap().error.unwrap();
+    assert_eq!((err.code, err.parameter.as_deref()), (ErrorCode::InvalidArgument, Some("work_order_id")));
+    assert_eq!(err.expected.as_deref(), Some("a string matching ^WO-[0-9]{6,}$"));
+    assert_eq!(err.received.as_deref(), Some("WO-12"));
 }
 
 #[test]
