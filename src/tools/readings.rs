@@ -94,10 +94,26 @@ fn significant(v: f64, digits: i32) -> f64 {
     let exp = digits - 1 - decimal_exponent(v.abs());
     if exp > 0 {
         let f = pow10(exp.min(300));
-        (v * f).round() / f
+        round(v * f) / f
     } else {
         let f = pow10((-exp).min(300));
-        (v / f).round() * f
+        round(v / f) * f
+    }
+}
+
+/// `x.round()` (half away from zero), bit for bit, without the libm call that baseline
+/// x86-64 makes for it: a batch rounds every value it reads.
+fn round(x: f64) -> f64 {
+    // From 2^52 on every f64 is an integer already (and NaN stays NaN).
+    if x.is_nan() || x.abs() >= 4_503_599_627_370_496.0 {
+        return x;
+    }
+    // Truncation by conversion is exact here; copysign keeps the sign of -0.4 → -0.0.
+    let t = (x as i64 as f64).copysign(x);
+    match x - t {
+        d if d >= 0.5 => t + 1.0,
+        d if d <= -0.5 => t - 1.0,
+        _ => t,
     }
 }
 
@@ -115,7 +131,12 @@ fn pow10(n: i32) -> f64 {
 /// reach (the usual sensor values), by logarithm elsewhere.
 fn decimal_exponent(a: f64) -> i32 {
     if (1.0..1e22).contains(&a) {
-        EXACT_POW10.partition_point(|p| *p <= a) as i32 - 1
+        // 2^e ≤ a < 2^(e+1) puts floor(log10 a) at floor(e·log10 2) or one more: one
+        // comparison with an exact power decides (78913 / 2^18 is log10 2 to 6 digits,
+        // exact in the floor for e < 1000).
+        let e = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+        let d = (e * 78_913) >> 18;
+        d + i32::from(EXACT_POW10.get(d as usize + 1).is_some_and(|p| a >= *p))
     } else {
         a.log10().floor() as i32
     }
@@ -651,6 +672,29 @@ mod tests {
             let mut written = Vec::new();
             write_reading(&mut written, &s, &sample, mode, source, &mut Stamps { now, last: None });
             prop_assert_eq!(String::from_utf8_lossy(&written), String::from_utf8_lossy(&expected));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn round_is_f64_round(x in prop_oneof![
+            any::<f64>(),
+            (-1e7..1e7f64).prop_map(|v| v.trunc() + 0.5),
+            (-1e7..1e7f64).prop_map(f64::trunc).prop_map(|v| v + 0.49999999999999994),
+            (-4.6e15..4.6e15f64),
+        ]) {
+            prop_assert_eq!(round(x).to_bits(), x.round().to_bits(), "{}", x);
+        }
+
+        #[test]
+        fn decimal_exponent_is_the_exact_powers_search(a in prop_oneof![
+            1.0..1e22f64,
+            (0.0..22.0f64).prop_map(|e| 10f64.powf(e)),
+            (0usize..23).prop_map(|k| EXACT_POW10[k]),
+            (1usize..23).prop_map(|k| f64::from_bits(EXACT_POW10[k].to_bits() - 1)),
+        ]) {
+            let by_search = EXACT_POW10.partition_point(|p| *p <= a) as i32 - 1;
+            prop_assert_eq!(decimal_exponent(a), by_search, "{}", a);
         }
     }
 
