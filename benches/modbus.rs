@@ -248,6 +248,13 @@ async fn run() {
         if ratio < 3.0 { "met" } else { "NOT met" },
         singles.median.as_secs_f64() / batch.median.as_secs_f64()
     );
+    // What the target leaves the service: the batch's own raw reads already take a share of
+    // the 3x, and what remains is spread over 100 sensors.
+    let per_sensor_ns = (us(batch.median) - us(raw_batch.median) - overhead) * 10.0;
+    let allowed_ns = (3.0 * us(tool.median) - us(raw_batch.median) - overhead) * 10.0;
+    println!(
+        "batch over its raw reads, beyond one call's overhead: {per_sensor_ns:.0} ns per sensor (3x allows {allowed_ns:.0})"
+    );
     opcua_figures(&service, &sim.opcua_urls()["bench-ua"]).await;
     sim.shutdown().await;
 }
