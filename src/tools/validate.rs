@@ -37,9 +37,10 @@ fn collect_choices(v: &Value, out: &mut Vec<String>) {
 }
 
 /// The `pattern` keyword of our input schemas. The sensor-ID grammar, which a batch
-/// checks up to a hundred times per call, is checked by its own parser (a few ns per ID
-/// instead of ~40 through a regex; a property test in `ids` holds the two equal); any
-/// other pattern by the regex engine. Like `pattern`, it only judges strings.
+/// checks up to a hundred times per call, is checked by `ids::is_sensor_id` (~14 ns per ID
+/// against ~39 through the regex, measured in the batch; a property test in `ids` holds
+/// the two equal); any other pattern by the regex engine. Like `pattern`, it only judges
+/// strings.
 enum PatternKeyword {
     SensorId,
     Regex(regex::Regex),
@@ -95,6 +96,7 @@ impl InputValidator {
     pub fn new(schema: &Value) -> Result<InputValidator, String> {
         let validator = jsonschema::options()
             .with_keyword("pattern", pattern_keyword)
+            // For `patternProperties` (none today): the linear-time engine, like ours.
             .with_pattern_options(jsonschema::PatternOptions::regex())
             .build(schema)
             .map_err(|e| e.to_string())?;
