@@ -87,18 +87,9 @@ impl SensorId {
 /// Whether `s` matches `SENSOR_ID_PATTERN`, without a regex or building a `SensorId`: for
 /// input schemas, which check up to a hundred IDs per call.
 pub fn is_sensor_id(s: &str) -> bool {
-    fn part(p: &[u8], max: usize) -> bool {
-        p.first().is_some_and(u8::is_ascii_uppercase)
-            && p.len() <= max
-            && p.iter().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
-    }
-    let b = s.as_bytes();
-    let Some((head, num)) = b.split_at_checked(b.len().saturating_sub(4)) else { return false };
-    let Some(plant_end) = head.iter().position(|&c| c == b'_') else { return false };
-    let (plant, zone) = (&head[..plant_end], &head[plant_end + 1..]);
-    matches!(num, [b'_', d @ ..] if d.len() == 3 && d.iter().all(u8::is_ascii_digit))
-        && part(plant, 8)
-        && part(zone, 16)
+    let Some((head, num)) = s.rsplit_once('_') else { return false };
+    let Some((plant, zone)) = head.split_once('_') else { return false };
+    is_part(plant, 8) && is_part(zone, 16) && num.len() == 3 && num.bytes().all(|b| b.is_ascii_digit())
 }
 
 impl FromStr for SensorId {
