@@ -9,34 +9,53 @@ use crate::wave::SimValue;
 /// Numbers are first turned back into raw units: `raw = (value - offset) / scale`,
 /// rounded and clamped for integer types.
 pub fn encode(p: &Point, order: Order, value: &SimValue) -> Vec<u16> {
-    let kind = p.kind.unwrap_or(Kind::U16);
-    if kind == Kind::String {
-        let text = match value {
-            SimValue::Text(t) => t.clone(),
-            SimValue::Num(n) => format!("{n}"),
-            SimValue::Bool(b) => b.to_string(),
-        };
-        return encode_string(&text, p.width(), order);
+    match p.kind {
+        Some(Kind::String) => {
+            let text = match value {
+                SimValue::Text(t) => t.clone(),
+                SimValue::Num(n) => format!("{n}"),
+                SimValue::Bool(b) => b.to_string(),
+            };
+            encode_string(&text, p.width(), order)
+        }
+        _ => {
+            let (regs, n) = encode_number(p, order, value);
+            regs[..n].to_vec()
+        }
     }
+}
+
+/// The registers of a point that is not a string, without allocating: they are the first
+/// `n` of the array (a string point gives none).
+pub fn encode_number(p: &Point, order: Order, value: &SimValue) -> ([u16; 4], usize) {
     let num = match value {
         SimValue::Num(n) => *n,
         SimValue::Bool(b) => f64::from(u8::from(*b)),
         SimValue::Text(_) => 0.0,
     };
     let raw = (num - p.offset()) / p.scale();
-    let be: Vec<u8> = match kind {
-        Kind::Bool => vec![0, u8::from(num >= 0.5)],
-        Kind::U16 => (clamp(raw, 0.0, 65535.0) as u16).to_be_bytes().to_vec(),
-        Kind::I16 => (clamp(raw, -32768.0, 32767.0) as i16).to_be_bytes().to_vec(),
-        Kind::U32 => (clamp(raw, 0.0, 4_294_967_295.0) as u32).to_be_bytes().to_vec(),
-        Kind::I32 => (clamp(raw, -2_147_483_648.0, 2_147_483_647.0) as i32).to_be_bytes().to_vec(),
-        Kind::U64 => (raw.round().max(0.0) as u64).to_be_bytes().to_vec(),
-        Kind::I64 => (raw.round() as i64).to_be_bytes().to_vec(),
-        Kind::F32 => (raw as f32).to_be_bytes().to_vec(),
-        Kind::F64 => raw.to_be_bytes().to_vec(),
-        Kind::String => Vec::new(),
+    let mut be = [0u8; 8];
+    let n = match p.kind.unwrap_or(Kind::U16) {
+        Kind::Bool => put(&mut be, &[0, u8::from(num >= 0.5)]),
+        Kind::U16 => put(&mut be, &(clamp(raw, 0.0, 65535.0) as u16).to_be_bytes()),
+        Kind::I16 => put(&mut be, &(clamp(raw, -32768.0, 32767.0) as i16).to_be_bytes()),
+        Kind::U32 => put(&mut be, &(clamp(raw, 0.0, 4_294_967_295.0) as u32).to_be_bytes()),
+        Kind::I32 => put(&mut be, &(clamp(raw, -2_147_483_648.0, 2_147_483_647.0) as i32).to_be_bytes()),
+        Kind::U64 => put(&mut be, &(raw.round().max(0.0) as u64).to_be_bytes()),
+        Kind::I64 => put(&mut be, &(raw.round() as i64).to_be_bytes()),
+        Kind::F32 => put(&mut be, &(raw as f32).to_be_bytes()),
+        Kind::F64 => put(&mut be, &raw.to_be_bytes()),
+        Kind::String => 0,
     };
-    wire(&be, order)
+    let mut regs = [0u16; 4];
+    let n = wire_into(&be[..n], order, &mut regs);
+    (regs, n)
+}
+
+/// Copies `bytes` to the front of `buf`; how many.
+fn put(buf: &mut [u8; 8], bytes: &[u8]) -> usize {
+    buf[..bytes.len()].copy_from_slice(bytes);
+    bytes.len()
 }
 
 fn clamp(raw: f64, lo: f64, hi: f64) -> f64 {
@@ -45,20 +64,25 @@ fn clamp(raw: f64, lo: f64, hi: f64) -> f64 {
 
 /// Big-endian bytes A B C D … to registers in the given order.
 pub fn wire(be: &[u8], order: Order) -> Vec<u16> {
-    let mut regs: Vec<u16> = be
-        .chunks(2)
-        .map(|c| {
-            let (hi, lo) = (c[0], c.get(1).copied().unwrap_or(0));
-            match order {
-                Order::BADC | Order::DCBA => u16::from_be_bytes([lo, hi]),
-                Order::ABCD | Order::CDAB => u16::from_be_bytes([hi, lo]),
-            }
-        })
-        .collect();
-    if matches!(order, Order::CDAB | Order::DCBA) {
-        regs.reverse();
-    }
+    let mut regs = vec![0u16; be.len().div_ceil(2)];
+    wire_into(be, order, &mut regs);
     regs
+}
+
+/// [`wire`] into the front of `regs`, which must hold them; how many registers.
+fn wire_into(be: &[u8], order: Order, regs: &mut [u16]) -> usize {
+    let n = be.len().div_ceil(2);
+    for (r, c) in regs.iter_mut().zip(be.chunks(2)) {
+        let (hi, lo) = (c[0], c.get(1).copied().unwrap_or(0));
+        *r = match order {
+            Order::BADC | Order::DCBA => u16::from_be_bytes([lo, hi]),
+            Order::ABCD | Order::CDAB => u16::from_be_bytes([hi, lo]),
+        };
+    }
+    if matches!(order, Order::CDAB | Order::DCBA) {
+        regs[..n].reverse();
+    }
+    n
 }
 
 /// Two characters per register, first in the high byte (swapped for BADC and DCBA),

@@ -13,7 +13,7 @@ pub mod plant;
 mod server;
 pub mod wave;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -76,10 +76,52 @@ impl Clock {
     }
 }
 
+/// The points of one table of a device in address order, and where the table ends.
+#[derive(Default)]
+struct TableMap {
+    /// One past the highest register (or bit) a point occupies: 0 for a table with none.
+    size: u32,
+    /// The widest point: the points a read reaches start at most this far before it.
+    widest: u32,
+    /// (first address, width, index in the device's sensors), by first address.
+    points: Vec<(u32, u32, usize)>,
+}
+
+impl TableMap {
+    /// The four tables of a device, indexed by `Table as usize`.
+    fn of(device: &Device) -> [TableMap; 4] {
+        let mut maps: [TableMap; 4] = Default::default();
+        for (i, p) in device.sensors.iter().enumerate() {
+            let (Some(table), Some(a)) = (p.table, p.address) else { continue };
+            let (a, w) = (u32::from(a), u32::from(p.width()));
+            let m = &mut maps[table as usize];
+            m.size = m.size.max(a + w);
+            m.widest = m.widest.max(w);
+            m.points.push((a, w, i));
+        }
+        for m in &mut maps {
+            m.points.sort_unstable();
+        }
+        maps
+    }
+
+    /// The points that overlap `start..end`, in address order.
+    fn within(&self, start: u32, end: u32) -> impl Iterator<Item = (u32, usize)> + '_ {
+        let from = self.points.partition_point(|(a, _, _)| *a + self.widest <= start);
+        self.points[from..]
+            .iter()
+            .take_while(move |(a, _, _)| *a < end)
+            .filter(move |(a, w, _)| a + w > start)
+            .map(|(a, _, i)| (*a, *i))
+    }
+}
+
 /// Everything the servers share.
 pub struct State {
     devices: BTreeMap<String, Device>,
-    waves: RwLock<BTreeMap<String, Wave>>,
+    /// Each device's tables, built once from `devices`.
+    tables: BTreeMap<String, [TableMap; 4]>,
+    waves: RwLock<HashMap<String, Wave>>,
     faults: RwLock<BTreeMap<String, Faults>>,
     seed: u64,
     draws: AtomicU64,
@@ -125,14 +167,8 @@ impl State {
 
     /// The signal of a sensor: its scenario wave, or a constant in the middle of its range.
     pub(crate) fn wave_of(&self, p: &plant::Point) -> Wave {
-        if let Some(w) = self.waves.read().unwrap_or_else(|e| e.into_inner()).get(&p.id) {
-            return w.clone();
-        }
-        match (p.kind, &p.range) {
-            (Some(plant::Kind::String), _) => Wave::Text { text: "SIM".into() },
-            (_, Some(r)) => Wave::Constant { value: (r.min + r.max) / 2.0 },
-            _ => Wave::Constant { value: 0.0 },
-        }
+        let waves = self.waves.read().unwrap_or_else(|e| e.into_inner());
+        waves.get(&p.id).cloned().unwrap_or_else(|| default_wave(p))
     }
 
     /// The registers (or bits) `addr..addr+qty` of a table of a device at time `t`.
@@ -153,28 +189,25 @@ impl State {
         if u32::from(addr) + u32::from(qty) > 65536 {
             return Err(ExceptionCode::IllegalDataAddress);
         }
-        let Some(dev) = self.devices.get(device) else { return Err(ExceptionCode::GatewayTargetDevice) };
+        let (Some(dev), Some(tables)) = (self.devices.get(device), self.tables.get(device)) else {
+            return Err(ExceptionCode::GatewayTargetDevice);
+        };
+        let map = &tables[table as usize];
         let (start, end) = (u32::from(addr), u32::from(addr) + u32::from(qty));
         // Like a PLC's configured data area: a table ends after its highest declared point
         // (a table with none is empty); reads past the end are refused.
-        let size = dev
-            .sensors
-            .iter()
-            .filter(|p| p.table == Some(table))
-            .filter_map(|p| p.address.map(|a| u32::from(a) + u32::from(p.width())))
-            .max()
-            .unwrap_or(0);
-        if end > size {
+        if end > map.size {
             return Err(ExceptionCode::IllegalDataAddress);
         }
         let mut words = vec![0u16; if bits { 0 } else { qty as usize }];
         let mut flags = vec![false; if bits { qty as usize } else { 0 }];
-        for p in dev.sensors.iter().filter(|p| p.table == Some(table)) {
-            let Some(a) = p.address.map(u32::from) else { continue };
-            if a + u32::from(p.width()) <= start || a >= end {
-                continue;
-            }
-            let value = self.wave_of(p).at(t);
+        let waves = self.waves.read().unwrap_or_else(|e| e.into_inner());
+        for (a, i) in map.within(start, end) {
+            let p = &dev.sensors[i];
+            let value = match waves.get(&p.id) {
+                Some(w) => w.at(t),
+                None => default_wave(p).at(t),
+            };
             if bits {
                 if let SimValue::Bool(b) = encode::expected(p, &value) {
                     flags[(a - start) as usize] = b;
@@ -184,15 +217,36 @@ impl State {
                 let w = &mut words[(a - start) as usize];
                 *w = if on { *w | (1 << bit) } else { *w & !(1 << bit) };
             } else {
-                for (i, r) in encode::encode(p, dev.order_of(p), &value).into_iter().enumerate() {
-                    let at = a + i as u32;
+                let order = dev.order_of(p);
+                let (number, string);
+                let regs = match p.kind {
+                    Some(plant::Kind::String) => {
+                        string = encode::encode(p, order, &value);
+                        &string[..]
+                    }
+                    _ => {
+                        number = encode::encode_number(p, order, &value);
+                        &number.0[..number.1]
+                    }
+                };
+                for (k, r) in regs.iter().enumerate() {
+                    let at = a + k as u32;
                     if (start..end).contains(&at) {
-                        words[(at - start) as usize] = r;
+                        words[(at - start) as usize] = *r;
                     }
                 }
             }
         }
         Ok((words, flags))
+    }
+}
+
+/// The signal of a sensor the scenario leaves out: a constant in the middle of its range.
+fn default_wave(p: &plant::Point) -> Wave {
+    match (p.kind, &p.range) {
+        (Some(plant::Kind::String), _) => Wave::Text { text: "SIM".into() },
+        (_, Some(r)) => Wave::Constant { value: (r.min + r.max) / 2.0 },
+        _ => Wave::Constant { value: 0.0 },
     }
 }
 
@@ -224,7 +278,8 @@ impl Simulator {
         let pki_dir = scenario.opcua_pki_dir.take();
         let (changes, _) = watch::channel(0);
         let state = Arc::new(State {
-            waves: RwLock::new(scenario.sensors),
+            tables: devices.iter().map(|(id, d)| (id.clone(), TableMap::of(d))).collect(),
+            waves: RwLock::new(scenario.sensors.into_iter().collect()),
             faults: RwLock::new(scenario.faults),
             seed: scenario.seed,
             draws: AtomicU64::new(0),
@@ -448,5 +503,53 @@ impl Simulator {
         for o in self.opcua {
             o.stop().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_reaches_the_points_it_overlaps() {
+        let device: Device = toml::from_str(
+            r#"
+            id = "t"
+            protocol = "modbus-tcp"
+            endpoint = "127.0.0.1:1502"
+            [[sensors]]
+            id = "T_Z_003"
+            table = "holding"
+            address = 10
+            [[sensors]]
+            id = "T_Z_001"
+            table = "holding"
+            address = 0
+            type = "f32"
+            [[sensors]]
+            id = "T_Z_002"
+            table = "holding"
+            address = 2
+            type = "string"
+            length = 4
+            [[sensors]]
+            id = "T_Z_004"
+            table = "input"
+            address = 7
+            "#,
+        )
+        .unwrap();
+        let maps = TableMap::of(&device);
+        let holding = &maps[Table::Holding as usize];
+        assert_eq!((holding.size, holding.widest), (11, 4));
+        let within = |start, end| holding.within(start, end).collect::<Vec<_>>();
+        // (first address, index in the file)
+        assert_eq!(within(0, 11), [(0, 1), (2, 2), (10, 0)]);
+        assert_eq!(within(1, 2), [(0, 1)]);
+        assert_eq!(within(5, 6), [(2, 2)]);
+        assert_eq!(within(6, 10), []);
+        assert_eq!(within(3, 11), [(2, 2), (10, 0)]);
+        assert_eq!(maps[Table::Input as usize].size, 8);
+        assert_eq!(maps[Table::Coil as usize].size, 0);
     }
 }

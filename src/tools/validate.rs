@@ -92,10 +92,84 @@ fn pattern_keyword<'a>(
     Ok(Box::new(PatternKeyword::Regex(regex)))
 }
 
+/// The `uniqueItems` keyword of our input schemas. Its one use is a batch's `sensor_ids`:
+/// up to a hundred strings, checked with one hash set of `&str` (jsonschema's own check
+/// hashes every item as a JSON value with SipHash, ~15 ns an item in the batch). Arrays of
+/// anything else are compared pairwise, with numbers equal by value (1 and 1.0 are the
+/// same item), as JSON Schema asks.
+struct UniqueItemsKeyword;
+
+impl<'i> jsonschema::Keyword<'i> for UniqueItemsKeyword {
+    fn validate(&self, instance: &'i Value) -> Result<(), jsonschema::ValidationError<'i>> {
+        match self.is_valid(instance) {
+            true => Ok(()),
+            // Read back as `ValidationErrorKind::Custom` with keyword "uniqueItems".
+            false => Err(jsonschema::ValidationError::custom("items are not unique")),
+        }
+    }
+
+    fn is_valid(&self, instance: &'i Value) -> bool {
+        let Some(items) = instance.as_array() else { return true };
+        let strings: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+        match strings {
+            Some(strings) => {
+                let mut seen = foldhash::HashSet::with_capacity_and_hasher(strings.len(), Default::default());
+                strings.into_iter().all(|s| seen.insert(s))
+            }
+            None => items.iter().enumerate().all(|(i, a)| items[..i].iter().all(|b| !same_json(a, b))),
+        }
+    }
+}
+
+/// JSON equality as JSON Schema defines it: numbers by value, objects by members.
+fn same_json(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
+            (Some(x), Some(y), _, _) => x == y,
+            (_, _, Some(x), Some(y)) => x == y,
+            _ => x.as_f64() == y.as_f64(),
+        },
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_json(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+fn unique_items_keyword<'a>(
+    _: &'a serde_json::Map<String, Value>,
+    value: &'a Value,
+    _: jsonschema::paths::Location,
+) -> Result<Box<dyn for<'i> jsonschema::Keyword<'i>>, jsonschema::ValidationError<'a>> {
+    match value {
+        Value::Bool(true) => Ok(Box::new(UniqueItemsKeyword)),
+        // `false` asks nothing.
+        Value::Bool(false) => Ok(Box::new(NoCheck)),
+        _ => Err(jsonschema::ValidationError::schema("uniqueItems must be a boolean")),
+    }
+}
+
+/// A keyword that accepts every instance.
+struct NoCheck;
+
+impl<'i> jsonschema::Keyword<'i> for NoCheck {
+    fn validate(&self, _: &'i Value) -> Result<(), jsonschema::ValidationError<'i>> {
+        Ok(())
+    }
+
+    fn is_valid(&self, _: &'i Value) -> bool {
+        true
+    }
+}
+
 impl InputValidator {
     pub fn new(schema: &Value) -> Result<InputValidator, String> {
         let validator = jsonschema::options()
             .with_keyword("pattern", pattern_keyword)
+            .with_keyword("uniqueItems", unique_items_keyword)
             // For `patternProperties` (none today): the linear-time engine, like ours.
             .with_pattern_options(jsonschema::PatternOptions::regex())
             .build(schema)
@@ -186,8 +260,17 @@ impl InputValidator {
                         format!("`{parameter}` is not an allowed value."),
                     );
                 }
+                // Our `uniqueItems` (above).
+                ValidationErrorKind::Custom { keyword, .. } if keyword == "uniqueItems" => {
+                    d(
+                        parameter.clone(),
+                        None,
+                        "distinct items".into(),
+                        format!("`{parameter}` lists an item twice."),
+                    );
+                }
                 ValidationErrorKind::Pattern { pattern }
-                // The one custom keyword is `pattern` (above); its message is the pattern.
+                // Our other custom keyword is `pattern` (above); its message is the pattern.
                 | ValidationErrorKind::Custom { keyword: _, message: pattern } => {
                     let (expected, message) = pattern_text(&parameter, pattern);
                     let suggestions =
@@ -246,14 +329,6 @@ impl InputValidator {
                         None,
                         format!("at most {limit} items"),
                         format!("`{parameter}` has too many items."),
-                    );
-                }
-                ValidationErrorKind::UniqueItems => {
-                    d(
-                        parameter.clone(),
-                        None,
-                        "distinct items".into(),
-                        format!("`{parameter}` lists an item twice."),
                     );
                 }
                 ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. }
@@ -403,4 +478,27 @@ pub fn device_not_found(registry: &Registry, raw: &str, hint: &str) -> ToolError
     e.parameter = Some("device_id".into());
     e.received = Some(cut(raw));
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn unique(v: Value) -> bool {
+        jsonschema::Keyword::is_valid(&UniqueItemsKeyword, &v)
+    }
+
+    #[test]
+    fn unique_items_as_json_schema_defines_them() {
+        assert!(unique(json!(["A_LINE1_001", "A_LINE1_002", "a_line1_001"])));
+        assert!(!unique(json!(["A_LINE1_001", "A_LINE1_002", "A_LINE1_001"])));
+        assert!(unique(json!([])) && unique(json!("not an array")));
+        // Not all strings: pairwise, numbers by value, objects by members in any order.
+        assert!(!unique(json!([1, "1", 1.0])));
+        assert!(unique(json!([1, "1", 1.5, -1, 18446744073709551615u64, null, true])));
+        assert!(!unique(json!([{"a": 1, "b": [2]}, {"b": [2.0], "a": 1}])));
+        assert!(unique(json!([{"a": 1}, {"a": 1, "b": 2}, [1, 2], [2, 1]])));
+        assert!(!unique(json!([[1, [true]], [1, [true]]])));
+    }
 }

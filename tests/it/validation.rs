@@ -80,6 +80,22 @@ async fn several_problems_are_reported_together() {
 }
 
 #[tokio::test]
+async fn a_batch_that_names_a_sensor_twice_is_refused() {
+    let ids = json!(["A_LINE1_001", "A_LINE1_002", "A_LINE1_001"]);
+    let err = call("get_sensor_readings", json!({ "sensor_ids": ids })).await.error.unwrap();
+    assert_eq!((err.code, err.parameter.as_deref()), (ErrorCode::InvalidArgument, Some("sensor_ids")));
+    assert_eq!(err.expected.as_deref(), Some("distinct items"));
+    assert_eq!(err.message, "`sensor_ids` lists an item twice.");
+    assert_eq!(err.received, None);
+    // Next to another problem: both are listed.
+    let ids = json!(["A_LINE1_001", "a_line1_002", "A_LINE1_001"]);
+    let err = call("get_sensor_readings", json!({ "sensor_ids": ids })).await.error.unwrap();
+    let params: Vec<_> = err.details.iter().map(|d| d.parameter.as_str()).collect();
+    assert_eq!(params.len(), 2, "{err:?}");
+    assert!(params.contains(&"sensor_ids") && params.contains(&"sensor_ids/1"), "{params:?}");
+}
+
+#[tokio::test]
 async fn non_object_arguments_are_refused() {
     for args in [json!([1]), json!("zone"), json!(3)] {
         let err = call("list_sensors", args).await.error.unwrap();
