@@ -31,6 +31,63 @@ pub(crate) fn number(out: &mut Vec<u8>, v: f64) {
     let _ = serde_json::Serializer::new(&mut *out).serialize_f64(v);
 }
 
+/// ±digits·10^-scale: a value rounded to significant digits, whose digits are known.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Decimal {
+    pub negative: bool,
+    pub digits: u64,
+    pub scale: i32,
+}
+
+/// Writes `d` as serde_json writes the f64 nearest to it, when that f64's shortest form is
+/// d's digits (see `readings::rounded`) and serde_json would write it without an exponent
+/// (first digit from 10^-5 to 10^15). Writes nothing and returns false otherwise.
+pub(crate) fn decimal(out: &mut Vec<u8>, d: Decimal) -> bool {
+    let (mut m, mut scale) = (d.digits, d.scale);
+    if m == 0 {
+        return false;
+    }
+    while m % 10 == 0 {
+        m /= 10;
+        scale -= 1;
+    }
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    while m > 0 {
+        at -= 1;
+        buf[at] = b'0' + (m % 10) as u8;
+        m /= 10;
+    }
+    let digits = &buf[at..];
+    let n = digits.len() as i32;
+    // The decimal exponent of the first digit.
+    let e = n - 1 - scale;
+    if !(-5..=15).contains(&e) {
+        return false;
+    }
+    if d.negative {
+        out.push(b'-');
+    }
+    if n - 1 <= e {
+        // 1234e2 → 123400.0
+        out.extend_from_slice(digits);
+        out.resize(out.len() + (e + 1 - n) as usize, b'0');
+        out.extend_from_slice(b".0");
+    } else if e >= 0 {
+        // 1234e-2 → 12.34
+        let (whole, part) = digits.split_at(e as usize + 1);
+        out.extend_from_slice(whole);
+        out.push(b'.');
+        out.extend_from_slice(part);
+    } else {
+        // 1234e-6 → 0.001234
+        out.extend_from_slice(b"0.");
+        out.resize(out.len() + (-e - 1) as usize, b'0');
+        out.extend_from_slice(digits);
+    }
+    true
+}
+
 pub(crate) fn unsigned(out: &mut Vec<u8>, v: u64) {
     let _ = serde_json::Serializer::new(&mut *out).serialize_u64(v);
 }

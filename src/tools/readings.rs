@@ -86,19 +86,32 @@ impl Stamps {
 }
 
 /// Rounds to `digits` significant digits (f32 values carry about 7; scaled integers are
-/// exact to 12, beyond which only binary noise such as 72.30000000000001 remains).
-fn significant(v: f64, digits: i32) -> f64 {
+/// exact to 12, beyond which only binary noise such as 72.30000000000001 remains), and
+/// gives the decimal it rounded to, whose digits the JSON writer can print instead of
+/// converting the float back to text.
+fn rounded(v: f64, digits: i32) -> (f64, Option<json::Decimal>) {
     if v == 0.0 || !v.is_finite() {
-        return v;
+        return (v, None);
     }
     let exp = digits - 1 - decimal_exponent(v.abs());
-    if exp > 0 {
+    let (value, m) = if exp > 0 {
         let f = pow10(exp.min(300));
-        round(v * f) / f
+        let m = round(v * f);
+        (m / f, m)
     } else {
         let f = pow10((-exp).min(300));
-        round(v / f) * f
-    }
+        let m = round(v / f);
+        (m * f, m)
+    };
+    // With 10^|exp| exact, `value` is the f64 nearest to m·10^-exp, and with at most 15
+    // digits in m no shorter decimal is nearer to it (DBL_DIG): m's digits are the
+    // shortest form serde_json would find.
+    let decimal = (exp.abs() <= 22 && digits <= 15).then(|| json::Decimal {
+        negative: m < 0.0,
+        digits: m.abs() as u64,
+        scale: exp,
+    });
+    (value, decimal)
 }
 
 /// `x.round()` (half away from zero), bit for bit, without the libm call that baseline
@@ -144,7 +157,8 @@ fn decimal_exponent(a: f64) -> i32 {
 
 /// A reading's value before it is owned: what `reading` and `write_reading` share.
 enum ValueRef<'a> {
-    Number(f64),
+    /// The value, and the decimal it was rounded to (see [`rounded`]).
+    Number(f64, Option<json::Decimal>),
     Bool(bool),
     Text(&'a str),
 }
@@ -169,13 +183,13 @@ fn judge<'a>(sensor: &Sensor, sample: &'a Sample, mode: UnitMode) -> Judged<'a> 
         number => {
             let v = number.as_f64().unwrap_or(f64::NAN);
             let v = point.map_or(v, |p| scaled(p, v));
-            let v = match data_type {
-                Some(DataType::F32) => significant(v, 7),
-                Some(DataType::F64) | None => v,
-                Some(_) => significant(v, 12),
+            let (v, decimal) = match data_type {
+                Some(DataType::F32) => rounded(v, 7),
+                Some(DataType::F64) | None => (v, None),
+                Some(_) => rounded(v, 12),
             };
             match v.is_finite() {
-                true => (Some(ValueRef::Number(v)), Quality::Good),
+                true => (Some(ValueRef::Number(v, decimal)), Quality::Good),
                 false => (None, Quality::Bad),
             }
         }
@@ -186,7 +200,7 @@ fn judge<'a>(sensor: &Sensor, sample: &'a Sample, mode: UnitMode) -> Judged<'a> 
         (q, _) => q,
     };
     let in_range = match (&value, sensor.range, mode) {
-        (Some(ValueRef::Number(v)), Some(r), UnitMode::Normalized) => Some(r.min <= *v && *v <= r.max),
+        (Some(ValueRef::Number(v, _)), Some(r), UnitMode::Normalized) => Some(r.min <= *v && *v <= r.max),
         _ => None,
     };
     Judged { value, quality, in_range }
@@ -205,7 +219,7 @@ pub(crate) fn reading(
     Reading {
         sensor_id: sensor.id.to_string(),
         value: j.value.map(|v| match v {
-            ValueRef::Number(n) => Value::Number(n),
+            ValueRef::Number(n, _) => Value::Number(n),
             ValueRef::Bool(b) => Value::Bool(b),
             ValueRef::Text(t) => Value::Text(t.to_string()),
         }),
@@ -236,7 +250,8 @@ pub(crate) fn write_reading(
     out.extend_from_slice(b",\"value\":");
     match j.value {
         None => out.extend_from_slice(b"null"),
-        Some(ValueRef::Number(n)) => json::number(out, n),
+        Some(ValueRef::Number(_, Some(d))) if json::decimal(out, d) => {}
+        Some(ValueRef::Number(n, _)) => json::number(out, n),
         Some(ValueRef::Bool(b)) => json::boolean(out, b),
         Some(ValueRef::Text(t)) => json::string(out, t),
     }
@@ -675,7 +690,47 @@ mod tests {
         }
     }
 
+    fn significant(v: f64, digits: i32) -> f64 {
+        rounded(v, digits).0
+    }
+
+    /// Log-uniform magnitudes from 10^-8 to 10^18, either sign, and the f32 values a
+    /// register holds.
+    fn any_reading() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            (-8.0..18.0f64, 1.0..10.0f64, any::<bool>()).prop_map(|(e, m, neg)| if neg {
+                -m * 10f64.powf(e)
+            } else {
+                m * 10f64.powf(e)
+            }),
+            any::<f32>().prop_map(f64::from),
+            // Just below a power of ten: rounding carries into the next digit.
+            (-6i32..17, 1u32..100).prop_map(|(e, k)| 10f64.powi(e) * (1.0 - f64::from(k) * 1e-9)),
+            (-1e6..1e6f64).prop_map(|v| (v * 100.0).round() / 100.0),
+            // Each decimal exponent around where serde_json turns to exponent notation.
+            (-8i32..=18, 1.0..10.0f64).prop_map(|(e, m)| m * 10f64.powi(e)),
+        ]
+    }
+
     proptest! {
+        /// Where the batch prints a rounded value from its digits, the text is what
+        /// serde_json writes for the rounded f64.
+        #[test]
+        fn decimal_digits_are_serde_text(v in any_reading(), digits in prop_oneof![Just(7), Just(12)]) {
+            let (value, decimal) = rounded(v, digits);
+            let mut out = Vec::new();
+            let written = decimal.is_some_and(|d| json::decimal(&mut out, d));
+            if written {
+                prop_assert_eq!(
+                    String::from_utf8_lossy(&out),
+                    serde_json::to_string(&value).unwrap(),
+                    "{} {:?}", v, decimal
+                );
+            }
+            // The usual readings take this path.
+            prop_assert!(written || !(1e-4..1e14).contains(&v.abs()), "{}", v);
+        }
+
         #[test]
         fn round_is_f64_round(x in prop_oneof![
             any::<f64>(),
