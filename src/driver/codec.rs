@@ -51,6 +51,7 @@ fn canonical_bytes(regs: &[u16], order: WordOrder) -> [u8; 8] {
 }
 
 /// Decodes a register-table point from exactly `point.count` registers.
+#[inline]
 pub fn decode_registers(point: &ModbusPoint, regs: &[u16]) -> Result<RawValue, DecodeError> {
     if regs.len() != point.count as usize {
         return Err(DecodeError { expected: point.count as usize, got: regs.len() });

@@ -386,6 +386,7 @@ impl ModbusDriver {
     }
 }
 
+#[inline]
 fn slice(words: &Words, block: &Block, p: &ModbusPoint) -> Result<RawValue, DriverError> {
     let from = (p.address - block.start) as usize;
     let to = from + p.count as usize;

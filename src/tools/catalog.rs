@@ -164,7 +164,7 @@ pub static TOOLS: [ToolSpec; 8] = [
         "Read several sensors",
         READ_DEVICE,
         true,
-        GetSensorReadingsArgs,
+        GetSensorReadingsArgs<'static>,
         ReadingsData,
         "Read the current values of 1-100 sensors in one call; sensors on the same device are read \
          together. Use it instead of repeated get_sensor_reading calls. Do not use it for past \

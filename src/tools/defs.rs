@@ -108,13 +108,15 @@ pub struct GetSensorReadingArgs {
     pub max_age_ms: Option<u64>,
 }
 
+// Borrows the IDs from the call's arguments: a batch copies none of its hundred IDs.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct GetSensorReadingsArgs {
+pub struct GetSensorReadingsArgs<'a> {
     /// 1-100 distinct sensor IDs, e.g. ["A_LINE1_001", "A_LINE1_002"].
     #[schemars(length(min = 1, max = 100), inner(regex(pattern = SENSOR_ID_PATTERN)))]
     #[schemars(extend("uniqueItems" = true), example = ["A_LINE1_001", "A_LINE1_002"])]
-    pub sensor_ids: Vec<String>,
+    #[serde(borrow)]
+    pub sensor_ids: Vec<&'a str>,
     /// "normalized" or "raw", for every sensor, e.g. "raw". Default "normalized".
     #[schemars(example = &"normalized")]
     pub unit: Option<UnitMode>,

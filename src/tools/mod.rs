@@ -393,7 +393,7 @@ impl ToolService {
         match tool {
             "list_sensors" => list_sensors::run(parse(args)?, registry),
             "get_sensor_reading" => readings::get_one(&self.inner, parse(args)?, attempts).await,
-            "get_sensor_readings" => readings::get_many(&self.inner, parse(args)?, attempts).await,
+            "get_sensor_readings" => readings::get_many(&self.inner, parse_borrowed(args)?, attempts).await,
             "get_device_status" => status::run(&self.inner, parse(args)?),
             "get_sensor_history" => history::run(&self.inner, parse(args)?),
             "create_work_order" => work_orders::create(&self.inner, caller, parse(args)?).await,
@@ -434,6 +434,11 @@ fn suggestions_for(registry: &Registry, param: &str, received: &str) -> Vec<Stri
 
 /// Arguments that passed the schema into their type.
 fn parse<T: DeserializeOwned>(args: &Value) -> Result<T, ToolError> {
+    parse_borrowed(args)
+}
+
+/// [`parse`] into arguments that borrow their strings from `args`.
+fn parse_borrowed<'a, T: serde::Deserialize<'a>>(args: &'a Value) -> Result<T, ToolError> {
     T::deserialize(args).map_err(|_| {
         ToolError::new(
             ErrorCode::InvalidArgument,

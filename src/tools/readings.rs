@@ -460,7 +460,11 @@ pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts:
     }
 }
 
-pub(crate) async fn get_many(inner: &Inner, args: GetSensorReadingsArgs, attempts: &mut u32) -> ToolResult {
+pub(crate) async fn get_many(
+    inner: &Inner,
+    args: GetSensorReadingsArgs<'_>,
+    attempts: &mut u32,
+) -> ToolResult {
     let registry = &inner.registry;
     let mut sensors = Vec::new();
     let mut bad = Vec::new();
