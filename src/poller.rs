@@ -121,7 +121,7 @@ impl<'a> Recorder<'a> {
     /// A fresh sample of `s`: into the reading cache, and into history when worth it.
     fn record(&mut self, s: &'a Sensor, sample: &Sample) {
         self.counters.polled.fetch_add(1, Ordering::Relaxed);
-        self.inner.cache.put(&s.id, sample);
+        self.inner.cache.put(s, sample);
         let t = sample.at.timestamp_millis();
         let (value, quality) = stored_of(sample);
         let prev = self.last.get(s.id.as_str()).map(|l| (l.t, &l.value, l.quality));

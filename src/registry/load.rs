@@ -489,6 +489,7 @@ fn read_sensor(
     Some(Sensor {
         id: id?,
         device: device?.clone(),
+        place: Place::default(),
         description: description?.to_string(),
         kind: kind?.to_string(),
         unit: unit?.to_string(),

@@ -50,7 +50,12 @@ impl Registry {
     fn new(mut devices: Vec<Device>, mut sensors: Vec<Sensor>) -> Registry {
         devices.sort_by(|a, b| a.id.cmp(&b.id));
         sensors.sort_by(|a, b| a.id.cmp(&b.id));
-        let device_index = devices.iter().enumerate().map(|(i, d)| (d.id.clone(), i)).collect();
+        let device_index: foldhash::HashMap<DeviceId, usize> =
+            devices.iter().enumerate().map(|(i, d)| (d.id.clone(), i)).collect();
+        for (i, s) in sensors.iter_mut().enumerate() {
+            // Every sensor's device exists: the loader checked the reference.
+            s.place = Place { sensor: i, device: device_index.get(&s.device).copied().unwrap_or(usize::MAX) };
+        }
         let sensor_index = sensors.iter().enumerate().map(|(i, s)| (s.id.as_str().into(), i)).collect();
         let mut by_equipment: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         let mut by_device: HashMap<DeviceId, Vec<usize>> = HashMap::new();
@@ -128,7 +133,7 @@ impl Registry {
 
     /// The device a sensor belongs to. Always present: the registry checked it.
     pub fn device_of(&self, sensor: &Sensor) -> &Device {
-        &self.devices[self.device_index[&sensor.device]]
+        &self.devices[sensor.place.device]
     }
 
     pub fn sensors_of_device(&self, id: &DeviceId) -> impl Iterator<Item = &Sensor> {

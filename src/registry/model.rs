@@ -277,6 +277,15 @@ pub enum SensorSource {
     OpcUa { node_id: String },
 }
 
+/// A sensor's place in its registry: `Registry::sensors()[sensor]`, on the device
+/// `Registry::devices()[device]`. Dense keys for per-sensor state (the reading cache) and
+/// for telling devices apart without comparing their IDs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Place {
+    pub sensor: usize,
+    pub device: usize,
+}
+
 /// The normal operating range of a sensor, in normalized units.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct NormalRange {
@@ -288,6 +297,8 @@ pub struct NormalRange {
 pub struct Sensor {
     pub id: SensorId,
     pub device: DeviceId,
+    /// Where it stands in the registry that loaded it (set by the registry).
+    pub place: Place,
     pub description: String,
     pub kind: String,
     pub unit: String,

@@ -86,6 +86,8 @@ pub(crate) struct Inner {
     validators: HashMap<&'static str, InputValidator>,
     pub(crate) drivers: Drivers,
     pub(crate) cache: readings::Cache,
+    /// Each sensor's fixed reading JSON, at its place in the registry.
+    pub(crate) reading_json: Vec<readings::ReadingJson>,
     pub(crate) metrics: Arc<Metrics>,
     limiter: limits::RateLimiter,
     pub(crate) resilience: Resilience,
@@ -127,11 +129,12 @@ impl ToolService {
             std::time::Duration::from_secs(config.calls.repeat_failure_window_s),
         );
         let inner = Inner {
+            cache: readings::Cache::new(registry.sensors().len()),
+            reading_json: registry.sensors().iter().map(readings::ReadingJson::of).collect(),
             registry,
             config,
             validators,
             drivers,
-            cache: Default::default(),
             metrics: Arc::new(Metrics::default()),
             limiter,
             resilience,

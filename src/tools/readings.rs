@@ -16,43 +16,46 @@ use super::{Inner, ToolResult, json, to_data};
 use crate::driver::Refusal;
 use crate::driver::codec::{RawValue, scaled};
 use crate::driver::{DriverError, Sample};
-use crate::ids::{DeviceId, SensorId};
 use crate::registry::{DataType, Device, Sensor, SensorSource};
 use crate::resilience::ReadError;
 
-/// The last value read of every sensor, for `max_age_ms`.
-#[derive(Default)]
+/// The last value read of every sensor, for `max_age_ms`, at the sensor's place in the
+/// registry (no hashing of IDs on a batch's hundred reads and writes).
 pub struct Cache {
-    map: Mutex<foldhash::HashMap<SensorId, Sample>>,
+    slots: Mutex<Vec<Option<Sample>>>,
 }
 
 impl Cache {
-    pub fn put(&self, id: &SensorId, sample: &Sample) {
-        self.put_all(std::iter::once((id, sample)));
+    /// An empty cache for a registry of `sensors` sensors.
+    pub fn new(sensors: usize) -> Cache {
+        Cache { slots: Mutex::new(vec![None; sensors]) }
+    }
+
+    pub fn put(&self, sensor: &Sensor, sample: &Sample) {
+        self.put_all(std::iter::once((sensor, sample)));
     }
 
     /// Stores several samples under one lock.
-    fn put_all<'a>(&self, samples: impl Iterator<Item = (&'a SensorId, &'a Sample)>) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        for (id, sample) in samples {
-            match map.get_mut(id) {
+    fn put_all<'a>(&self, samples: impl Iterator<Item = (&'a Sensor, &'a Sample)>) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        for (sensor, sample) in samples {
+            match slots.get_mut(sensor.place.sensor) {
                 // Never let an older sample (a slow read finishing late) replace a newer one.
-                Some(old) if old.at > sample.at => {}
-                Some(old) => old.clone_from(sample),
-                None => {
-                    map.insert(id.clone(), sample.clone());
-                }
+                Some(Some(old)) if old.at > sample.at => {}
+                Some(Some(old)) => old.clone_from(sample),
+                Some(slot) => *slot = Some(sample.clone()),
+                None => {}
             }
         }
     }
 
     /// The cached sample if it is at most `max_age_ms` old at `now`.
-    pub fn fresh(&self, id: &SensorId, max_age_ms: u64, now: DateTime<Utc>) -> Option<Sample> {
+    pub fn fresh(&self, sensor: &Sensor, max_age_ms: u64, now: DateTime<Utc>) -> Option<Sample> {
         if max_age_ms == 0 {
             return None;
         }
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let s = map.get(id)?;
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let s = slots.get(sensor.place.sensor)?.as_ref()?;
         let age = (now - s.at).num_milliseconds();
         (age >= 0 && age as u64 <= max_age_ms).then(|| s.clone())
     }
@@ -62,11 +65,17 @@ impl Cache {
 pub(crate) struct Stamps {
     now: DateTime<Utc>,
     last: Option<(DateTime<Utc>, String, u64)>,
+    /// The JSON from `,"timestamp"` to `age_ms` of the last (instant, quality, source)
+    /// written: the same for every reading of a block read together.
+    middle: Option<(Written, Vec<u8>)>,
 }
+
+/// What the middle part of a reading depends on.
+type Written = (DateTime<Utc>, Quality, ReadingSource);
 
 impl Stamps {
     pub(crate) fn new() -> Stamps {
-        Stamps { now: Utc::now(), last: None }
+        Stamps { now: Utc::now(), last: None, middle: None }
     }
 
     /// Ages from here on are counted to the current time.
@@ -82,6 +91,66 @@ impl Stamps {
             self.last = Some((at, at.to_rfc3339_opts(SecondsFormat::Millis, true), age));
         }
         self.last.as_ref().map_or(("", 0), |(_, text, age)| (text, *age))
+    }
+
+    /// `,"timestamp":…,"quality":…,"source":…,"age_ms":…` of a reading.
+    fn middle(&mut self, at: DateTime<Utc>, quality: Quality, source: ReadingSource) -> &[u8] {
+        let key = (at, quality, source);
+        if self.middle.as_ref().is_none_or(|(k, _)| *k != key) {
+            let mut out = Vec::with_capacity(96);
+            let (timestamp, age_ms) = self.of(at);
+            out.extend_from_slice(b",\"timestamp\":");
+            json::plain(&mut out, timestamp);
+            out.extend_from_slice(match quality {
+                Quality::Good => b",\"quality\":\"good\"",
+                Quality::Uncertain => b",\"quality\":\"uncertain\"",
+                Quality::Bad => b",\"quality\":\"bad\"",
+            });
+            out.extend_from_slice(match source {
+                ReadingSource::Live => b",\"source\":\"live\"",
+                ReadingSource::Cache => b",\"source\":\"cache\"",
+            });
+            out.extend_from_slice(b",\"age_ms\":");
+            json::unsigned(&mut out, age_ms);
+            self.middle = Some((key, out));
+        }
+        self.middle.as_ref().map_or(&[], |(_, text)| text)
+    }
+}
+
+/// The parts of a sensor's reading in JSON that never change, written once per registry:
+/// a batch copies them instead of writing them again.
+pub(crate) struct ReadingJson {
+    /// `{"sensor_id":…,"value":`
+    head: Vec<u8>,
+    /// `,"unit":…` in normalized units.
+    unit: Vec<u8>,
+    /// `,"device_id":…,"range":…,"in_range":`
+    tail: Vec<u8>,
+}
+
+impl ReadingJson {
+    pub(crate) fn of(sensor: &Sensor) -> ReadingJson {
+        let mut head = b"{\"sensor_id\":".to_vec();
+        json::plain(&mut head, sensor.id.as_str());
+        head.extend_from_slice(b",\"value\":");
+        let mut unit = b",\"unit\":".to_vec();
+        json::string(&mut unit, &sensor.unit);
+        let mut tail = b",\"device_id\":".to_vec();
+        json::plain(&mut tail, sensor.device.as_str());
+        tail.extend_from_slice(b",\"range\":");
+        match sensor.range {
+            None => tail.extend_from_slice(b"null"),
+            Some(r) => {
+                tail.extend_from_slice(b"{\"min\":");
+                json::number(&mut tail, r.min);
+                tail.extend_from_slice(b",\"max\":");
+                json::number(&mut tail, r.max);
+                tail.push(b'}');
+            }
+        }
+        tail.extend_from_slice(b",\"in_range\":");
+        ReadingJson { head, unit, tail }
     }
 }
 
@@ -235,9 +304,12 @@ pub(crate) fn reading(
 }
 
 /// Appends the JSON of `reading(...)` to `out`: the same bytes serde writes for it (a
-/// test holds them equal), without building a `Reading` per sensor of a batch.
+/// test holds them equal), from the sensor's fixed parts (`parts`, from
+/// [`ReadingJson::of`]) and what the sample says, without building a `Reading` per
+/// sensor of a batch.
 pub(crate) fn write_reading(
     out: &mut Vec<u8>,
+    parts: &ReadingJson,
     sensor: &Sensor,
     sample: &Sample,
     mode: UnitMode,
@@ -245,9 +317,7 @@ pub(crate) fn write_reading(
     stamps: &mut Stamps,
 ) {
     let j = judge(sensor, sample, mode);
-    out.extend_from_slice(b"{\"sensor_id\":");
-    json::plain(out, sensor.id.as_str());
-    out.extend_from_slice(b",\"value\":");
+    out.extend_from_slice(&parts.head);
     match j.value {
         None => out.extend_from_slice(b"null"),
         Some(ValueRef::Number(_, Some(d))) if json::decimal(out, d) => {}
@@ -255,36 +325,12 @@ pub(crate) fn write_reading(
         Some(ValueRef::Bool(b)) => json::boolean(out, b),
         Some(ValueRef::Text(t)) => json::string(out, t),
     }
-    out.extend_from_slice(b",\"unit\":");
-    json::string(out, if mode == UnitMode::Raw { "raw" } else { &sensor.unit });
-    let (timestamp, age_ms) = stamps.of(sample.at);
-    out.extend_from_slice(b",\"timestamp\":");
-    json::plain(out, timestamp);
-    out.extend_from_slice(match j.quality {
-        Quality::Good => b",\"quality\":\"good\"",
-        Quality::Uncertain => b",\"quality\":\"uncertain\"",
-        Quality::Bad => b",\"quality\":\"bad\"",
-    });
-    out.extend_from_slice(match source {
-        ReadingSource::Live => b",\"source\":\"live\"",
-        ReadingSource::Cache => b",\"source\":\"cache\"",
-    });
-    out.extend_from_slice(b",\"age_ms\":");
-    json::unsigned(out, age_ms);
-    out.extend_from_slice(b",\"device_id\":");
-    json::plain(out, sensor.device.as_str());
-    out.extend_from_slice(b",\"range\":");
-    match sensor.range {
-        None => out.extend_from_slice(b"null"),
-        Some(r) => {
-            out.extend_from_slice(b"{\"min\":");
-            json::number(out, r.min);
-            out.extend_from_slice(b",\"max\":");
-            json::number(out, r.max);
-            out.push(b'}');
-        }
+    match mode {
+        UnitMode::Raw => out.extend_from_slice(b",\"unit\":\"raw\""),
+        UnitMode::Normalized => out.extend_from_slice(&parts.unit),
     }
-    out.extend_from_slice(b",\"in_range\":");
+    out.extend_from_slice(stamps.middle(sample.at, j.quality, source));
+    out.extend_from_slice(&parts.tail);
     match j.in_range {
         None => out.extend_from_slice(b"null"),
         Some(b) => json::boolean(out, b),
@@ -434,10 +480,9 @@ fn deadline(inner: &Inner) -> Instant {
 pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts: &mut u32) -> ToolResult {
     let registry = &inner.registry;
     let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
-    let id = &sensor.id;
     let mode = args.unit.unwrap_or_default();
     let mut stamps = Stamps::new();
-    if let Some(hit) = inner.cache.fresh(id, args.max_age_ms.unwrap_or(0), stamps.now) {
+    if let Some(hit) = inner.cache.fresh(sensor, args.max_age_ms.unwrap_or(0), stamps.now) {
         return to_data(&reading(sensor, &hit, mode, ReadingSource::Cache, &mut stamps));
     }
     let device = registry.device_of(sensor);
@@ -451,7 +496,7 @@ pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts:
     }
     match results.pop() {
         Some(Ok(sample)) => {
-            inner.cache.put(id, &sample);
+            inner.cache.put(sensor, &sample);
             stamps.refresh();
             to_data(&reading(sensor, &sample, mode, ReadingSource::Live, &mut stamps))
         }
@@ -488,15 +533,15 @@ pub(crate) async fn get_many(
     let mut stamps = Stamps::new();
     // Group what the cache cannot answer by device, in request order. A batch names a few
     // devices, usually one run of sensors after another: the last group is tried first.
-    let mut groups: Vec<(&DeviceId, Vec<usize>)> = Vec::new();
+    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
     for (i, s) in sensors.iter().enumerate() {
-        match inner.cache.fresh(&s.id, max_age, stamps.now) {
+        match inner.cache.fresh(s, max_age, stamps.now) {
             Some(hit) => slots.push(Slot::Read(hit, ReadingSource::Cache)),
             None => {
                 slots.push(Slot::Pending);
-                match groups.iter_mut().rev().find(|(d, _)| **d == s.device) {
+                match groups.iter_mut().rev().find(|(d, _)| *d == s.place.device) {
                     Some((_, members)) => members.push(i),
-                    None => groups.push((&s.device, vec![i])),
+                    None => groups.push((s.place.device, vec![i])),
                 }
             }
         }
@@ -524,7 +569,7 @@ pub(crate) async fn get_many(
     for (idx, out, _) in done {
         inner
             .cache
-            .put_all(idx.iter().zip(&out).filter_map(|(&i, r)| r.as_ref().ok().map(|s| (&sensors[i].id, s))));
+            .put_all(idx.iter().zip(&out).filter_map(|(&i, r)| r.as_ref().ok().map(|s| (sensors[i], s))));
         for (&i, r) in idx.iter().zip(out) {
             let s = sensors[i];
             slots[i] = match r {
@@ -563,7 +608,10 @@ pub(crate) async fn get_many(
         if n > 0 {
             out.push(b',');
         }
-        write_reading(&mut out, s, sample, mode, source, &mut stamps);
+        match inner.reading_json.get(s.place.sensor) {
+            Some(parts) => write_reading(&mut out, parts, s, sample, mode, source, &mut stamps),
+            None => write_reading(&mut out, &ReadingJson::of(s), s, sample, mode, source, &mut stamps),
+        }
     }
     out.extend_from_slice(b"],\"failed\":");
     serde_json::to_writer(&mut out, &failed).map_err(|_| ToolError::internal())?;
@@ -617,6 +665,7 @@ mod tests {
         Sensor {
             id: "A_LINE1_042".parse().unwrap(),
             device: "a-line1-plc".parse().unwrap(),
+            place: Default::default(),
             description: String::new(),
             kind: "pressure".into(),
             unit,
@@ -686,11 +735,44 @@ mod tests {
             let mode = if raw { UnitMode::Raw } else { UnitMode::Normalized };
             let source = if cached { ReadingSource::Cache } else { ReadingSource::Live };
             let now = at + chrono::Duration::milliseconds(age);
-            let mut stamps = Stamps { now, last: None };
+            let mut stamps = Stamps { now, last: None, middle: None };
             let expected = serde_json::to_vec(&reading(&s, &sample, mode, source, &mut stamps)).unwrap();
             let mut written = Vec::new();
-            write_reading(&mut written, &s, &sample, mode, source, &mut Stamps { now, last: None });
+            let mut stamps = Stamps { now, last: None, middle: None };
+            write_reading(&mut written, &ReadingJson::of(&s), &s, &sample, mode, source, &mut stamps);
             prop_assert_eq!(String::from_utf8_lossy(&written), String::from_utf8_lossy(&expected));
+        }
+
+        /// A batch writes many readings with one `Stamps`: what it keeps from one reading
+        /// never leaks into the next (another instant, quality or source).
+        #[test]
+        fn readings_written_in_a_row_equal_serde(
+            samples in proptest::collection::vec(
+                (
+                    -1e6..1e6f64,
+                    prop_oneof![Just(SampleQuality::Good), Just(SampleQuality::Uncertain), Just(SampleQuality::Bad)],
+                    any::<bool>(),
+                    prop_oneof![Just(0i64), Just(1), 0i64..100_000],
+                ),
+                1..8,
+            ),
+            now_ms in 50_000i64..200_000,
+        ) {
+            let s = sensor(SensorSource::OpcUa { node_id: "ns=2;s=X".into() }, "bar".into(), None);
+            let parts = ReadingJson::of(&s);
+            let now = DateTime::<Utc>::from_timestamp_millis(now_ms).unwrap();
+            let mut shared = Stamps { now, last: None, middle: None };
+            for (v, quality, cached, ms) in samples {
+                let at = DateTime::<Utc>::from_timestamp_millis(ms).unwrap();
+                let sample = Sample { value: RawValue::Float(v), at, quality };
+                let source = if cached { ReadingSource::Cache } else { ReadingSource::Live };
+                let mode = UnitMode::Normalized;
+                let mut fresh = Stamps { now, last: None, middle: None };
+                let expected = serde_json::to_vec(&reading(&s, &sample, mode, source, &mut fresh)).unwrap();
+                let mut written = Vec::new();
+                write_reading(&mut written, &parts, &s, &sample, mode, source, &mut shared);
+                prop_assert_eq!(String::from_utf8_lossy(&written), String::from_utf8_lossy(&expected));
+            }
         }
     }
 

@@ -85,7 +85,7 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
     );
     let now = Utc::now();
     let at = now.to_rfc3339_opts(SecondsFormat::Millis, true);
-    let evidence = inner.cache.fresh(id, u64::MAX / 2, now).map(|s| {
+    let evidence = inner.cache.fresh(sensor, u64::MAX / 2, now).map(|s| {
         let mut stamps = super::readings::Stamps::new();
         super::readings::reading(
             sensor,
