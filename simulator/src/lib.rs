@@ -13,7 +13,7 @@ pub mod plant;
 mod server;
 pub mod wave;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -121,7 +121,8 @@ pub struct State {
     devices: BTreeMap<String, Device>,
     /// Each device's tables, built once from `devices`.
     tables: BTreeMap<String, [TableMap; 4]>,
-    waves: RwLock<HashMap<String, Wave>>,
+    /// Looked up for every point of every read: hashed with foldhash, not SipHash.
+    waves: RwLock<foldhash::HashMap<String, Wave>>,
     faults: RwLock<BTreeMap<String, Faults>>,
     seed: u64,
     draws: AtomicU64,

@@ -406,34 +406,45 @@ impl Driver for ModbusDriver {
         options: ReadOptions,
     ) -> BoxFuture<'a, Vec<Result<Sample, DriverError>>> {
         Box::pin(async move {
-            // Built, not cloned: cloning an error per sensor costs more than decoding.
-            let mut out: Vec<Result<Sample, DriverError>> =
-                std::iter::repeat_with(|| Err(DriverError::NotSupported)).take(sensors.len()).collect();
-            let mut points = Vec::new();
-            let mut index = Vec::new();
-            for (i, s) in sensors.iter().enumerate() {
-                if let SensorSource::Modbus(p) = &s.source {
-                    points.push(p);
-                    index.push(i);
+            let mut points = Vec::with_capacity(sensors.len());
+            // For each sensor: its point's index in `points`, if it has a Modbus point.
+            let mut point_of = Vec::with_capacity(sensors.len());
+            for s in sensors {
+                match &s.source {
+                    SensorSource::Modbus(p) => {
+                        point_of.push(Some(points.len()));
+                        points.push(p);
+                    }
+                    SensorSource::OpcUa { .. } => point_of.push(None),
                 }
             }
             let blocks = plan(&points, self.device.max_registers_per_read, self.device.max_gap);
+            // For each point: its block.
+            let mut block_of = vec![0; points.len()];
+            for (b, block) in blocks.iter().enumerate() {
+                for &m in &block.members {
+                    block_of[m] = b;
+                }
+            }
             let reads =
                 futures_util::future::join_all(blocks.iter().map(|b| self.read_block(b, options))).await;
-            for (block, words) in blocks.iter().zip(reads) {
-                let at = chrono::Utc::now();
-                for &m in &block.members {
-                    out[index[m]] = match &words {
-                        Ok(w) => slice(w, block, points[m]).map(|value| Sample {
+            let at = chrono::Utc::now();
+            // In sensor order, each result built once.
+            point_of
+                .iter()
+                .map(|p| {
+                    let m = p.ok_or(DriverError::NotSupported)?;
+                    let b = block_of[m];
+                    match &reads[b] {
+                        Ok(words) => slice(words, &blocks[b], points[m]).map(|value| Sample {
                             value,
                             at,
                             quality: Default::default(),
                         }),
                         Err(e) => Err(e.clone()),
-                    };
-                }
-            }
-            out
+                    }
+                })
+                .collect()
         })
     }
 }
