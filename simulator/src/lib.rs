@@ -116,13 +116,48 @@ impl TableMap {
     }
 }
 
+/// The signals, by sensor ID and resolved per point.
+struct Waves {
+    /// As the scenario and `set_wave` name them.
+    named: foldhash::HashMap<String, Wave>,
+    /// Each device's points' signals, in the order of its sensors: a read looks up no names.
+    of_device: BTreeMap<String, Vec<Wave>>,
+}
+
+impl Waves {
+    fn new(named: foldhash::HashMap<String, Wave>, devices: &BTreeMap<String, Device>) -> Waves {
+        let mut waves = Waves { named, of_device: BTreeMap::new() };
+        for (id, d) in devices {
+            let resolved = d.sensors.iter().map(|p| waves.of(p)).collect();
+            waves.of_device.insert(id.clone(), resolved);
+        }
+        waves
+    }
+
+    /// The signal of a sensor: its scenario wave, or the default for its point.
+    fn of(&self, p: &plant::Point) -> Wave {
+        self.named.get(&p.id).cloned().unwrap_or_else(|| default_wave(p))
+    }
+
+    fn set(&mut self, devices: &BTreeMap<String, Device>, sensor: &str, wave: Wave) {
+        for (id, d) in devices {
+            let Some(resolved) = self.of_device.get_mut(id) else { continue };
+            for (w, p) in resolved.iter_mut().zip(&d.sensors) {
+                if p.id == sensor {
+                    *w = wave.clone();
+                }
+            }
+        }
+        self.named.insert(sensor.to_string(), wave);
+    }
+}
+
 /// Everything the servers share.
 pub struct State {
     devices: BTreeMap<String, Device>,
     /// Each device's tables, built once from `devices`.
     tables: BTreeMap<String, [TableMap; 4]>,
-    /// Looked up for every point of every read: hashed with foldhash, not SipHash.
-    waves: RwLock<foldhash::HashMap<String, Wave>>,
+    waves: RwLock<Waves>,
     faults: RwLock<BTreeMap<String, Faults>>,
     seed: u64,
     draws: AtomicU64,
@@ -168,8 +203,7 @@ impl State {
 
     /// The signal of a sensor: its scenario wave, or a constant in the middle of its range.
     pub(crate) fn wave_of(&self, p: &plant::Point) -> Wave {
-        let waves = self.waves.read().unwrap_or_else(|e| e.into_inner());
-        waves.get(&p.id).cloned().unwrap_or_else(|| default_wave(p))
+        self.waves.read().unwrap_or_else(|e| e.into_inner()).of(p)
     }
 
     /// The registers (or bits) `addr..addr+qty` of a table of a device at time `t`.
@@ -203,12 +237,12 @@ impl State {
         let mut words = vec![0u16; if bits { 0 } else { qty as usize }];
         let mut flags = vec![false; if bits { qty as usize } else { 0 }];
         let waves = self.waves.read().unwrap_or_else(|e| e.into_inner());
+        let Some(signals) = waves.of_device.get(device) else {
+            return Err(ExceptionCode::GatewayTargetDevice);
+        };
         for (a, i) in map.within(start, end) {
-            let p = &dev.sensors[i];
-            let value = match waves.get(&p.id) {
-                Some(w) => w.at(t),
-                None => default_wave(p).at(t),
-            };
+            let (Some(p), Some(wave)) = (dev.sensors.get(i), signals.get(i)) else { continue };
+            let value = wave.at(t);
             if bits {
                 if let SimValue::Bool(b) = encode::expected(p, &value) {
                     flags[(a - start) as usize] = b;
@@ -280,7 +314,7 @@ impl Simulator {
         let (changes, _) = watch::channel(0);
         let state = Arc::new(State {
             tables: devices.iter().map(|(id, d)| (id.clone(), TableMap::of(d))).collect(),
-            waves: RwLock::new(scenario.sensors.into_iter().collect()),
+            waves: RwLock::new(Waves::new(scenario.sensors.into_iter().collect(), &devices)),
             faults: RwLock::new(scenario.faults),
             seed: scenario.seed,
             draws: AtomicU64::new(0),
@@ -479,7 +513,8 @@ impl Simulator {
     }
 
     pub fn set_wave(&self, sensor: &str, wave: Wave) {
-        self.state.waves.write().unwrap_or_else(|e| e.into_inner()).insert(sensor.to_string(), wave);
+        let mut waves = self.state.waves.write().unwrap_or_else(|e| e.into_inner());
+        waves.set(&self.state.devices, sensor, wave);
     }
 
     /// What a correct master reads for `sensor` at time `t` (after scaling).

@@ -102,12 +102,13 @@ impl Resilience {
         sensors: &[&Sensor],
         deadline: Instant,
     ) -> (Vec<Result<Sample, ReadError>>, u32) {
-        // Built, not cloned: cloning an error per sensor costs more than decoding.
-        let mut out: Vec<Result<Sample, ReadError>> =
-            std::iter::repeat_with(|| Err(ReadError::Driver(DriverError::NotSupported)))
-                .take(sensors.len())
-                .collect();
-        let Some(guard) = self.guards.get(device) else { return (out, 0) };
+        let Some(guard) = self.guards.get(device) else {
+            let none = sensors.iter().map(|_| Err(ReadError::Driver(DriverError::NotSupported)));
+            return (none.collect(), 0);
+        };
+        // Filled by the first attempt, which asks for every sensor in order; later attempts
+        // overwrite the ones they retry.
+        let mut out: Vec<Result<Sample, ReadError>> = Vec::new();
         let mut pending: Vec<usize> = (0..sensors.len()).collect();
         let mut attempts = 0;
         let mut backoff = self.retry.first_backoff;
@@ -115,6 +116,9 @@ impl Resilience {
             let permit = match guard.breaker.try_acquire() {
                 Ok(p) => p,
                 Err(retry_after) => {
+                    if out.is_empty() {
+                        out = sensors.iter().map(|_| Err(ReadError::CircuitOpen { retry_after })).collect();
+                    }
                     for &i in &pending {
                         out[i] = Err(ReadError::CircuitOpen { retry_after });
                     }
@@ -140,17 +144,18 @@ impl Resilience {
                 if any_ok { None } else { results.iter().find_map(|r| r.as_ref().err()).cloned() };
             guard.health.record(took, whole_failure.as_ref());
             let mut again = Vec::new();
-            for (k, r) in results.into_iter().enumerate() {
-                let i = pending[k];
-                match r {
-                    Ok(s) => out[i] = Ok(s),
-                    Err(e) => {
-                        if e.is_transient() {
-                            again.push(i);
-                        }
-                        out[i] = Err(ReadError::Driver(e));
-                    }
+            let mut answered = results.into_iter().zip(&pending).map(|(r, &i)| {
+                if r.as_ref().err().is_some_and(DriverError::is_transient) {
+                    again.push(i);
                 }
+                (i, r.map_err(ReadError::Driver))
+            });
+            if out.is_empty() {
+                out = answered.by_ref().map(|(_, r)| r).collect();
+                // A driver that answered for fewer sensors than asked failed the others.
+                out.resize_with(sensors.len(), || Err(ReadError::Driver(DriverError::Malformed)));
+            } else {
+                answered.for_each(|(i, r)| out[i] = r);
             }
             if again.is_empty() || attempts > self.retry.max_retries {
                 return (out, attempts);
