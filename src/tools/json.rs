@@ -1,34 +1,42 @@
 //! A few JSON writers for the one output written by hand: the readings of a batch.
 //!
-//! Numbers go through serde_json's own serializer, so a hand-written document has the
-//! same bytes as a derived one; strings skip the escape pass when they need none.
+//! The document is built as a `String` from `str` pieces, so it needs no UTF-8 check at
+//! the end. Numbers are written as serde_json writes them (a test holds the whole reading
+//! equal to serde's); strings skip the escape pass when they need none.
 
-use serde::Serializer as _;
+use std::fmt::Write as _;
 
 /// A JSON string, quoted and escaped exactly as serde_json escapes it.
-pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn string(out: &mut String, s: &str) {
     // serde_json escapes `"`, `\` and control characters, nothing else.
     if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
+        plain(out, s);
     } else {
-        let _ = serde_json::Serializer::new(&mut *out).serialize_str(s);
+        // Rare (units and texts with quotes or control characters): serde's own escaping.
+        out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "null".into()));
     }
 }
 
 /// A string that needs no escaping by construction (IDs of a checked grammar, timestamps
 /// written by chrono): quoted without looking at it again.
-pub(crate) fn plain(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn plain(out: &mut String, s: &str) {
     debug_assert!(s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\'), "{s}");
-    out.push(b'"');
-    out.extend_from_slice(s.as_bytes());
-    out.push(b'"');
+    out.push('"');
+    out.push_str(s);
+    out.push('"');
 }
 
 /// A number as serde_json writes an `f64` (null when not finite).
-pub(crate) fn number(out: &mut Vec<u8>, v: f64) {
-    let _ = serde_json::Serializer::new(&mut *out).serialize_f64(v);
+pub(crate) fn number(out: &mut String, v: f64) {
+    out.push_str(&serde_json::to_string(&v).unwrap_or_else(|_| "null".into()));
+}
+
+pub(crate) fn unsigned(out: &mut String, v: u64) {
+    let _ = write!(out, "{v}");
+}
+
+pub(crate) fn boolean(out: &mut String, b: bool) {
+    out.push_str(if b { "true" } else { "false" });
 }
 
 /// ±digits·10^-scale: a value rounded to significant digits, whose digits are known.
@@ -42,63 +50,43 @@ pub(crate) struct Decimal {
 /// Writes `d` as serde_json writes the f64 nearest to it, when that f64's shortest form is
 /// d's digits (see `readings::rounded`) and serde_json would write it without an exponent
 /// (first digit from 10^-5 to 10^15). Writes nothing and returns false otherwise.
-pub(crate) fn decimal(out: &mut Vec<u8>, d: Decimal) -> bool {
-    let (mut m, mut scale) = (d.digits, d.scale);
-    if m == 0 {
+pub(crate) fn decimal(out: &mut String, d: Decimal) -> bool {
+    if d.digits == 0 {
         return false;
     }
-    while m % 10 == 0 {
-        m /= 10;
-        scale -= 1;
-    }
-    let mut buf = [0u8; 20];
-    let mut at = buf.len();
-    while m > 0 {
-        at -= 1;
-        buf[at] = b'0' + (m % 10) as u8;
-        m /= 10;
-    }
-    let digits = &buf[at..];
+    let mut buf = itoa::Buffer::new();
+    let all = buf.format(d.digits);
+    let digits = all.trim_end_matches('0');
     let n = digits.len() as i32;
     // The decimal exponent of the first digit.
-    let e = n - 1 - scale;
+    let e = all.len() as i32 - 1 - d.scale;
     if !(-5..=15).contains(&e) {
         return false;
     }
     if d.negative {
-        out.push(b'-');
+        out.push('-');
     }
     if n - 1 <= e {
         // 1234e2 → 123400.0
-        out.extend_from_slice(digits);
-        out.resize(out.len() + (e + 1 - n) as usize, b'0');
-        out.extend_from_slice(b".0");
+        out.push_str(digits);
+        out.extend(std::iter::repeat_n('0', (e + 1 - n) as usize));
+        out.push_str(".0");
     } else if e >= 0 {
         // 1234e-2 → 12.34
         let (whole, part) = digits.split_at(e as usize + 1);
-        out.extend_from_slice(whole);
-        out.push(b'.');
-        out.extend_from_slice(part);
+        out.push_str(whole);
+        out.push('.');
+        out.push_str(part);
     } else {
         // 1234e-6 → 0.001234
-        out.extend_from_slice(b"0.");
-        out.resize(out.len() + (-e - 1) as usize, b'0');
-        out.extend_from_slice(digits);
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', (-e - 1) as usize));
+        out.push_str(digits);
     }
     true
 }
 
-pub(crate) fn unsigned(out: &mut Vec<u8>, v: u64) {
-    let _ = serde_json::Serializer::new(&mut *out).serialize_u64(v);
-}
-
-pub(crate) fn boolean(out: &mut Vec<u8>, b: bool) {
-    out.extend_from_slice(if b { b"true" } else { b"false" });
-}
-
 /// A document written here, as tool data.
-pub(crate) fn into_data(out: Vec<u8>) -> super::ToolResult {
-    // Everything written here is UTF-8 already (str slices and ASCII); this is the check.
-    let text = String::from_utf8(out).map_err(|_| super::ToolError::internal())?;
-    Ok(super::envelope::Data::written(text))
+pub(crate) fn into_data(out: String) -> super::ToolResult {
+    Ok(super::envelope::Data::written(out))
 }

@@ -67,7 +67,7 @@ pub(crate) struct Stamps {
     last: Option<(DateTime<Utc>, String, u64)>,
     /// The JSON from `,"timestamp"` to `age_ms` of the last (instant, quality, source)
     /// written: the same for every reading of a block read together.
-    middle: Option<(Written, Vec<u8>)>,
+    middle: Option<(Written, String)>,
 }
 
 /// What the middle part of a reading depends on.
@@ -94,27 +94,27 @@ impl Stamps {
     }
 
     /// `,"timestamp":…,"quality":…,"source":…,"age_ms":…` of a reading.
-    fn middle(&mut self, at: DateTime<Utc>, quality: Quality, source: ReadingSource) -> &[u8] {
+    fn middle(&mut self, at: DateTime<Utc>, quality: Quality, source: ReadingSource) -> &str {
         let key = (at, quality, source);
         if self.middle.as_ref().is_none_or(|(k, _)| *k != key) {
-            let mut out = Vec::with_capacity(96);
+            let mut out = String::with_capacity(96);
             let (timestamp, age_ms) = self.of(at);
-            out.extend_from_slice(b",\"timestamp\":");
+            out.push_str(",\"timestamp\":");
             json::plain(&mut out, timestamp);
-            out.extend_from_slice(match quality {
-                Quality::Good => b",\"quality\":\"good\"",
-                Quality::Uncertain => b",\"quality\":\"uncertain\"",
-                Quality::Bad => b",\"quality\":\"bad\"",
+            out.push_str(match quality {
+                Quality::Good => ",\"quality\":\"good\"",
+                Quality::Uncertain => ",\"quality\":\"uncertain\"",
+                Quality::Bad => ",\"quality\":\"bad\"",
             });
-            out.extend_from_slice(match source {
-                ReadingSource::Live => b",\"source\":\"live\"",
-                ReadingSource::Cache => b",\"source\":\"cache\"",
+            out.push_str(match source {
+                ReadingSource::Live => ",\"source\":\"live\"",
+                ReadingSource::Cache => ",\"source\":\"cache\"",
             });
-            out.extend_from_slice(b",\"age_ms\":");
+            out.push_str(",\"age_ms\":");
             json::unsigned(&mut out, age_ms);
             self.middle = Some((key, out));
         }
-        self.middle.as_ref().map_or(&[], |(_, text)| text)
+        self.middle.as_ref().map_or("", |(_, text)| text)
     }
 }
 
@@ -122,34 +122,34 @@ impl Stamps {
 /// a batch copies them instead of writing them again.
 pub(crate) struct ReadingJson {
     /// `{"sensor_id":…,"value":`
-    head: Vec<u8>,
+    head: String,
     /// `,"unit":…` in normalized units.
-    unit: Vec<u8>,
+    unit: String,
     /// `,"device_id":…,"range":…,"in_range":`
-    tail: Vec<u8>,
+    tail: String,
 }
 
 impl ReadingJson {
     pub(crate) fn of(sensor: &Sensor) -> ReadingJson {
-        let mut head = b"{\"sensor_id\":".to_vec();
+        let mut head = String::from("{\"sensor_id\":");
         json::plain(&mut head, sensor.id.as_str());
-        head.extend_from_slice(b",\"value\":");
-        let mut unit = b",\"unit\":".to_vec();
+        head.push_str(",\"value\":");
+        let mut unit = String::from(",\"unit\":");
         json::string(&mut unit, &sensor.unit);
-        let mut tail = b",\"device_id\":".to_vec();
+        let mut tail = String::from(",\"device_id\":");
         json::plain(&mut tail, sensor.device.as_str());
-        tail.extend_from_slice(b",\"range\":");
+        tail.push_str(",\"range\":");
         match sensor.range {
-            None => tail.extend_from_slice(b"null"),
+            None => tail.push_str("null"),
             Some(r) => {
-                tail.extend_from_slice(b"{\"min\":");
+                tail.push_str("{\"min\":");
                 json::number(&mut tail, r.min);
-                tail.extend_from_slice(b",\"max\":");
+                tail.push_str(",\"max\":");
                 json::number(&mut tail, r.max);
-                tail.push(b'}');
+                tail.push('}');
             }
         }
-        tail.extend_from_slice(b",\"in_range\":");
+        tail.push_str(",\"in_range\":");
         ReadingJson { head, unit, tail }
     }
 }
@@ -308,7 +308,7 @@ pub(crate) fn reading(
 /// [`ReadingJson::of`]) and what the sample says, without building a `Reading` per
 /// sensor of a batch.
 pub(crate) fn write_reading(
-    out: &mut Vec<u8>,
+    out: &mut String,
     parts: &ReadingJson,
     sensor: &Sensor,
     sample: &Sample,
@@ -317,25 +317,25 @@ pub(crate) fn write_reading(
     stamps: &mut Stamps,
 ) {
     let j = judge(sensor, sample, mode);
-    out.extend_from_slice(&parts.head);
+    out.push_str(&parts.head);
     match j.value {
-        None => out.extend_from_slice(b"null"),
+        None => out.push_str("null"),
         Some(ValueRef::Number(_, Some(d))) if json::decimal(out, d) => {}
         Some(ValueRef::Number(n, _)) => json::number(out, n),
         Some(ValueRef::Bool(b)) => json::boolean(out, b),
         Some(ValueRef::Text(t)) => json::string(out, t),
     }
     match mode {
-        UnitMode::Raw => out.extend_from_slice(b",\"unit\":\"raw\""),
-        UnitMode::Normalized => out.extend_from_slice(&parts.unit),
+        UnitMode::Raw => out.push_str(",\"unit\":\"raw\""),
+        UnitMode::Normalized => out.push_str(&parts.unit),
     }
-    out.extend_from_slice(stamps.middle(sample.at, j.quality, source));
-    out.extend_from_slice(&parts.tail);
+    out.push_str(stamps.middle(sample.at, j.quality, source));
+    out.push_str(&parts.tail);
     match j.in_range {
-        None => out.extend_from_slice(b"null"),
+        None => out.push_str("null"),
         Some(b) => json::boolean(out, b),
     }
-    out.push(b'}');
+    out.push('}');
 }
 
 const EXCEPTIONS: [&str; 5] =
@@ -594,8 +594,8 @@ pub(crate) async fn get_many(
         return Err(combine(errors, "sensors could not be read"));
     }
     // `ReadingsData`, written directly: readings, failed, complete.
-    let mut out = Vec::with_capacity(64 + 256 * (sensors.len() - failed.len()));
-    out.extend_from_slice(b"{\"readings\":[");
+    let mut out = String::with_capacity(64 + 256 * (sensors.len() - failed.len()));
+    out.push_str("{\"readings\":[");
     for (n, (s, (sample, source))) in sensors
         .iter()
         .zip(&slots)
@@ -606,18 +606,18 @@ pub(crate) async fn get_many(
         .enumerate()
     {
         if n > 0 {
-            out.push(b',');
+            out.push(',');
         }
         match inner.reading_json.get(s.place.sensor) {
             Some(parts) => write_reading(&mut out, parts, s, sample, mode, source, &mut stamps),
             None => write_reading(&mut out, &ReadingJson::of(s), s, sample, mode, source, &mut stamps),
         }
     }
-    out.extend_from_slice(b"],\"failed\":");
-    serde_json::to_writer(&mut out, &failed).map_err(|_| ToolError::internal())?;
-    out.extend_from_slice(b",\"complete\":");
+    out.push_str("],\"failed\":");
+    out.push_str(&serde_json::to_string(&failed).map_err(|_| ToolError::internal())?);
+    out.push_str(",\"complete\":");
     json::boolean(&mut out, failed.is_empty());
-    out.push(b'}');
+    out.push('}');
     json::into_data(out)
 }
 
@@ -736,11 +736,11 @@ mod tests {
             let source = if cached { ReadingSource::Cache } else { ReadingSource::Live };
             let now = at + chrono::Duration::milliseconds(age);
             let mut stamps = Stamps { now, last: None, middle: None };
-            let expected = serde_json::to_vec(&reading(&s, &sample, mode, source, &mut stamps)).unwrap();
-            let mut written = Vec::new();
+            let expected = serde_json::to_string(&reading(&s, &sample, mode, source, &mut stamps)).unwrap();
+            let mut written = String::new();
             let mut stamps = Stamps { now, last: None, middle: None };
             write_reading(&mut written, &ReadingJson::of(&s), &s, &sample, mode, source, &mut stamps);
-            prop_assert_eq!(String::from_utf8_lossy(&written), String::from_utf8_lossy(&expected));
+            prop_assert_eq!(written, expected);
         }
 
         /// A batch writes many readings with one `Stamps`: what it keeps from one reading
@@ -768,10 +768,10 @@ mod tests {
                 let source = if cached { ReadingSource::Cache } else { ReadingSource::Live };
                 let mode = UnitMode::Normalized;
                 let mut fresh = Stamps { now, last: None, middle: None };
-                let expected = serde_json::to_vec(&reading(&s, &sample, mode, source, &mut fresh)).unwrap();
-                let mut written = Vec::new();
+                let expected = serde_json::to_string(&reading(&s, &sample, mode, source, &mut fresh)).unwrap();
+                let mut written = String::new();
                 write_reading(&mut written, &parts, &s, &sample, mode, source, &mut shared);
-                prop_assert_eq!(String::from_utf8_lossy(&written), String::from_utf8_lossy(&expected));
+                prop_assert_eq!(written, expected);
             }
         }
     }
@@ -804,12 +804,12 @@ mod tests {
         #[test]
         fn decimal_digits_are_serde_text(v in any_reading(), digits in prop_oneof![Just(7), Just(12)]) {
             let (value, decimal) = rounded(v, digits);
-            let mut out = Vec::new();
+            let mut out = String::new();
             let written = decimal.is_some_and(|d| json::decimal(&mut out, d));
             if written {
                 prop_assert_eq!(
-                    String::from_utf8_lossy(&out),
-                    serde_json::to_string(&value).unwrap(),
+                    &out,
+                    &serde_json::to_string(&value).unwrap(),
                     "{} {:?}", v, decimal
                 );
             }
