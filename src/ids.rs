@@ -34,10 +34,11 @@ pub enum IdError {
 }
 
 fn is_part(s: &str, max: usize) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_uppercase())
+    // Bytes, not chars: every byte of a non-ASCII character fails both tests anyway.
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(c) if c.is_ascii_uppercase())
         && s.len() <= max
-        && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+        && bytes.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
 }
 
 /// Validates a plant code (`A`, `NORTH2`).
@@ -87,9 +88,16 @@ impl SensorId {
 /// Whether `s` matches `SENSOR_ID_PATTERN`, without a regex or building a `SensorId`: for
 /// input schemas, which check up to a hundred IDs per call.
 pub fn is_sensor_id(s: &str) -> bool {
-    let Some((head, num)) = s.rsplit_once('_') else { return false };
-    let Some((plant, zone)) = head.split_once('_') else { return false };
-    is_part(plant, 8) && is_part(zone, 16) && num.len() == 3 && num.bytes().all(|b| b.is_ascii_digit())
+    // NNN is the last three bytes, after the last `_`: no search from the end.
+    let b = s.as_bytes();
+    let Some(head_len) = b.len().checked_sub(4) else { return false };
+    if b[head_len] != b'_' || !b[head_len + 1..].iter().all(u8::is_ascii_digit) {
+        return false;
+    }
+    // Cut at ASCII `_`s, so both slices fall on character boundaries.
+    let head = &s[..head_len];
+    let Some(cut) = head.bytes().position(|c| c == b'_') else { return false };
+    is_part(&head[..cut], 8) && is_part(&head[cut + 1..], 16)
 }
 
 impl FromStr for SensorId {
