@@ -243,14 +243,22 @@ impl State {
         for (a, i) in map.within(start, end) {
             let (Some(p), Some(wave)) = (dev.sensors.get(i), signals.get(i)) else { continue };
             let value = wave.at(t);
+            // A bit or a bit of a register is at its point's first address; a point declared
+            // wider that starts before the read is left out rather than misplaced.
+            let at = a.checked_sub(start).map(|k| k as usize);
             if bits {
-                if let SimValue::Bool(b) = encode::expected(p, &value) {
-                    flags[(a - start) as usize] = b;
+                if let (SimValue::Bool(b), Some(f)) =
+                    (encode::expected(p, &value), at.and_then(|k| flags.get_mut(k)))
+                {
+                    *f = b;
                 }
             } else if let Some(bit) = p.bit {
                 let on = matches!(encode::expected(p, &value), SimValue::Bool(true));
-                let w = &mut words[(a - start) as usize];
-                *w = if on { *w | (1 << bit) } else { *w & !(1 << bit) };
+                // A bit beyond 15 (the lenient plant reader lets it through) sets nothing.
+                let mask = 1u16.checked_shl(u32::from(bit)).unwrap_or(0);
+                if let Some(w) = at.and_then(|k| words.get_mut(k)) {
+                    *w = if on { *w | mask } else { *w & !mask };
+                }
             } else {
                 let order = dev.order_of(p);
                 let (number, string);
