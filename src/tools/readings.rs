@@ -172,9 +172,9 @@ fn rounded(v: f64, digits: i32) -> (f64, Option<json::Decimal>) {
         let m = round(v / f);
         (m * f, m)
     };
-    // With 10^|exp| exact, `value` is the f64 nearest to m·10^-exp, and with at most 15
-    // digits in m no shorter decimal is nearer to it (DBL_DIG): m's digits are the
-    // shortest form serde_json would find.
+    // With 10^|exp| exact, `value` is the f64 nearest to m·10^-exp; and no other decimal
+    // of at most 15 significant digits has the same nearest f64 (DBL_DIG), so m's digits
+    // (trailing zeros dropped) are the shortest form serde_json finds for `value`.
     let decimal = (exp.abs() <= 22 && digits <= 15).then(|| json::Decimal {
         negative: m < 0.0,
         digits: m.abs() as u64,
