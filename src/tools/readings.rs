@@ -511,7 +511,7 @@ pub(crate) async fn get_many(
     attempts: &mut u32,
 ) -> ToolResult {
     let registry = &inner.registry;
-    let mut sensors = Vec::new();
+    let mut sensors = Vec::with_capacity(args.sensor_ids.len());
     let mut bad = Vec::new();
     for (i, raw) in args.sensor_ids.iter().enumerate() {
         // The parameter's name is only spelled out for an error.
@@ -541,7 +541,12 @@ pub(crate) async fn get_many(
                 slots.push(Slot::Pending);
                 match groups.iter_mut().rev().find(|(d, _)| *d == s.place.device) {
                     Some((_, members)) => members.push(i),
-                    None => groups.push((s.place.device, vec![i])),
+                    None => {
+                        // Room for the rest of the batch: usually one device's run of sensors.
+                        let mut members = Vec::with_capacity(sensors.len() - i);
+                        members.push(i);
+                        groups.push((s.place.device, members));
+                    }
                 }
             }
         }
