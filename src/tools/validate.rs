@@ -93,8 +93,8 @@ fn pattern_keyword<'a>(
 }
 
 /// The `uniqueItems` keyword of our input schemas. Its one use is a batch's `sensor_ids`:
-/// up to a hundred strings, checked with one hash set of `&str` (jsonschema's own check
-/// hashes every item as a JSON value with SipHash, ~15 ns an item in the batch). Arrays of
+/// up to a hundred strings, checked by [`distinct`] (jsonschema's own check hashes every
+/// item as a JSON value with SipHash into a new set, ~15 ns an item in the batch). Arrays of
 /// anything else are compared pairwise, with numbers equal by value (1 and 1.0 are the
 /// same item), as JSON Schema asks.
 struct UniqueItemsKeyword;
@@ -112,13 +112,41 @@ impl<'i> jsonschema::Keyword<'i> for UniqueItemsKeyword {
         let Some(items) = instance.as_array() else { return true };
         let strings: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
         match strings {
-            Some(strings) => {
-                let mut seen = foldhash::HashSet::with_capacity_and_hasher(strings.len(), Default::default());
-                strings.into_iter().all(|s| seen.insert(s))
-            }
+            Some(strings) => distinct(&strings),
             None => items.iter().enumerate().all(|(i, a)| items[..i].iter().all(|b| !same_json(a, b))),
         }
     }
+}
+
+/// Whether no string occurs twice. Up to 128 strings (a batch's IDs) go into a table of 256
+/// slots on the stack (no allocation; a one-byte tag of the hash spares most string
+/// comparisons); more into a hash set.
+fn distinct(strings: &[&str]) -> bool {
+    use std::hash::BuildHasher;
+    const EMPTY: u8 = u8::MAX;
+    if strings.len() > 128 {
+        let mut seen = foldhash::HashSet::with_capacity_and_hasher(strings.len(), Default::default());
+        return strings.iter().all(|s| seen.insert(s));
+    }
+    let hasher = foldhash::fast::FixedState::default();
+    let (mut slots, mut tags) = ([EMPTY; 256], [0u8; 256]);
+    for (i, s) in strings.iter().enumerate() {
+        let h = hasher.hash_one(s);
+        let tag = (h >> 56) as u8;
+        let mut k = h as usize;
+        loop {
+            let slot = k & 255;
+            match slots[slot] {
+                EMPTY => {
+                    (slots[slot], tags[slot]) = (i as u8, tag);
+                    break;
+                }
+                j if tags[slot] == tag && strings[j as usize] == *s => return false,
+                _ => k += 1,
+            }
+        }
+    }
+    true
 }
 
 /// JSON equality as JSON Schema defines it: numbers by value, objects by members.
@@ -487,6 +515,27 @@ mod tests {
 
     fn unique(v: Value) -> bool {
         jsonschema::Keyword::is_valid(&UniqueItemsKeyword, &v)
+    }
+
+    proptest::proptest! {
+        /// The stack table finds the same duplicates as a set, below and above its 128.
+        #[test]
+        fn distinct_is_a_set_check(
+            strings in proptest::prop_oneof![
+                // Few distinct strings: duplicates in nearly every list.
+                proptest::collection::vec("[A-C]_[A-C]_00[0-9]|x{0,3}", 0..200),
+                // Many: mostly distinct lists, filling the table up to its 128.
+                proptest::collection::vec("[A-H]_[A-H]_0[0-9][0-9]", 100..200),
+            ],
+        ) {
+            let refs: Vec<&str> = strings.iter().map(String::as_str).collect();
+            let set: std::collections::HashSet<&str> = refs.iter().copied().collect();
+            proptest::prop_assert_eq!(distinct(&refs), set.len() == refs.len());
+            // The same strings without their duplicates are distinct.
+            let mut seen = std::collections::HashSet::new();
+            let unique: Vec<&str> = refs.iter().copied().filter(|s| seen.insert(*s)).collect();
+            proptest::prop_assert!(distinct(&unique));
+        }
     }
 
     #[test]
