@@ -489,7 +489,7 @@ fn read_sensor(
     Some(Sensor {
         id: id?,
         device: device?.clone(),
-        place: Place::default(),
+        place: Place::UNPLACED,
         description: description?.to_string(),
         kind: kind?.to_string(),
         unit: unit?.to_string(),

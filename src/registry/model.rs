@@ -280,10 +280,15 @@ pub enum SensorSource {
 /// A sensor's place in its registry: `Registry::sensors()[sensor]`, on the device
 /// `Registry::devices()[device]`. Dense keys for per-sensor state (the reading cache) and
 /// for telling devices apart without comparing their IDs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Place {
     pub sensor: usize,
     pub device: usize,
+}
+
+impl Place {
+    /// Not in a registry (yet): no per-sensor state is found for it.
+    pub const UNPLACED: Place = Place { sensor: usize::MAX, device: usize::MAX };
 }
 
 /// The normal operating range of a sensor, in normalized units.

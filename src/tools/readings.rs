@@ -670,7 +670,7 @@ mod tests {
         Sensor {
             id: "A_LINE1_042".parse().unwrap(),
             device: "a-line1-plc".parse().unwrap(),
-            place: Default::default(),
+            place: crate::registry::Place::UNPLACED,
             description: String::new(),
             kind: "pressure".into(),
             unit,
@@ -842,6 +842,31 @@ mod tests {
             let by_search = EXACT_POW10.partition_point(|p| *p <= a) as i32 - 1;
             prop_assert_eq!(decimal_exponent(a), by_search, "{}", a);
         }
+    }
+
+    #[test]
+    fn the_cache_keeps_the_newest_sample_at_the_sensor_place() {
+        let cache = Cache::new(3);
+        let mut s = sensor(SensorSource::OpcUa { node_id: "ns=2;s=X".into() }, "bar".into(), None);
+        let at = |ms| DateTime::<Utc>::from_timestamp_millis(ms).unwrap();
+        let sample = |v, ms| Sample { value: RawValue::Float(v), at: at(ms), quality: SampleQuality::Good };
+        // Outside a registry: nothing is stored or found.
+        cache.put(&s, &sample(1.0, 1_000));
+        assert!(cache.fresh(&s, 10_000, at(1_000)).is_none());
+        s.place = crate::registry::Place { sensor: 1, device: 0 };
+        assert!(cache.fresh(&s, 10_000, at(1_000)).is_none());
+        cache.put(&s, &sample(2.0, 2_000));
+        // A late read of an older value does not replace it.
+        cache.put(&s, &sample(3.0, 1_500));
+        let hit = cache.fresh(&s, 10_000, at(2_500)).unwrap();
+        assert_eq!((hit.value, hit.at), (RawValue::Float(2.0), at(2_000)));
+        // Too old, or from the future, or max_age_ms 0: a miss.
+        assert!(cache.fresh(&s, 400, at(2_500)).is_none());
+        assert!(cache.fresh(&s, 10_000, at(1_999)).is_none());
+        assert!(cache.fresh(&s, 0, at(2_000)).is_none());
+        // Other places are untouched.
+        s.place.sensor = 0;
+        assert!(cache.fresh(&s, 10_000, at(2_500)).is_none());
     }
 
     #[test]
