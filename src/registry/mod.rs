@@ -131,9 +131,13 @@ impl Registry {
         self.sensor_index.get(text).map(|&i| &self.sensors[i])
     }
 
-    /// The device a sensor belongs to. Always present: the registry checked it.
+    /// The device a sensor belongs to. Always present: the registry checked it. Found at
+    /// the sensor's place, confirmed by ID (a sensor of another registry is looked up).
     pub fn device_of(&self, sensor: &Sensor) -> &Device {
-        &self.devices[sensor.place.device]
+        match self.devices.get(sensor.place.device) {
+            Some(d) if d.id == sensor.device => d,
+            _ => &self.devices[self.device_index[&sensor.device]],
+        }
     }
 
     pub fn sensors_of_device(&self, id: &DeviceId) -> impl Iterator<Item = &Sensor> {
