@@ -97,6 +97,8 @@ pub struct BreakerConfig {
     pub open_ms: u64,
     /// Longest open period after repeated reopenings.
     pub max_open_ms: u64,
+    /// A device down for longer than this: `CIRCUIT_OPEN` answers tell the agent to report it.
+    pub report_down_after_s: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -149,6 +151,7 @@ impl Default for Config {
                 min_calls: 10,
                 open_ms: 5000,
                 max_open_ms: 60_000,
+                report_down_after_s: 600,
             },
             history: HistoryConfig { max_silence_s: 60 },
             work_orders: WorkOrdersConfig {
@@ -340,6 +343,10 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
         set(&mut c.breaker.min_calls, s.int("min_calls", 1..=1000).map(|v| v as u32));
         set(&mut c.breaker.open_ms, s.int("open_ms", 10..=DAY_MS).map(|v| v as u64));
         set(&mut c.breaker.max_open_ms, s.int("max_open_ms", 10..=DAY_MS).map(|v| v as u64));
+        set(
+            &mut c.breaker.report_down_after_s,
+            s.int("report_down_after_s", 1..=30 * 86_400).map(|v| v as u64),
+        );
         s.finish();
     }
     if let Some(s) = t.table("history") {
@@ -424,6 +431,7 @@ mod tests {
             min_calls: 1,
             open_ms: 1,
             max_open_ms: 1,
+            report_down_after_s: 1,
         };
         c.history.max_silence_s = 1;
         c.work_orders.pending_ttl_hours = 1;

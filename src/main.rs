@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use fieldgate::config::Config;
 use fieldgate::registry::Registry;
 use fieldgate::toml_reader::Problem;
-use fieldgate::tools::ToolService;
+use fieldgate::tools::{Caller, ToolService};
 use fieldgate::transport::{auth::Tokens, http, mcp};
 use tokio_util::sync::CancellationToken;
 
@@ -78,6 +78,20 @@ enum Command {
         #[arg(long, env = "FIELDGATE_CLI_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+    /// Devices: `status` (every device, or one) and `probe ID`, an operator's probe of a
+    /// device at once, whatever its circuit breaker says; the outcome and its state.
+    Devices {
+        /// status | probe
+        action: String,
+        /// The device, e.g. a-line1-plc (probe; optional for status).
+        id: Option<String>,
+        /// Ask a running service instead (its breakers, its probe), e.g. http://127.0.0.1:8080.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        /// Operator bearer token for --url (or FIELDGATE_CLI_TOKEN).
+        #[arg(long, env = "FIELDGATE_CLI_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
     /// Run the simulated demo plant and the service against it until Ctrl-C.
     Demo {
         /// Instead, run a short scripted session through the HTTP API and exit.
@@ -90,8 +104,8 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         listen: Option<SocketAddr>,
     },
-    /// Probe a device and print a device file skeleton for a person to edit (modbus only
-    /// in this version): one sensor per readable address of the four tables.
+    /// Probe a Modbus device or browse an OPC UA server and print a device file skeleton for
+    /// a person to edit: one sensor per readable Modbus address, or per OPC UA variable.
     Discover {
         /// modbus | opcua
         protocol: String,
@@ -337,6 +351,36 @@ fn main() -> ExitCode {
         Command::WorkOrders { action, id, note, by, url: None, .. } => {
             work_orders(&cli.config, &action, id, note, by)
         }
+        Command::Devices { action, id, url: Some(url), token } => {
+            runtime.block_on(devices_remote(&url, token, &action, id))
+        }
+        Command::Devices { action, id, url: None, .. } => {
+            let (config, registry) = match load(&cli.config, &cli.devices) {
+                Ok(v) => v,
+                Err(code) => return code,
+            };
+            let service = ToolService::new(Arc::new(registry), config);
+            let envelope = runtime.block_on(async {
+                match (action.as_str(), id) {
+                    ("probe", Some(id)) => Some(service.probe_device(&Caller::local(), &id).await),
+                    ("status", id) => {
+                        let args = serde_json::json!({ "device_id": id });
+                        service.call("get_device_status", args).await.ok()
+                    }
+                    _ => None,
+                }
+            });
+            match envelope {
+                Some(e) => {
+                    out(&serde_json::to_string_pretty(&e).unwrap_or_default());
+                    if e.ok { ExitCode::SUCCESS } else { ExitCode::from(2) }
+                }
+                None => {
+                    eprintln!("error: use `devices status [ID]` or `devices probe ID`");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Demo { tour, data_dir, listen } => {
             let (config, registry) = match load(&cli.config, &cli.devices) {
                 Ok(v) => v,
@@ -509,6 +553,61 @@ fn work_orders(
     }
 }
 
+/// A client of the running service at `url` (`--url`), or the exit code of why not.
+async fn remote(
+    url: &str,
+    token: Option<String>,
+) -> Result<fieldgate::transport::client::HttpClient, ExitCode> {
+    let Some(authority) = url.strip_prefix("http://").map(|r| r.trim_end_matches('/')) else {
+        eprintln!("error: --url must be http://host:port");
+        return Err(ExitCode::from(2));
+    };
+    let Some(addr) = tokio::net::lookup_host(authority).await.ok().and_then(|mut a| a.next()) else {
+        eprintln!("error: cannot resolve {authority}");
+        return Err(ExitCode::FAILURE);
+    };
+    let client = fieldgate::transport::client::HttpClient::connect(addr).await.map_err(|e| {
+        eprintln!("error: cannot reach {url}: {e}");
+        ExitCode::FAILURE
+    })?;
+    Ok(match &token {
+        Some(t) => client.with_token(t),
+        None => client,
+    })
+}
+
+/// Prints a service's answer; exit 0 on HTTP 200, 2 otherwise.
+fn print_response(response: std::io::Result<fieldgate::transport::client::HttpResponse>) -> ExitCode {
+    match response {
+        Ok(r) => {
+            out(&serde_json::to_string_pretty(&r.json()).unwrap_or_default());
+            if r.status == 200 { ExitCode::SUCCESS } else { ExitCode::from(2) }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `fieldgate devices ... --url`: device status and an operator's probe of a running service.
+async fn devices_remote(url: &str, token: Option<String>, action: &str, id: Option<String>) -> ExitCode {
+    let mut client = match remote(url, token).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let response = match (action, id) {
+        ("status", None) => client.get("/v1/devices").await,
+        ("status", Some(id)) => client.get(&format!("/v1/devices/{id}")).await,
+        ("probe", Some(id)) => client.post(&format!("/v1/devices/{id}/probe"), b"").await,
+        _ => {
+            eprintln!("error: use `devices status [ID]` or `devices probe ID`");
+            return ExitCode::from(2);
+        }
+    };
+    print_response(response)
+}
+
 /// `fieldgate work-orders ... --url`: the same actions through a running service's HTTP API.
 async fn work_orders_remote(
     url: &str,
@@ -517,27 +616,10 @@ async fn work_orders_remote(
     id: Option<String>,
     note: Option<String>,
 ) -> ExitCode {
-    let Some(authority) = url.strip_prefix("http://").map(|r| r.trim_end_matches('/')) else {
-        eprintln!("error: --url must be http://host:port");
-        return ExitCode::from(2);
-    };
-    let addr = match tokio::net::lookup_host(authority).await.ok().and_then(|mut a| a.next()) {
-        Some(a) => a,
-        None => {
-            eprintln!("error: cannot resolve {authority}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut client = match fieldgate::transport::client::HttpClient::connect(addr).await {
+    let mut client = match remote(url, token).await {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: cannot reach {url}: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
-    if let Some(t) = &token {
-        client = client.with_token(t);
-    }
     let response = match (action, id) {
         ("list", _) => client.get("/v1/work-orders?limit=500").await,
         ("show", Some(id)) => client.get(&format!("/v1/work-orders/{id}")).await,
@@ -550,16 +632,7 @@ async fn work_orders_remote(
             return ExitCode::from(2);
         }
     };
-    match response {
-        Ok(r) => {
-            out(&serde_json::to_string_pretty(&r.json()).unwrap_or_default());
-            if r.status == 200 { ExitCode::SUCCESS } else { ExitCode::from(2) }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    print_response(response)
 }
 
 /// Completes on SIGTERM or SIGINT.

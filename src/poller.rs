@@ -24,6 +24,7 @@ use crate::driver::Sample;
 use crate::driver::codec::{RawValue, normalize};
 use crate::driver::opcua::subscribe;
 use crate::registry::{OpcUaMode, Sensor, SensorSource};
+use crate::resilience::probe;
 use crate::store::HistoryStore;
 use crate::store::gorilla::{Point, Stored};
 use crate::tools::ToolService;
@@ -282,10 +283,49 @@ async fn keep(tools: ToolService, store: Arc<HistoryStore>, stop: CancellationTo
     }
 }
 
-/// Starts polling every polled device, and the flush task. Stop with `stop`; await the
-/// handles to be sure the last flush happened.
+/// Watches one device for fieldgate's own probes (see [`crate::resilience::probe`]):
+/// while its breaker is open or a caller is blocked on it, one small read on the
+/// breaker's schedule, so its recovery is seen without agent traffic.
+async fn watch_device(tools: ToolService, device: usize, stop: CancellationToken) {
+    let inner = tools.inner().clone();
+    let registry = &inner.registry;
+    let d = &registry.devices()[device];
+    let (Some(driver), Some(sensor), Some(guard)) = (
+        inner.drivers.get(&d.id).cloned(),
+        registry.sensors_of_device(&d.id).next(),
+        inner.resilience.guard(&d.id),
+    ) else {
+        return;
+    };
+    let mut last_probe = None;
+    loop {
+        let now = Instant::now();
+        let blocked = inner
+            .repeat
+            .blocked_devices(|id| (id == d.id.as_str()).then(|| guard.health.last_success()).flatten())
+            .iter()
+            .any(|id| id == d.id.as_str());
+        let due = probe::due(guard, blocked, last_probe, now);
+        let wake = due.map_or(now + probe::IDLE, |t| t.min(now + probe::IDLE));
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => {}
+            () = stop.cancelled() => return,
+        }
+        if due.is_some_and(|t| t <= Instant::now()) {
+            last_probe = Some(Instant::now());
+            let outcome = inner.resilience.probe(&d.id, driver.as_ref(), sensor, false).await;
+            tracing::debug!(device = %d.id, ?outcome, "probe");
+        }
+    }
+}
+
+/// Starts polling every polled device, fieldgate's own probes of every device, and the
+/// flush task. Stop with `stop`; await the handles to be sure the last flush happened.
 pub fn start(tools: &ToolService, stop: CancellationToken) -> Vec<JoinHandle<()>> {
-    let Some(store) = tools.history().cloned() else { return Vec::new() };
+    let watchers: Vec<JoinHandle<()>> = (0..tools.registry().devices().len())
+        .map(|i| tokio::spawn(watch_device(tools.clone(), i, stop.clone())))
+        .collect();
+    let Some(store) = tools.history().cloned() else { return watchers };
     let counters = Arc::new(PollCounters::default());
     let c = counters.clone();
     tools.metrics().register(Box::new(move |out: &mut String| {
@@ -295,7 +335,7 @@ pub fn start(tools: &ToolService, stop: CancellationToken) -> Vec<JoinHandle<()>
         out.push_str("# HELP fieldgate_points_stored_total History points stored (after deadbands).\n# TYPE fieldgate_points_stored_total counter\n");
         let _ = writeln!(out, "fieldgate_points_stored_total {}", c.stored.load(Ordering::Relaxed));
     }));
-    let mut handles = Vec::new();
+    let mut handles = watchers;
     let mut subscriptions = Vec::new();
     for (i, d) in tools.registry().devices().iter().enumerate() {
         let subscribed = d.opcua.as_ref().is_some_and(|o| o.mode == OpcUaMode::Subscribe);

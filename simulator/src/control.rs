@@ -2,7 +2,9 @@
 //!
 //! - `GET  /devices`                 every served device: address, faults, counters
 //! - `GET  /devices/{id}/faults`     one device's faults
-//! - `PUT  /devices/{id}/faults`     replace them (JSON; omitted fields are healthy)
+//! - `PATCH /devices/{id}/faults`    change the fields the JSON object names, keep the
+//!   others (`null` sets one back to healthy); `PUT` does the same
+//! - `DELETE /devices/{id}/faults`   every fault back to healthy
 //! - `GET  /sensors/{id}`            the value a correct master reads now
 //! - `PUT  /clock`                   `{"frozen_at_s": 12.5}` pins time, `null` releases it
 
@@ -41,9 +43,22 @@ async fn get_faults(State(sim): State<Sim>, Path(id): Path<String>) -> Response 
     }
 }
 
-async fn put_faults(State(sim): State<Sim>, Path(id): Path<String>, Json(f): Json<Faults>) -> Response {
-    match sim.set_faults(&id, f) {
-        Ok(()) => Json(sim.faults(&id)).into_response(),
+/// `PATCH` or `PUT`: merges the fields given into the device's faults.
+async fn patch_faults(
+    State(sim): State<Sim>,
+    Path(id): Path<String>,
+    Json(patch): Json<serde_json::Value>,
+) -> Response {
+    answer(sim.update_faults(&id, &patch))
+}
+
+async fn clear_faults(State(sim): State<Sim>, Path(id): Path<String>) -> Response {
+    answer(sim.set_faults(&id, Faults::default()).map(|()| Faults::default()))
+}
+
+fn answer(result: Result<Faults, crate::SimError>) -> Response {
+    match result {
+        Ok(f) => Json(f).into_response(),
         Err(crate::SimError::UnknownDevice(_)) => not_found("device"),
         Err(e) => (StatusCode::BAD_REQUEST, Json(json!({ "error": e.to_string() }))).into_response(),
     }
@@ -70,7 +85,10 @@ async fn clock(State(sim): State<Sim>, Json(body): Json<ClockBody>) -> Json<serd
 pub fn router(sim: Sim) -> Router {
     Router::new()
         .route("/devices", get(devices))
-        .route("/devices/{id}/faults", get(get_faults).put(put_faults))
+        .route(
+            "/devices/{id}/faults",
+            get(get_faults).put(patch_faults).patch(patch_faults).delete(clear_faults),
+        )
         .route("/sensors/{id}", get(sensor))
         .route("/clock", put(clock))
         .with_state(sim)

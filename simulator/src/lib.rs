@@ -507,6 +507,15 @@ impl Simulator {
         Ok(())
     }
 
+    /// Changes the fault fields `patch` names (a JSON object) and keeps the others; `null`
+    /// sets a field back to healthy. Returns the device's faults after the change.
+    pub fn update_faults(&self, device: &str, patch: &serde_json::Value) -> Result<Faults, SimError> {
+        let current = self.faults(device).ok_or_else(|| SimError::UnknownDevice(device.to_string()))?;
+        let next = faults::merged(&current, patch).map_err(SimError::Faults)?;
+        self.set_faults(device, next.clone())?;
+        Ok(next)
+    }
+
     pub fn stats(&self, device: &str) -> Option<Stats> {
         self.endpoint(device).map(|e| e.counters.snapshot())
     }

@@ -36,6 +36,7 @@ pub struct Counters {
     pub open: AtomicU32,
     pub max_open: AtomicU32,
     pub requests: AtomicU64,
+    pub stalls: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -48,6 +49,8 @@ pub struct Stats {
     /// The most connections open at the same time.
     pub max_open: u32,
     pub requests: u64,
+    /// Requests that got no reply because their connection stalled.
+    pub stalls: u64,
 }
 
 impl Counters {
@@ -58,6 +61,7 @@ impl Counters {
             open: self.open.load(Ordering::Relaxed),
             max_open: self.max_open.load(Ordering::Relaxed),
             requests: self.requests.load(Ordering::Relaxed),
+            stalls: self.stalls.load(Ordering::Relaxed),
         }
     }
 }
@@ -82,10 +86,30 @@ impl Drop for OpenGuard {
     }
 }
 
+/// What the service decided about one connection: reset it, or stall it.
+#[derive(Default)]
+pub struct ConnFate {
+    reset: AtomicBool,
+    /// The connection answers nothing before this instant.
+    stalled_until: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// A stall just ended: what was sent during it is discarded, unanswered.
+    drain: AtomicBool,
+}
+
+impl ConnFate {
+    fn stalled_until(&self) -> Option<tokio::time::Instant> {
+        *self.stalled_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn stall(&self, until: tokio::time::Instant) {
+        *self.stalled_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+    }
+}
+
 /// The socket of one connection; reads fail once the service decided to reset it.
 pub struct SimStream {
     inner: TcpStream,
-    reset: Arc<AtomicBool>,
+    fate: Arc<ConnFate>,
     _guard: OpenGuard,
 }
 
@@ -95,8 +119,23 @@ impl AsyncRead for SimStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if self.reset.load(Ordering::Acquire) {
+        if self.fate.reset.load(Ordering::Acquire) {
             return Poll::Ready(Err(io::Error::from(io::ErrorKind::ConnectionReset)));
+        }
+        if self.fate.drain.load(Ordering::Acquire) {
+            // Requests queued behind a stall are never answered: read and drop them.
+            let mut scratch = [0u8; 1024];
+            loop {
+                let mut sink = ReadBuf::new(&mut scratch);
+                match Pin::new(&mut self.inner).poll_read(cx, &mut sink) {
+                    Poll::Ready(Ok(())) if !sink.filled().is_empty() => continue,
+                    Poll::Ready(result) => return Poll::Ready(result),
+                    Poll::Pending => {
+                        self.fate.drain.store(false, Ordering::Release);
+                        return Poll::Pending;
+                    }
+                }
+            }
         }
         Pin::new(&mut self.inner).poll_read(cx, buf)
     }
@@ -118,7 +157,7 @@ impl AsyncWrite for SimStream {
 pub struct ConnService {
     state: Arc<State>,
     endpoint: Arc<Endpoint>,
-    reset: Arc<AtomicBool>,
+    fate: Arc<ConnFate>,
 }
 
 type Reply = Result<Option<Response>, ExceptionCode>;
@@ -132,12 +171,12 @@ impl Service for ConnService {
     fn call(&self, req: Self::Request) -> Self::Future {
         let state = self.state.clone();
         let endpoint = self.endpoint.clone();
-        let reset = self.reset.clone();
-        Box::pin(async move { answer(&state, &endpoint, &reset, req).await })
+        let fate = self.fate.clone();
+        Box::pin(async move { answer(&state, &endpoint, &fate, req).await })
     }
 }
 
-async fn answer(state: &State, endpoint: &Endpoint, reset: &AtomicBool, req: SlaveRequest<'static>) -> Reply {
+async fn answer(state: &State, endpoint: &Endpoint, fate: &ConnFate, req: SlaveRequest<'static>) -> Reply {
     endpoint.counters.requests.fetch_add(1, Ordering::Relaxed);
     let Some(device) = endpoint.devices.iter().find(|id| state.unit_of(id) == Some(req.slave)) else {
         // Nobody on a serial bus answers for an absent unit; a TCP gateway says so.
@@ -152,7 +191,23 @@ async fn answer(state: &State, endpoint: &Endpoint, reset: &AtomicBool, req: Sla
         return Ok(None);
     }
     if state.chance(device, faults.reset) {
-        reset.store(true, Ordering::Release);
+        fate.reset.store(true, Ordering::Release);
+        return Ok(None);
+    }
+    let now = tokio::time::Instant::now();
+    let stalled = match fate.stalled_until() {
+        Some(until) if now < until => Some(until),
+        _ if state.chance(device, faults.stall) => {
+            let until = now + Duration::from_millis(faults.stall_ms);
+            fate.stall(until);
+            Some(until)
+        }
+        _ => None,
+    };
+    if let Some(until) = stalled {
+        endpoint.counters.stalls.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep_until(until).await;
+        fate.drain.store(true, Ordering::Release);
         return Ok(None);
     }
     if state.chance(device, faults.no_reply) {
@@ -219,9 +274,9 @@ fn on_connected(
     endpoint.counters.accepted.fetch_add(1, Ordering::Relaxed);
     endpoint.counters.max_open.fetch_max(open, Ordering::Relaxed);
     let _ = stream.set_nodelay(true);
-    let reset = Arc::new(AtomicBool::new(false));
-    let service = ConnService { state: state.clone(), endpoint: endpoint.clone(), reset: reset.clone() };
-    Ok(Some((service, SimStream { inner: stream, reset, _guard: guard })))
+    let fate = Arc::new(ConnFate::default());
+    let service = ConnService { state: state.clone(), endpoint: endpoint.clone(), fate: fate.clone() };
+    Ok(Some((service, SimStream { inner: stream, fate, _guard: guard })))
 }
 
 /// Serves `endpoint` until shutdown, closing the listener while any of its devices is
@@ -294,7 +349,7 @@ pub async fn run_serial(
     master: tokio_serial::SerialStream,
     slave: tokio_serial::SerialStream,
 ) {
-    let service = ConnService { state: state.clone(), endpoint, reset: Arc::new(AtomicBool::new(false)) };
+    let service = ConnService { state: state.clone(), endpoint, fate: Arc::new(ConnFate::default()) };
     let mut watch = state.subscribe();
     let st = state.clone();
     let abort = async move { while watch.changed().await.is_ok() && !st.is_shut_down() {} };

@@ -162,6 +162,29 @@ async fn control_api_changes_faults_and_reports_values() {
     assert_eq!(sim.faults("d1").unwrap().latency_ms, 20);
     assert_eq!(sim.faults("d1").unwrap().exception_code, Some(6));
 
+    // Changing one fault keeps the others (merge, with PATCH or PUT); null clears one.
+    let (status, body) = send(&app, "PATCH", "/devices/d1/faults", r#"{"down": true}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!((body["down"].as_bool(), body["latency_ms"].as_u64()), (Some(true), Some(20)));
+    let (_, body) = send(
+        &app,
+        "PUT",
+        "/devices/d1/faults",
+        r#"{"down": false, "exception_code": null, "exception_rate": null}"#,
+    )
+    .await;
+    let f = sim.faults("d1").unwrap();
+    assert_eq!((f.down, f.latency_ms, f.exception_code), (false, 20, None), "{body}");
+    let (status, _) = send(&app, "PATCH", "/devices/d1/faults", r#"{"stall": 0.5, "stall_ms": 100}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(sim.faults("d1").unwrap().stall_ms, 100);
+    let (status, _) = send(&app, "PATCH", "/devices/d1/faults", r#"{"stall_ms": 0}"#).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "a stall share needs a stall length");
+    let (status, body) = send(&app, "DELETE", "/devices/d1/faults", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["latency_ms"], 0);
+    assert_eq!(sim.faults("d1").unwrap(), fieldgate_sim::Faults::default());
+
     let (status, _) = send(&app, "PUT", "/devices/d1/faults", r#"{"no_reply": 2}"#).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let (status, _) = send(&app, "PUT", "/devices/d1/faults", r#"{"bogus": 1}"#).await;

@@ -1,6 +1,6 @@
 //! Decoding Modbus registers into values: types, word orders, bits, strings, scaling.
 //!
-//! Word orders are two independent switches (DEVICE-FILES.md): `CDAB` reverses the
+//! Word orders are two independent switches (docs/device-files.md): `CDAB` reverses the
 //! register order, `BADC` swaps the two bytes inside each register, `DCBA` does both.
 //! Decoding undoes them to get the big-endian bytes `A B C D …`, then reads the type.
 

@@ -1,10 +1,11 @@
 //! Device I/O. Only this module talks to field devices.
 //!
 //! [`Driver`] is transport-independent: the Modbus implementation lives in `modbus.rs`,
-//! OPC UA in `opcua.rs` implements the same trait. Drivers return [`DriverError`]s that keep "the
+//! OPC UA in `opcua/` implements the same trait. Drivers return [`DriverError`]s that keep "the
 //! device answered no" (`Rejected`) apart from "the device did not answer" (`Timeout`,
-//! `Unavailable`, `Malformed`) and "the device is busy" (`Busy`): only the transient kinds
-//! say anything about a device's health.
+//! `Unavailable`, `Malformed`) and "the device is busy" (`Busy`): only those last kinds
+//! say anything about a device's health ([`DriverError::blames_device`]). `Queued` (the
+//! request never had its turn before the deadline) is worth retrying but blames nobody.
 
 pub mod codec;
 pub mod discover;
@@ -50,6 +51,11 @@ pub struct Sample {
 pub enum DriverError {
     #[error("no reply in time")]
     Timeout,
+    /// The call's deadline passed while its request waited for its turn on the connection
+    /// (behind another call's stalled request, or a serial line kept quiet): the device
+    /// was never asked, so this says nothing about its health.
+    #[error("no turn on the connection before the deadline")]
+    Queued,
     #[error("connection refused, reset or closed")]
     Unavailable { retry_after: Option<Duration> },
     #[error("the device is busy")]
@@ -87,8 +93,14 @@ pub enum Refusal {
 }
 
 impl DriverError {
-    /// Whether the failure says the device may be unhealthy (and may pass).
+    /// Whether the failure may pass: worth another attempt while the deadline allows.
     pub fn is_transient(&self) -> bool {
+        self.blames_device() || *self == DriverError::Queued
+    }
+
+    /// Whether the device itself failed this request (it was asked and did not answer
+    /// well): only these failures count against its breaker and a caller's retry limit.
+    pub fn blames_device(&self) -> bool {
         matches!(
             self,
             DriverError::Timeout

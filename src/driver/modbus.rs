@@ -31,6 +31,8 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Reads waiting for one endpoint; more are refused as busy rather than queued forever.
 const QUEUE: usize = 256;
+/// How long a caller that shared a request answered "busy" waits before sending its own.
+const BUSY_PAUSE: Duration = Duration::from_millis(50);
 
 /// One read request on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,12 +101,47 @@ impl Link {
     }
 
     /// Reads one block, sharing an identical read already queued or in flight.
+    ///
+    /// A caller that joined another caller's request did not fail at the device when that
+    /// request failed: it sends its own on the (fresh) connection while its deadline
+    /// allows, and otherwise ends with `Queued`, which blames nobody. So one stalled
+    /// request is one failure, the owner's, however many calls were waiting on it.
     pub async fn read(
         &self,
         key: ReadKey,
         timeout: Duration,
         options: ReadOptions,
     ) -> Result<Words, DriverError> {
+        let deadline = options.deadline;
+        loop {
+            let (first, result) = self.read_once(key, timeout, options).await;
+            match result {
+                Err(e) if !first && e.is_transient() => {
+                    if e == DriverError::Busy {
+                        // The device asked to be left alone for a moment.
+                        let pause = BUSY_PAUSE.mul_f64(0.5 + 0.5 * jitter());
+                        if Instant::now() + pause >= deadline {
+                            return Err(DriverError::Queued);
+                        }
+                        tokio::time::sleep(pause).await;
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(DriverError::Queued);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One request, or a share of an identical one: whether this caller sent it, and how
+    /// it went.
+    async fn read_once(
+        &self,
+        key: ReadKey,
+        timeout: Duration,
+        options: ReadOptions,
+    ) -> (bool, Result<Words, DriverError>) {
         let deadline = options.deadline;
         let (tx, rx) = oneshot::channel();
         let first = {
@@ -128,11 +165,12 @@ impl Link {
             }
         }
         // The connection task always answers; the margin only guards against a bug there.
-        match tokio::time::timeout_at(deadline + Duration::from_millis(50), rx).await {
+        let result = match tokio::time::timeout_at(deadline + Duration::from_millis(50), rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(DriverError::Unavailable { retry_after: None }),
-            Err(_) => Err(DriverError::Timeout),
-        }
+            Err(_) => Err(DriverError::Queued),
+        };
+        (first, result)
     }
 }
 
@@ -163,7 +201,8 @@ impl Connection {
     async fn run(mut self, mut rx: mpsc::Receiver<Job>) {
         while let Some(job) = rx.recv().await {
             let result = if Instant::now() >= job.deadline {
-                Err(DriverError::Timeout)
+                // Its turn came too late: the device was never asked.
+                Err(DriverError::Queued)
             } else {
                 self.execute(&job).await
             };
@@ -235,8 +274,11 @@ impl Connection {
         let limit = |job: &Job| job.timeout.min(job.deadline.saturating_duration_since(Instant::now()));
         if let Some(quiet) = self.quiet_until.take() {
             if quiet > job.deadline {
+                // The line must stay quiet beyond this call's deadline: the call waits for
+                // it as long as it may, and the device is not to blame.
+                tokio::time::sleep_until(job.deadline).await;
                 self.quiet_until = Some(quiet);
-                return Err(DriverError::Unavailable { retry_after: Some(quiet - Instant::now()) });
+                return Err(DriverError::Queued);
             }
             tokio::time::sleep_until(quiet).await;
         }

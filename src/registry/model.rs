@@ -64,7 +64,7 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
-/// Register byte/word order of multi-register values (see DEVICE-FILES.md).
+/// Register byte/word order of multi-register values (see docs/device-files.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub enum WordOrder {
     ABCD,

@@ -139,6 +139,27 @@ impl Breaker {
         Ok(Permit { breaker: self.clone(), probe, recorded: false })
     }
 
+    /// A probe now, whatever is left of the open period (an operator asked for it): a
+    /// permit, or `None` while another probe is running. A closed breaker gives an
+    /// ordinary permit.
+    pub fn force_probe(&self) -> Option<Permit> {
+        let mut i = self.lock();
+        let probe = match i.state {
+            State::Closed => false,
+            State::HalfOpen { probing: true } => return None,
+            State::Open { .. } | State::HalfOpen { probing: false } => {
+                i.state = State::HalfOpen { probing: true };
+                true
+            }
+        };
+        Some(Permit { breaker: self.clone(), probe, recorded: false })
+    }
+
+    /// The open period that follows the current one if the next probe fails.
+    pub fn base_open(&self) -> Duration {
+        self.settings.open
+    }
+
     fn open_period(&self, reopenings: u32) -> Duration {
         self.settings.open.saturating_mul(1u32 << reopenings.min(16)).min(self.settings.max_open)
     }
@@ -310,6 +331,22 @@ mod tests {
         advance(Duration::from_secs(5)).await;
         drop(b.try_acquire().unwrap());
         assert!(b.try_acquire().unwrap().is_probe());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_forced_probe_runs_before_the_open_period_ends_and_only_once() {
+        let b = Breaker::new(settings());
+        fail(&b, 5);
+        let probe = b.force_probe().expect("an open breaker can be probed at once");
+        assert!(probe.is_probe());
+        assert!(b.force_probe().is_none(), "a second probe while one runs");
+        assert!(b.try_acquire().is_err());
+        probe.record(Outcome::Transient);
+        // The failed probe reopened it for the next period.
+        assert_eq!(b.try_acquire().err(), Some(Duration::from_secs(10)));
+        b.force_probe().unwrap().record(Outcome::Success);
+        assert_eq!(b.snapshot().state, SnapshotState::Closed);
+        assert!(!b.force_probe().unwrap().is_probe(), "a closed breaker gives an ordinary permit");
     }
 
     #[tokio::test(start_paused = true)]

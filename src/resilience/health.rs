@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tokio::time::Instant;
 
 use crate::driver::DriverError;
 
@@ -14,7 +15,12 @@ const SAMPLES: usize = 100;
 #[derive(Default)]
 struct Inner {
     last_success: Option<DateTime<Utc>>,
+    /// The first failure since the last success: when (for people) and the monotonic
+    /// instant (for how long, whatever the wall clock does).
+    failing_since: Option<(DateTime<Utc>, Instant)>,
     last_error: Option<(DriverError, DateTime<Utc>)>,
+    /// Reads the device failed (no reply, refused, malformed, busy) since start.
+    failures: u64,
     latencies: VecDeque<Duration>,
 }
 
@@ -28,6 +34,10 @@ pub struct Health {
 pub struct HealthSnapshot {
     pub last_success: Option<DateTime<Utc>>,
     pub last_error: Option<(DriverError, DateTime<Utc>)>,
+    /// The first failure since the last success: since when the device is failing.
+    pub failing_since: Option<DateTime<Utc>>,
+    /// Reads the device failed since start.
+    pub failures: u64,
     /// p50, p99 and the number of reads they are taken over.
     pub latency: Option<(Duration, Duration, usize)>,
 }
@@ -42,8 +52,18 @@ impl Health {
         let now = Utc::now();
         let mut i = self.lock();
         match error {
-            None => i.last_success = Some(now),
-            Some(e) => i.last_error = Some((e.clone(), now)),
+            None => {
+                i.last_success = Some(now);
+                i.failing_since = None;
+            }
+            Some(e) => {
+                i.last_error = Some((e.clone(), now));
+                // A device that answered "no" is alive: only its silence makes it failing.
+                if e.blames_device() {
+                    i.failing_since.get_or_insert((now, Instant::now()));
+                    i.failures += 1;
+                }
+            }
         }
         i.latencies.push_back(took);
         if i.latencies.len() > SAMPLES {
@@ -53,12 +73,22 @@ impl Health {
 
     /// The device was heard from without a read (an OPC UA subscription's data change).
     pub fn heard(&self) {
-        self.lock().last_success = Some(Utc::now());
+        let mut i = self.lock();
+        i.last_success = Some(Utc::now());
+        i.failing_since = None;
     }
 
     /// The device was lost without a read failing (an OPC UA subscription's session).
     pub fn lost(&self, error: DriverError) {
-        self.lock().last_error = Some((error, Utc::now()));
+        let now = Utc::now();
+        let mut i = self.lock();
+        i.last_error = Some((error, now));
+        i.failing_since.get_or_insert((now, Instant::now()));
+    }
+
+    /// Since when the device is failing (no success since), if it is, and for how long.
+    pub fn failing_since(&self) -> Option<(DateTime<Utc>, Duration)> {
+        self.lock().failing_since.map(|(t, i)| (t, i.elapsed()))
     }
 
     pub fn last_success(&self) -> Option<DateTime<Utc>> {
@@ -73,6 +103,12 @@ impl Health {
             let at = |p: usize| v[((v.len() - 1) * p).div_ceil(100)];
             (at(50), at(99), v.len())
         });
-        HealthSnapshot { last_success: i.last_success, last_error: i.last_error.clone(), latency }
+        HealthSnapshot {
+            last_success: i.last_success,
+            last_error: i.last_error.clone(),
+            failing_since: i.failing_since.map(|(t, _)| t),
+            failures: i.failures,
+            latency,
+        }
     }
 }

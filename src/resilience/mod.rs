@@ -8,9 +8,12 @@ pub mod breaker;
 pub mod health;
 pub mod repeat;
 
+pub mod probe;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use crate::config::Config;
@@ -27,7 +30,24 @@ pub enum ReadError {
     /// The device's breaker is open; a probe is allowed after `retry_after`.
     CircuitOpen {
         retry_after: Duration,
+        /// Since when the device is failing, if known.
+        down_since: Option<DateTime<Utc>>,
+        /// Down for longer than `breaker.report_down_after_s`: a person should know.
+        report: bool,
     },
+}
+
+/// How a probe went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    /// The device answered: its breaker is closed and every block on it lifted.
+    Answered,
+    /// The device failed the probe; the breaker stays open for its next period.
+    Failed(DriverError),
+    /// Not probed: another probe is running, or (unforced) the open period is not over.
+    NotNow { retry_after: Duration },
+    /// The device has no sensor to read, or is not one of this registry's.
+    Unknown,
 }
 
 /// The breaker and health of one device.
@@ -46,6 +66,9 @@ pub struct RetryPolicy {
 pub struct Resilience {
     guards: HashMap<DeviceId, Guard>,
     retry: RetryPolicy,
+    /// Down for longer than this: `CIRCUIT_OPEN` tells the agent to report the device.
+    report_after: Duration,
+    deadline: Duration,
 }
 
 /// Breaker settings of a device: its own where its file sets them, else the defaults.
@@ -70,6 +93,25 @@ fn jitter() -> f64 {
 }
 
 impl Resilience {
+    /// Guards for `devices` with one breaker setting (unit tests of the read loop).
+    #[cfg(test)]
+    fn for_devices(devices: &[DeviceId], settings: BreakerSettings, config: &Config) -> Resilience {
+        let guards = devices
+            .iter()
+            .map(|d| (d.clone(), Guard { breaker: Breaker::new(settings), health: Health::default() }))
+            .collect();
+        let retry = RetryPolicy {
+            max_retries: config.calls.max_retries,
+            first_backoff: Duration::from_millis(config.calls.retry_backoff_ms),
+        };
+        Resilience {
+            guards,
+            retry,
+            report_after: Duration::from_secs(config.breaker.report_down_after_s),
+            deadline: Duration::from_millis(config.calls.deadline_ms),
+        }
+    }
+
     pub fn new(registry: &Registry, config: &Config) -> Resilience {
         let guards = registry
             .devices()
@@ -85,7 +127,18 @@ impl Resilience {
             max_retries: config.calls.max_retries,
             first_backoff: Duration::from_millis(config.calls.retry_backoff_ms),
         };
-        Resilience { guards, retry }
+        Resilience {
+            guards,
+            retry,
+            report_after: Duration::from_secs(config.breaker.report_down_after_s),
+            deadline: Duration::from_millis(config.calls.deadline_ms),
+        }
+    }
+
+    fn circuit_open(&self, guard: &Guard, retry_after: Duration) -> ReadError {
+        let failing = guard.health.failing_since();
+        let report = failing.is_some_and(|(_, down)| down >= self.report_after);
+        ReadError::CircuitOpen { retry_after, down_since: failing.map(|(t, _)| t), report }
     }
 
     pub fn guard(&self, device: &DeviceId) -> Option<&Guard> {
@@ -116,33 +169,20 @@ impl Resilience {
             let permit = match guard.breaker.try_acquire() {
                 Ok(p) => p,
                 Err(retry_after) => {
+                    let open = self.circuit_open(guard, retry_after);
                     if out.is_empty() {
-                        out = sensors.iter().map(|_| Err(ReadError::CircuitOpen { retry_after })).collect();
+                        out = sensors.iter().map(|_| Err(open.clone())).collect();
                     }
                     for &i in &pending {
-                        out[i] = Err(ReadError::CircuitOpen { retry_after });
+                        out[i] = Err(open.clone());
                     }
                     return (out, attempts);
                 }
             };
             attempts += 1;
             let group: Vec<&Sensor> = pending.iter().map(|&i| sensors[i]).collect();
-            let started = Instant::now();
             let options = ReadOptions { deadline, probe: permit.is_probe() };
-            let results = driver.read(&group, options).await;
-            let took = started.elapsed();
-            let any_ok = results.iter().any(Result::is_ok);
-            let transient =
-                results.iter().find_map(|r| r.as_ref().err().filter(|e| e.is_transient())).cloned();
-            let outcome = match (&transient, any_ok) {
-                (_, true) => Outcome::Success,
-                (Some(_), false) => Outcome::Transient,
-                (None, false) => Outcome::Rejected,
-            };
-            permit.record(outcome);
-            let whole_failure =
-                if any_ok { None } else { results.iter().find_map(|r| r.as_ref().err()).cloned() };
-            guard.health.record(took, whole_failure.as_ref());
+            let results = attempt(guard, permit, driver, &group, options).await;
             let mut again = Vec::new();
             let mut answered = results.into_iter().zip(&pending).map(|(r, &i)| {
                 if r.as_ref().err().is_some_and(DriverError::is_transient) {
@@ -171,4 +211,75 @@ impl Resilience {
             pending = again;
         }
     }
+
+    /// One small read of `sensor` (one register or one node) on the device's breaker
+    /// schedule: fieldgate's own probe while callers are refused or blocked. `force` (an
+    /// operator asked) probes at once, whatever is left of the open period.
+    pub async fn probe(
+        &self,
+        device: &DeviceId,
+        driver: &dyn Driver,
+        sensor: &Sensor,
+        force: bool,
+    ) -> ProbeOutcome {
+        let Some(guard) = self.guards.get(device) else { return ProbeOutcome::Unknown };
+        let permit = if force {
+            match guard.breaker.force_probe() {
+                Some(p) => p,
+                None => return ProbeOutcome::NotNow { retry_after: Duration::from_millis(100) },
+            }
+        } else {
+            match guard.breaker.try_acquire() {
+                Ok(p) => p,
+                Err(retry_after) => return ProbeOutcome::NotNow { retry_after },
+            }
+        };
+        let options = ReadOptions { deadline: Instant::now() + self.deadline, probe: true };
+        let mut results = attempt(guard, permit, driver, &[sensor], options).await;
+        match results.pop() {
+            Some(Ok(_)) => ProbeOutcome::Answered,
+            // The device answered "no" for this sensor: alive all the same.
+            Some(Err(e)) if !e.is_transient() => ProbeOutcome::Answered,
+            Some(Err(e)) => ProbeOutcome::Failed(e),
+            None => ProbeOutcome::Failed(DriverError::Malformed),
+        }
+    }
 }
+
+/// One device attempt under `permit`: the driver's results, with the verdict given to the
+/// breaker and the device's health. An attempt whose requests never had their turn
+/// (every failure `Queued`) judges nothing: the device was not asked.
+async fn attempt(
+    guard: &Guard,
+    permit: breaker::Permit,
+    driver: &dyn Driver,
+    sensors: &[&Sensor],
+    options: ReadOptions,
+) -> Vec<Result<Sample, DriverError>> {
+    let started = Instant::now();
+    let results = driver.read(sensors, options).await;
+    let took = started.elapsed();
+    let any_ok = results.iter().any(Result::is_ok);
+    let blamed = results.iter().find_map(|r| r.as_ref().err().filter(|e| e.blames_device()));
+    let asked = results.iter().find_map(|r| r.as_ref().err().filter(|e| **e != DriverError::Queued));
+    match (any_ok, blamed, asked) {
+        (true, _, _) => {
+            permit.record(Outcome::Success);
+            guard.health.record(took, None);
+        }
+        (false, Some(e), _) => {
+            permit.record(Outcome::Transient);
+            guard.health.record(took, Some(e));
+        }
+        (false, None, Some(e)) => {
+            permit.record(Outcome::Rejected);
+            guard.health.record(took, Some(e));
+        }
+        // Dropped unrecorded: a probe's slot is freed for the next one.
+        (false, None, None) => drop(permit),
+    }
+    results
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,14 @@
-//! The cross-call retry limit (TOOL-CONTRACT.md §5): after `limit` retryable failures in a
-//! row of the very same call within `window`, the next identical call is refused with
-//! `RETRY_LIMIT_REACHED` until the window ends or the device read successfully since.
+//! The cross-call retry limit (docs/tool-contract.md §5): after `limit` calls in a row of
+//! the very same call failed at the device within `window`, the next identical call is
+//! refused with `RETRY_LIMIT_REACHED` until the window ends or the device answered since
+//! (a call, a poll or fieldgate's own probe).
+//!
+//! It counts what the caller did, not what happened around it: a call counts once when
+//! its own attempts at the device all failed ([`Verdict::DeviceFailure`]); a failure that
+//! another call's stalled request caused, or a `RATE_LIMITED` answer, changes nothing; a
+//! `CIRCUIT_OPEN` answer counts only when the caller came back before the
+//! `retry_after_ms` it was given, so a caller that waits as told is never blocked by
+//! fieldgate's own fail-fast.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,6 +26,8 @@ struct Streak {
     first: Instant,
     last_failure: DateTime<Utc>,
     device: Option<String>,
+    /// The caller was told not to come back before this (a `CIRCUIT_OPEN` answer).
+    not_before: Option<Instant>,
 }
 
 pub struct RepeatGuard {
@@ -32,6 +42,20 @@ pub struct Blocked {
     pub failures: u32,
     pub device: Option<String>,
     pub until_window_ends: Duration,
+}
+
+/// What one call's outcome means for its streak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// It succeeded, or failed in a way no repetition changes: the streak ends.
+    Ended,
+    /// Every attempt it made at the device failed with a transient error: one count.
+    DeviceFailure,
+    /// Nothing the caller did: rate limited, or failed behind another call's request.
+    Neutral,
+    /// Answered `CIRCUIT_OPEN` with this wait: counts only for a caller that came back
+    /// before the wait it was given the last time.
+    CircuitOpen { retry_after: Duration },
 }
 
 /// `tool` and its arguments with object keys sorted, so that key order does not matter.
@@ -106,35 +130,66 @@ impl RepeatGuard {
         })
     }
 
-    /// Records the outcome of a call that was made.
-    pub fn record(&self, key: String, retryable_failure: bool, device: Option<&str>) {
+    /// Records what the outcome of a call that was made means.
+    pub fn record(&self, key: String, verdict: Verdict, device: Option<&str>) {
         let mut map = self.lock();
-        if !retryable_failure {
-            map.remove(&key);
-            return;
-        }
+        let now = Instant::now();
+        let counts = match verdict {
+            Verdict::Ended => {
+                map.remove(&key);
+                return;
+            }
+            Verdict::Neutral => return,
+            Verdict::DeviceFailure => true,
+            Verdict::CircuitOpen { .. } => map.get(&key).and_then(|s| s.not_before).is_some_and(|t| now < t),
+        };
         if map.len() >= MAX_ENTRIES
             && !map.contains_key(&key)
             && let Some(oldest) = map.iter().min_by_key(|(_, s)| s.first).map(|(k, _)| k.clone())
         {
             map.remove(&oldest);
         }
-        let now = Instant::now();
         let s = map.entry(key).or_insert(Streak {
             failures: 0,
             first: now,
             last_failure: Utc::now(),
             device: None,
+            not_before: None,
         });
         if now.duration_since(s.first) >= self.window {
             s.failures = 0;
             s.first = now;
         }
-        s.failures += 1;
-        s.last_failure = Utc::now();
+        if counts {
+            s.failures += 1;
+            s.last_failure = Utc::now();
+        }
+        if let Verdict::CircuitOpen { retry_after } = verdict {
+            s.not_before = Some(now + retry_after);
+        }
         if device.is_some() {
             s.device = device.map(str::to_string);
         }
+    }
+
+    /// Devices with a blocked call (at the limit, inside the window): fieldgate probes
+    /// them itself, since their callers no longer reach them.
+    /// Blocks the device lifted already (it answered since, per `last_success`) are left
+    /// out.
+    pub fn blocked_devices(&self, last_success: impl Fn(&str) -> Option<DateTime<Utc>>) -> Vec<String> {
+        let map = self.lock();
+        let mut out: Vec<String> = map
+            .values()
+            .filter(|s| s.failures >= self.limit && s.first.elapsed() < self.window)
+            .filter_map(|s| {
+                let d = s.device.as_deref()?;
+                let recovered = last_success(d).is_some_and(|t| t > s.last_failure);
+                (!recovered).then(|| d.to_string())
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 }
 
@@ -159,10 +214,10 @@ mod tests {
         let none = |_: &str| None;
         for _ in 0..2 {
             assert!(g.check("k", none).is_none());
-            g.record("k".into(), true, Some("d"));
+            g.record("k".into(), Verdict::DeviceFailure, Some("d"));
         }
         assert!(g.check("k", none).is_none(), "two failures are not yet the limit");
-        g.record("k".into(), true, Some("d"));
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
         let b = g.check("k", none).unwrap();
         assert_eq!((b.failures, b.device.as_deref()), (3, Some("d")));
         assert!(g.check("other", none).is_none(), "other calls are not affected");
@@ -175,10 +230,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_success_in_between_resets_the_streak() {
         let g = RepeatGuard::new(3, Duration::from_secs(300));
-        g.record("k".into(), true, Some("d"));
-        g.record("k".into(), true, Some("d"));
-        g.record("k".into(), false, Some("d"));
-        g.record("k".into(), true, Some("d"));
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        g.record("k".into(), Verdict::Ended, Some("d"));
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
         assert!(g.check("k", |_| None).is_none());
     }
 
@@ -186,10 +241,56 @@ mod tests {
     async fn the_device_answering_again_lifts_the_block() {
         let g = RepeatGuard::new(3, Duration::from_secs(300));
         for _ in 0..3 {
-            g.record("k".into(), true, Some("d"));
+            g.record("k".into(), Verdict::DeviceFailure, Some("d"));
         }
         assert!(g.check("k", |_| None).is_some());
         let later = Utc::now() + chrono::Duration::seconds(1);
         assert!(g.check("k", |d| (d == "d").then_some(later)).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limits_and_failures_behind_other_calls_change_nothing() {
+        let g = RepeatGuard::new(3, Duration::from_secs(300));
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        for _ in 0..10 {
+            g.record("k".into(), Verdict::Neutral, Some("d"));
+        }
+        assert!(g.check("k", |_| None).is_none(), "neutral answers neither count nor end the streak");
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        assert_eq!(g.check("k", |_| None).map(|b| b.failures), Some(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn circuit_open_counts_only_for_a_caller_that_came_back_too_soon() {
+        let g = RepeatGuard::new(3, Duration::from_secs(300));
+        let wait = Duration::from_secs(5);
+        // A patient caller: each time it comes back after the wait it was given.
+        for _ in 0..10 {
+            g.record("k".into(), Verdict::CircuitOpen { retry_after: wait }, Some("d"));
+            assert!(g.check("k", |_| None).is_none());
+            tokio::time::advance(wait).await;
+        }
+        assert!(g.blocked_devices(|_| None).is_empty());
+        // An impatient one: it comes back at once, three times.
+        g.record("j".into(), Verdict::CircuitOpen { retry_after: wait }, Some("d"));
+        for _ in 0..3 {
+            tokio::time::advance(Duration::from_millis(100)).await;
+            g.record("j".into(), Verdict::CircuitOpen { retry_after: wait }, Some("d"));
+        }
+        assert_eq!(g.check("j", |_| None).map(|b| b.failures), Some(3));
+        assert_eq!(g.blocked_devices(|_| None), vec!["d".to_string()]);
+        assert!(g.check("k", |_| None).is_none(), "the patient caller is still not blocked");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn blocked_devices_forget_a_block_whose_window_ended() {
+        let g = RepeatGuard::new(2, Duration::from_secs(60));
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        assert!(g.blocked_devices(|_| None).is_empty(), "one failure blocks nothing");
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        assert_eq!(g.blocked_devices(|_| None), vec!["d".to_string()]);
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(g.blocked_devices(|_| None).is_empty());
     }
 }

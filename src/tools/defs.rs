@@ -296,6 +296,9 @@ pub struct BreakerStatus {
     pub consecutive_failures: u32,
     /// Time until a probe is allowed, when open.
     pub retry_after_ms: Option<u64>,
+    /// When fieldgate probes the device itself next (RFC 3339): while the breaker is open,
+    /// at the end of the open period; `null` when no probe is planned.
+    pub next_probe_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -322,6 +325,11 @@ pub struct DeviceStatus {
     pub breaker: BreakerStatus,
     pub last_success: Option<String>,
     pub last_error: Option<LastError>,
+    /// While the device is down: the first failure since its last success (RFC 3339).
+    pub down_since: Option<String>,
+    /// Reads the device failed (no reply, refused or dropped connection, malformed reply,
+    /// busy) since fieldgate started; one stalled request is one failure.
+    pub failures: u64,
     pub latency: Option<Latency>,
     pub sensors: usize,
 }
@@ -329,6 +337,27 @@ pub struct DeviceStatus {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct DeviceStatusData {
     pub devices: Vec<DeviceStatus>,
+}
+
+/// How an operator's probe went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeResult {
+    /// The device answered: its breaker is closed and blocked calls are lifted.
+    Answered,
+    /// The device did not answer well; `error` says how.
+    Failed,
+    /// Another probe of the device is running; ask again after `retry_after_ms`.
+    NotNow,
+}
+
+/// `POST /v1/devices/{id}/probe`: the outcome and the device's state after it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ProbeData {
+    pub outcome: ProbeResult,
+    pub error: Option<LastError>,
+    pub retry_after_ms: Option<u64>,
+    pub device: DeviceStatus,
 }
 
 // ---------------------------------------------------------------- work orders

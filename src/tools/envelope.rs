@@ -1,4 +1,4 @@
-//! The envelope every tool returns over every transport (TOOL-CONTRACT.md §1-2).
+//! The envelope every tool returns over every transport (docs/tool-contract.md §1-2).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -100,6 +100,11 @@ pub struct ToolError {
     /// Every problem, when there were several.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub details: Vec<Detail>,
+    /// Not on the wire: the failure was caused by another call (this call's request never
+    /// had its turn), so it does not count toward the caller's retry limit.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub(crate) blameless: bool,
 }
 
 /// Cuts what a caller sent to 100 characters for echoing it back.
@@ -124,6 +129,7 @@ impl ToolError {
             suggestions: Vec::new(),
             device_id: None,
             details: Vec::new(),
+            blameless: false,
         }
     }
 

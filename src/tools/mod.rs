@@ -31,7 +31,7 @@ use crate::driver::Drivers;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::resilience::Resilience;
-use crate::resilience::repeat::{RepeatGuard, call_key};
+use crate::resilience::repeat::{RepeatGuard, Verdict, call_key};
 use crate::store::HistoryStore;
 use validate::InputValidator;
 
@@ -91,7 +91,7 @@ pub(crate) struct Inner {
     pub(crate) metrics: Arc<Metrics>,
     limiter: limits::RateLimiter,
     pub(crate) resilience: Resilience,
-    repeat: RepeatGuard,
+    pub(crate) repeat: RepeatGuard,
     pub(crate) history: Option<Arc<HistoryStore>>,
     pub(crate) work_orders: Option<Arc<crate::store::work_orders::WorkOrderStore>>,
 }
@@ -259,24 +259,12 @@ impl ToolService {
             attempts,
         };
         if reads && blocked.is_none() {
-            let (retryable, device) = match &result {
-                Err(e)
-                    if matches!(
-                        e.code,
-                        ErrorCode::DeviceTimeout
-                            | ErrorCode::DeviceUnavailable
-                            | ErrorCode::DeviceBusy
-                            | ErrorCode::CircuitOpen
-                    ) =>
-                {
-                    (true, e.device_id.as_deref())
-                }
-                _ => (false, None),
-            };
-            // A success only has to end a streak, and there is none to end in an empty guard.
-            if retryable || !self.inner.repeat.is_empty() {
+            let verdict = verdict(&result);
+            // Only a failure has to be remembered, and an empty guard has no streak to end.
+            if verdict != Verdict::Ended || !self.inner.repeat.is_empty() {
+                let device = result.as_ref().err().and_then(|e| e.device_id.as_deref());
                 let key = key.unwrap_or_else(|| call_key(spec.name, &args));
-                self.inner.repeat.record(key, retryable, device);
+                self.inner.repeat.record(key, verdict, device);
             }
         }
         let envelope = match result {
@@ -302,16 +290,7 @@ impl ToolService {
                     .with_retry_after(wait.as_millis() as u64 + 1))
             }
         };
-        let meta = Meta {
-            call_id: new_call_id(),
-            tool: name.to_string(),
-            duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
-            attempts: 0,
-        };
-        match result {
-            Ok(data) => Envelope::success(data, meta),
-            Err(e) => Envelope::failure(e, meta),
-        }
+        finish(name, started, 0, result)
     }
 
     /// An operator's decision on a work order (`approve`, `reject`, `start`, `complete`,
@@ -357,16 +336,23 @@ impl ToolService {
                 }
             }
         };
-        let meta = Meta {
-            call_id: new_call_id(),
-            tool: format!("work_order_{action}").chars().take(40).collect(),
-            duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
-            attempts: 0,
+        finish(&format!("work_order_{action}"), started, 0, result)
+    }
+
+    /// An operator's probe of a device, at once, whatever its breaker says: the outcome
+    /// and the device's state after it. Only the operator role may.
+    pub async fn probe_device(&self, caller: &Caller, id: &str) -> Envelope {
+        let started = Instant::now();
+        let result = match caller.role {
+            Role::Agent => Err(ToolError::new(
+                ErrorCode::Unauthorized,
+                "Only an operator can probe a device.",
+                "fieldgate probes failing devices itself; get_device_status shows when next.",
+            )),
+            Role::Operator => status::probe(&self.inner, id).await,
         };
-        match result {
-            Ok(data) => Envelope::success(data, meta),
-            Err(e) => Envelope::failure(e, meta),
-        }
+        let attempts = u32::from(matches!(caller.role, Role::Operator) && result.is_ok());
+        finish("probe_device", started, attempts, result)
     }
 
     /// One sensor's description (`GET /v1/sensors/{id}`).
@@ -407,13 +393,47 @@ impl ToolService {
     }
 }
 
+/// The envelope of an operator action or resource (not an agent tool): `name` is
+/// reported as `meta.tool`.
+fn finish(name: &str, started: Instant, attempts: u32, result: ToolResult) -> Envelope {
+    let meta = Meta {
+        call_id: new_call_id(),
+        tool: name.chars().take(40).collect(),
+        duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
+        attempts,
+    };
+    match result {
+        Ok(data) => Envelope::success(data, meta),
+        Err(e) => Envelope::failure(e, meta),
+    }
+}
+
+/// What a read call's outcome means for the caller's retry limit: it counts only what the
+/// caller did (docs/tool-contract.md §5).
+fn verdict(result: &ToolResult) -> Verdict {
+    let Err(e) = result else { return Verdict::Ended };
+    match e.code {
+        ErrorCode::CircuitOpen => Verdict::CircuitOpen {
+            retry_after: std::time::Duration::from_millis(e.retry_after_ms.unwrap_or(0)),
+        },
+        ErrorCode::DeviceTimeout | ErrorCode::DeviceUnavailable | ErrorCode::DeviceBusy if e.blameless => {
+            Verdict::Neutral
+        }
+        ErrorCode::DeviceTimeout | ErrorCode::DeviceUnavailable | ErrorCode::DeviceBusy => {
+            Verdict::DeviceFailure
+        }
+        ErrorCode::RateLimited => Verdict::Neutral,
+        _ => Verdict::Ended,
+    }
+}
+
 /// `RETRY_LIMIT_REACHED`: the same call failed too often; stop and tell a person.
 fn retry_limit(b: Option<&crate::resilience::repeat::Blocked>) -> ToolError {
     let (n, device) = b.map_or((0, None), |b| (b.failures, b.device.clone()));
     let mut e = ToolError::new(
         ErrorCode::RetryLimitReached,
         format!("This exact call failed {n} times in a row; fieldgate will not repeat it for now."),
-        "Stop retrying. Report the problem to a person with the device's state from get_device_status.",
+        "Stop repeating this call. fieldgate probes the device itself and lifts the block once it answers; if it stays down, report it to a person with its state from get_device_status.",
     );
     e.device_id = device;
     e
@@ -451,7 +471,7 @@ fn parse_borrowed<'a, T: serde::Deserialize<'a>>(args: &'a Value) -> Result<T, T
     })
 }
 
-/// One structured event per call (TOOL-CONTRACT.md §8).
+/// One structured event per call (docs/tool-contract.md §8).
 fn trace_call(e: &Envelope, args: &str, caller: &Caller) {
     let code = e.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
     let retryable = e.error.as_ref().is_some_and(|e| e.retryable);

@@ -347,11 +347,21 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
     let retry =
         "Wait retry_after_ms, then retry; if it keeps failing, call get_device_status and report the device.";
     let e = match e {
-        ReadError::CircuitOpen { retry_after } => {
+        ReadError::CircuitOpen { retry_after, down_since, report } => {
+            let since = down_since
+                .map(|t| format!(" since {}", t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)))
+                .unwrap_or_default();
+            let hint = if *report {
+                format!(
+                    "Device {id} has been down{since}: report it to a person now (get_device_status shows its state). fieldgate keeps probing it; wait retry_after_ms before asking again."
+                )
+            } else {
+                "Wait retry_after_ms before asking again: fieldgate probes the device itself meanwhile, and get_device_status shows its state. Do not retry sooner.".to_string()
+            };
             return ToolError::new(
                 ErrorCode::CircuitOpen,
-                format!("Device {id} is failing; fieldgate stopped asking it for now (circuit breaker open)."),
-                "Wait retry_after_ms before asking again; get_device_status shows the device's state. Do not retry sooner.",
+                format!("Device {id} is failing{since}; fieldgate stopped asking it for now (circuit breaker open)."),
+                hint,
             )
             .with_retry_after((retry_after.as_millis() as u64).max(1))
             .with_device(id);
@@ -365,6 +375,18 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
             retry,
         )
         .with_retry_after(1000),
+        DriverError::Queued => {
+            let mut e = ToolError::new(
+                ErrorCode::DeviceTimeout,
+                format!(
+                    "Device {id} could not be asked in time: its connection was held by a request that got no reply."
+                ),
+                retry,
+            )
+            .with_retry_after(500);
+            e.blameless = true;
+            e
+        }
         DriverError::Unavailable { retry_after } => ToolError::new(
             ErrorCode::DeviceUnavailable,
             format!("Device {id} refused or dropped the connection."),
@@ -642,6 +664,7 @@ fn combine(mut errors: Vec<ToolError>, what: &str) -> ToolError {
     let Some(first) = errors.first().cloned() else { return ToolError::internal() };
     let mut e = ToolError::new(first.code, format!("{} {what}.", errors.len()), first.hint.clone());
     e.retry_after_ms = errors.iter().filter_map(|e| e.retry_after_ms).max().filter(|_| e.retryable);
+    e.blameless = errors.iter().all(|e| e.blameless);
     let devices: Vec<_> = errors.iter().filter_map(|e| e.device_id.clone()).collect();
     if !devices.is_empty() && devices.iter().all(|d| *d == devices[0]) {
         e.device_id = Some(devices[0].clone());

@@ -5,14 +5,14 @@ use chrono::SecondsFormat;
 
 use super::defs::{
     BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, GetDeviceStatusArgs, LastError,
-    Latency,
+    Latency, ProbeData, ProbeResult,
 };
 use super::readings::device_error;
-use super::{Inner, ToolResult, to_data};
+use super::{Inner, ToolError, ToolResult, to_data};
 use crate::ids::DeviceId;
 use crate::registry::Device;
-use crate::resilience::ReadError;
 use crate::resilience::breaker::SnapshotState;
+use crate::resilience::{ProbeOutcome, ReadError};
 
 fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
     let sensors: Vec<_> = inner.registry.sensors_of_device(&d.id).collect();
@@ -37,12 +37,21 @@ fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
                 },
                 consecutive_failures: b.consecutive_failures,
                 retry_after_ms: b.retry_after.map(|d| d.as_millis() as u64),
+                next_probe_at: b
+                    .retry_after
+                    .and_then(|d| chrono::Duration::from_std(d).ok())
+                    .map(|d| (chrono::Utc::now() + d).to_rfc3339_opts(SecondsFormat::Millis, true)),
             };
             (state, bs)
         }
         None => (
             DeviceState::Up,
-            BreakerStatus { state: BreakerState::Closed, consecutive_failures: 0, retry_after_ms: None },
+            BreakerStatus {
+                state: BreakerState::Closed,
+                consecutive_failures: 0,
+                retry_after_ms: None,
+                next_probe_at: None,
+            },
         ),
     };
     let last_error = match (&health.last_error, sensors.first()) {
@@ -61,6 +70,11 @@ fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
         breaker,
         last_success: health.last_success.map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true)),
         last_error,
+        down_since: health
+            .failing_since
+            .filter(|_| state == DeviceState::Down)
+            .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true)),
+        failures: health.failures,
         latency: health.latency.map(|(p50, p99, n)| Latency {
             p50_ms: (p50.as_secs_f64() * 1e6).round() / 1e3,
             p99_ms: (p99.as_secs_f64() * 1e6).round() / 1e3,
@@ -86,4 +100,30 @@ pub fn run(inner: &Inner, args: GetDeviceStatusArgs) -> ToolResult {
         None => registry.devices().iter().map(|d| status_of(inner, d)).collect(),
     };
     to_data(&DeviceStatusData { devices })
+}
+
+/// An operator's probe of one device, at once (`POST /v1/devices/{id}/probe`).
+pub async fn probe(inner: &Inner, raw: &str) -> ToolResult {
+    let registry = &inner.registry;
+    let Some(d) = raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id)) else {
+        return Err(super::validate::device_not_found(registry, raw, "GET /v1/devices lists every device."));
+    };
+    let (Some(driver), Some(sensor)) = (inner.drivers.get(&d.id), registry.sensors_of_device(&d.id).next())
+    else {
+        return Err(ToolError::internal());
+    };
+    let (outcome, error, retry_after_ms) =
+        match inner.resilience.probe(&d.id, driver.as_ref(), sensor, true).await {
+            ProbeOutcome::Answered => (ProbeResult::Answered, None, None),
+            ProbeOutcome::Failed(e) => {
+                let code = device_error(&ReadError::Driver(e), d, sensor).code;
+                let at = chrono::Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
+                (ProbeResult::Failed, Some(LastError { code, at }), None)
+            }
+            ProbeOutcome::NotNow { retry_after } => {
+                (ProbeResult::NotNow, None, Some((retry_after.as_millis() as u64).max(1)))
+            }
+            ProbeOutcome::Unknown => return Err(ToolError::internal()),
+        };
+    to_data(&ProbeData { outcome, error, retry_after_ms, device: status_of(inner, d) })
 }

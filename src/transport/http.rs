@@ -33,7 +33,7 @@ struct AppState {
     origins: Arc<Vec<String>>,
 }
 
-/// The one mapping from an envelope to an HTTP status (TOOL-CONTRACT.md §7).
+/// The one mapping from an envelope to an HTTP status (docs/tool-contract.md §7).
 pub fn status_of(e: &Envelope) -> StatusCode {
     let Some(err) = &e.error else { return StatusCode::OK };
     match err.code {
@@ -324,6 +324,20 @@ async fn act_on_work_order(
     res
 }
 
+/// `POST /v1/devices/{id}/probe`: an operator's probe of the device, at once.
+async fn probe_device(
+    State(st): State<AppState>,
+    Extension(c): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    let e = st.tools.probe_device(&c, &id).await;
+    let mut res = envelope_response(&e);
+    if e.error.as_ref().is_some_and(|err| err.code == ErrorCode::Unauthorized) {
+        *res.status_mut() = StatusCode::FORBIDDEN;
+    }
+    res
+}
+
 async fn devices(State(st): State<AppState>, Extension(c): Extension<Caller>) -> Response {
     match st.tools.call_as(&c, "get_device_status", json!({})).await {
         Ok(e) => envelope_response(&e),
@@ -433,6 +447,7 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken)
         .route("/v1/work-orders/{id}/{action}", post(act_on_work_order))
         .route("/v1/devices", get(devices))
         .route("/v1/devices/{id}", get(device))
+        .route("/v1/devices/{id}/probe", post(probe_device))
         .route("/metrics", get(metrics))
         .route_service("/mcp", mcp)
         .layer(middleware::from_fn_with_state(st.clone(), authenticate));

@@ -154,7 +154,7 @@ pub fn document() -> Value {
             InfoBuilder::new()
                 .title("fieldgate")
                 .version(env!("CARGO_PKG_VERSION"))
-                .description(Some("Field devices as tools for an AI reporting agent. Every tool answers with the envelope of TOOL-CONTRACT.md; send `Authorization: Bearer <token>` when tokens are configured."))
+                .description(Some("Field devices as tools for an AI reporting agent. Every tool answers with the envelope of docs/tool-contract.md; send `Authorization: Bearer <token>` when tokens are configured."))
                 .build(),
         )
         .paths(paths.build())

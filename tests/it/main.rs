@@ -1,7 +1,8 @@
-//! Integration tests: one binary, modules per area (STYLE.md).
+//! Integration tests: one binary, modules per area.
 
 mod chaos;
 mod cli;
+mod docs_links;
 mod history;
 mod http;
 mod list_sensors;
@@ -11,6 +12,7 @@ mod opcua;
 mod registry;
 mod schemas;
 mod serve;
+mod stall;
 mod support;
 mod validation;
 mod work_orders;

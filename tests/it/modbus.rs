@@ -203,7 +203,7 @@ async fn a_device_that_is_down_fails_fast_opens_its_breaker_and_comes_back() {
     // Refused connections: DEVICE_UNAVAILABLE, fast; three attempts per call, so the
     // second call opens the breaker (five transient failures in a row).
     let mut codes = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..4 {
         let started = Instant::now();
         let err = error_of(&plant, "A_UTIL_001").await;
         // Refused, not timed out: three timeouts would take 1.5 s; refusals take only the
@@ -212,12 +212,21 @@ async fn a_device_that_is_down_fails_fast_opens_its_breaker_and_comes_back() {
         assert!(err.retryable && err.retry_after_ms.is_some(), "{err:?}");
         codes.push(err.code);
     }
-    assert_eq!(codes, [ErrorCode::DeviceUnavailable, ErrorCode::CircuitOpen, ErrorCode::CircuitOpen]);
-    // The same call failed three times in a row: the agent is told to stop.
+    assert_eq!(
+        codes,
+        [
+            ErrorCode::DeviceUnavailable,
+            ErrorCode::CircuitOpen,
+            ErrorCode::CircuitOpen,
+            ErrorCode::CircuitOpen
+        ]
+    );
+    // The caller came back at once, not after retry_after_ms: the first CIRCUIT_OPEN does
+    // not count, the second does, and a third failure of the same call blocks it.
     let err = error_of(&plant, "A_UTIL_001").await;
     assert_eq!(err.code, ErrorCode::RetryLimitReached, "{err:?}");
     assert!(!err.retryable && err.retry_after_ms.is_none());
-    assert!(err.hint.contains("Stop retrying"));
+    assert!(err.hint.contains("Stop repeating this call"), "{}", err.hint);
     // Another call to the open device is answered at once.
     let started = Instant::now();
     let err = error_of(&plant, "A_UTIL_002").await;

@@ -1,4 +1,4 @@
-//! The registry: the demo plant loads, and every rejection of DEVICE-FILES.md is
+//! The registry: the demo plant loads, and every rejection of docs/device-files.md is
 //! reported with its file and line.
 
 use super::support::*;

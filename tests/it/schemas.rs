@@ -1,5 +1,5 @@
 //! Golden files for the generated schemas in `schemas/`, and the description rules of
-//! TOOL-CONTRACT.md §4. `UPDATE_SCHEMA=1 cargo test --test it schemas` rewrites them.
+//! docs/tool-contract.md §4. `UPDATE_SCHEMA=1 cargo test --test it schemas` rewrites them.
 
 use super::support::*;
 use fieldgate::tools::TOOLS;

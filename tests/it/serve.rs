@@ -74,7 +74,7 @@ async fn sigterm_lets_the_request_in_flight_finish_and_exits_0() {
     // New connections are no longer accepted.
     assert!(HttpClient::connect(addr).await.is_err());
 
-    // One JSON log event per tool call, with the fields of TOOL-CONTRACT.md §8.
+    // One JSON log event per tool call, with the fields of docs/tool-contract.md §8.
     let mut events = Vec::new();
     while let Ok(Some(line)) = lines.next_line().await {
         if let Ok(v) = serde_json::from_str::<Value>(&line)

@@ -1,4 +1,4 @@
-//! The three validation layers of TOOL-CONTRACT.md §3.
+//! The three validation layers of docs/tool-contract.md §3.
 
 use super::support::*;
 use fieldgate::tools::validate::{known_sensor, parse_sensor_id};

@@ -171,8 +171,9 @@ impl OpcUaDriver {
         nodes: &[ReadValueId],
         options: ReadOptions,
     ) -> Result<Vec<DataValue>, DriverError> {
+        // Waiting for another call's read on the session asks nothing of the device.
         let mut guard =
-            timeout_at(options.deadline, self.conn.lock()).await.map_err(|_| DriverError::Timeout)?;
+            timeout_at(options.deadline, self.conn.lock()).await.map_err(|_| DriverError::Queued)?;
         if guard.as_ref().is_none_or(|c| !c.is_alive()) {
             *guard = None;
             let conn = timeout_at(options.deadline, self.target.connect())
@@ -182,8 +183,14 @@ impl OpcUaDriver {
         }
         let Some(conn) = guard.as_ref() else { return Err(DriverError::Unavailable { retry_after: None }) };
         let session = conn.session.clone();
-        match timeout_at(options.deadline, session.read(nodes, TimestampsToReturn::Both, 0.0)).await {
-            Err(_) => Err(DriverError::Timeout),
+        let until = options.deadline.min(tokio::time::Instant::now() + self.target.request_timeout);
+        match timeout_at(until, session.read(nodes, TimestampsToReturn::Both, 0.0)).await {
+            Err(_) => {
+                // A server that stopped answering this session may serve a new one: the
+                // next read opens it instead of queueing behind the silent one.
+                *guard = None;
+                Err(DriverError::Timeout)
+            }
             Ok(Err(e)) => {
                 let status = e.status();
                 if is_busy(status) {
