@@ -273,3 +273,83 @@ async fn thousands_of_calls_under_faults_stay_correct_and_on_time() {
         "closed after {closed_after:?}, open period {wait:?}"
     );
 }
+
+/// The fault that broke a device we did not write: 1 request in 12 stalls its connection
+/// for 30 s (everything queued behind it unanswered), 1 in 12 is answered busy; 8 agents
+/// call `get_sensor_reading` on random sensors over HTTP. At least 95 % of the calls read
+/// the right value; every other answer is a retryable error with `retry_after_ms`; no
+/// call outlives its deadline; nobody is told RETRY_LIMIT_REACHED, since no caller
+/// repeated one failing call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalls_and_busy_answers_under_eight_agents_keep_ninety_five_percent_right() {
+    const AGENTS: usize = 8;
+    const CALLS: usize = 55;
+    let mut config = Config::default();
+    config.server.rate_limit_per_minute = 1_000_000;
+    let q = super::stall::quiet_plant(300, config).await;
+    q.plant.faults(
+        "a-line1-plc",
+        Faults {
+            stall: 1.0 / 12.0,
+            stall_ms: 30_000,
+            exception_code: Some(6),
+            exception_rate: 1.0 / 12.0,
+            ..Default::default()
+        },
+    );
+    let server = Server::start(q.plant.service.clone(), Tokens::default()).await;
+    let line1 = Arc::new(q.line1.clone());
+    let mut tasks = Vec::new();
+    for agent in 0..AGENTS {
+        let (addr, line1) = (server.addr, line1.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut http = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
+            let mut seed = 0x51_7CC1_B727_u64.wrapping_mul(agent as u64 + 3);
+            let mut out = (0usize, Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..CALLS {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let (id, want) = &line1[(seed % line1.len() as u64) as usize];
+                let t = Instant::now();
+                let body = serde_json::to_vec(&json!({ "sensor_id": id })).unwrap();
+                let e = http.post("/v1/tools/get_sensor_reading", &body).await.unwrap().json();
+                if t.elapsed() > DEADLINE + Duration::from_secs(1) {
+                    out.3.push(format!("{id}: {:?}", t.elapsed()));
+                }
+                if e["ok"] == true {
+                    if super::stall::is_right(&e["data"], want) {
+                        out.0 += 1;
+                    } else {
+                        out.1.push(format!("{id}: {} not {want:?}", e["data"]["value"]));
+                    }
+                } else {
+                    out.2.push(e["error"].clone());
+                }
+            }
+            out
+        }));
+    }
+    let (mut right, mut wrong, mut errors, mut late) = (0, Vec::new(), Vec::new(), Vec::new());
+    for t in tasks {
+        let (r, w, e, l) = t.await.unwrap();
+        right += r;
+        wrong.extend(w);
+        errors.extend(e);
+        late.extend(l);
+    }
+    let stalls = q.plant.sim.stats("a-line1-plc").unwrap().stalls;
+    let mut codes: HashMap<&str, usize> = HashMap::new();
+    for e in &errors {
+        *codes.entry(e["code"].as_str().unwrap_or("?")).or_default() += 1;
+    }
+    eprintln!("stall chaos: {right} of {} right, {stalls} stalls, errors {codes:?}", AGENTS * CALLS);
+    assert!(stalls >= 10, "the device stalled only {stalls} times");
+    assert!(wrong.is_empty(), "wrong values: {wrong:?}");
+    assert!(late.is_empty(), "calls beyond their deadline: {late:?}");
+    assert!(right * 100 >= AGENTS * CALLS * 95, "{right} of {} right: {codes:?}", AGENTS * CALLS);
+    for e in &errors {
+        assert!(e["retryable"] == true && e["retry_after_ms"].is_u64(), "{e}");
+        assert_ne!(e["code"], "RETRY_LIMIT_REACHED", "{e}");
+    }
+}

@@ -51,14 +51,14 @@ fn quiet_plant_dir(timeout_ms: u64) -> (tempfile::TempDir, Scenario) {
     (dir, scenario)
 }
 
-struct Quiet {
-    plant: Plant,
+pub struct Quiet {
+    pub plant: Plant,
     _dir: tempfile::TempDir,
     /// The numeric sensors of a-line1-plc and the value each must read.
-    line1: Vec<(String, SimValue)>,
+    pub line1: Vec<(String, SimValue)>,
 }
 
-async fn quiet_plant(timeout_ms: u64, config: Config) -> Quiet {
+pub async fn quiet_plant(timeout_ms: u64, config: Config) -> Quiet {
     let (dir, scenario) = quiet_plant_dir(timeout_ms);
     let plant = plant_with(dir.path(), scenario, config).await;
     plant.sim.freeze(Some(100.0));
@@ -73,7 +73,7 @@ async fn quiet_plant(timeout_ms: u64, config: Config) -> Quiet {
     Quiet { plant, _dir: dir, line1 }
 }
 
-fn is_right(reading: &Value, want: &SimValue) -> bool {
+pub fn is_right(reading: &Value, want: &SimValue) -> bool {
     match want {
         SimValue::Num(w) => {
             reading["value"].as_f64().is_some_and(|g| (g - w).abs() <= 1e-6 * w.abs().max(1.0))
