@@ -17,6 +17,10 @@ pub enum ErrorCode {
     DeviceBusy,
     CircuitOpen,
     DeviceRejected,
+    /// The device's reply did not match the request (function, unit, counts, framing).
+    DeviceProtocolError,
+    /// fieldgate's own storage cannot write now (a full disk, a failed file): retry later.
+    StorageUnavailable,
     RateLimited,
     RetryLimitReached,
     Unauthorized,
@@ -32,6 +36,8 @@ impl ErrorCode {
                 | ErrorCode::DeviceUnavailable
                 | ErrorCode::DeviceBusy
                 | ErrorCode::CircuitOpen
+                | ErrorCode::DeviceProtocolError
+                | ErrorCode::StorageUnavailable
                 | ErrorCode::RateLimited
         )
     }
@@ -48,6 +54,8 @@ impl ErrorCode {
             ErrorCode::DeviceBusy => "DEVICE_BUSY",
             ErrorCode::CircuitOpen => "CIRCUIT_OPEN",
             ErrorCode::DeviceRejected => "DEVICE_REJECTED",
+            ErrorCode::DeviceProtocolError => "DEVICE_PROTOCOL_ERROR",
+            ErrorCode::StorageUnavailable => "STORAGE_UNAVAILABLE",
             ErrorCode::RateLimited => "RATE_LIMITED",
             ErrorCode::RetryLimitReached => "RETRY_LIMIT_REACHED",
             ErrorCode::Unauthorized => "UNAUTHORIZED",
@@ -146,6 +154,16 @@ impl ToolError {
         e.received = received.map(cut);
         e.expected = Some(expected.into());
         e
+    }
+
+    /// fieldgate's storage failed to write (or is being reopened after a failure).
+    pub fn storage_unavailable() -> ToolError {
+        ToolError::new(
+            ErrorCode::StorageUnavailable,
+            "fieldgate's storage cannot write now; nothing was stored.",
+            "Retry after retry_after_ms; if it persists, tell an operator to check the data directory's disk (get_device_status shows free space).",
+        )
+        .with_retry_after(5000)
     }
 
     pub fn internal() -> ToolError {

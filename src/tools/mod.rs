@@ -419,9 +419,10 @@ fn verdict(result: &ToolResult) -> Verdict {
         ErrorCode::DeviceTimeout | ErrorCode::DeviceUnavailable | ErrorCode::DeviceBusy if e.blameless => {
             Verdict::Neutral
         }
-        ErrorCode::DeviceTimeout | ErrorCode::DeviceUnavailable | ErrorCode::DeviceBusy => {
-            Verdict::DeviceFailure
-        }
+        ErrorCode::DeviceTimeout
+        | ErrorCode::DeviceUnavailable
+        | ErrorCode::DeviceBusy
+        | ErrorCode::DeviceProtocolError => Verdict::DeviceFailure,
         ErrorCode::RateLimited => Verdict::Neutral,
         _ => Verdict::Ended,
     }

@@ -46,7 +46,9 @@ pub fn status_of(e: &Envelope) -> StatusCode {
         ErrorCode::DeviceTimeout
         | ErrorCode::DeviceUnavailable
         | ErrorCode::DeviceBusy
-        | ErrorCode::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
+        | ErrorCode::CircuitOpen
+        | ErrorCode::DeviceProtocolError
+        | ErrorCode::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::DeviceRejected => StatusCode::BAD_GATEWAY,
         ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
