@@ -67,6 +67,12 @@ pub struct StorageConfig {
     pub retention_days: u64,
     /// Size cap of the history store.
     pub retention_max_mb: u64,
+    /// History stops writing while the data directory's filesystem has less free space
+    /// than the smaller of these two (work orders keep the room).
+    pub reserve_mb: u64,
+    pub reserve_percent: u8,
+    /// History waiting in memory for a flush that can write it, at most (MB).
+    pub unflushed_max_mb: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -136,6 +142,9 @@ impl Default for Config {
                 flush_interval_ms: 1000,
                 retention_days: 30,
                 retention_max_mb: 1024,
+                reserve_mb: 100,
+                reserve_percent: 5,
+                unflushed_max_mb: 64,
             },
             calls: CallsConfig {
                 deadline_ms: 2000,
@@ -323,6 +332,9 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
         set(&mut c.storage.flush_interval_ms, s.int("flush_interval_ms", 10..=60_000).map(|v| v as u64));
         set(&mut c.storage.retention_days, s.int("retention_days", 1..=3650).map(|v| v as u64));
         set(&mut c.storage.retention_max_mb, s.int("retention_max_mb", 1..=1 << 20).map(|v| v as u64));
+        set(&mut c.storage.reserve_mb, s.int("reserve_mb", 0..=1 << 20).map(|v| v as u64));
+        set(&mut c.storage.reserve_percent, s.int("reserve_percent", 0..=50).map(|v| v as u8));
+        set(&mut c.storage.unflushed_max_mb, s.int("unflushed_max_mb", 1..=4096).map(|v| v as u64));
         s.finish();
     }
     if let Some(s) = t.table("calls") {
@@ -416,6 +428,9 @@ mod tests {
             flush_interval_ms: 1,
             retention_days: 1,
             retention_max_mb: 1,
+            reserve_mb: 1,
+            reserve_percent: 1,
+            unflushed_max_mb: 1,
         };
         c.calls = CallsConfig {
             deadline_ms: 1,

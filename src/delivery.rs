@@ -84,7 +84,19 @@ pub async fn pass_at(
         let backoff = (FIRST_BACKOFF_MS << entry.attempts.min(20)).min(MAX_BACKOFF_MS);
         let s = store.clone();
         let id = order.id.clone();
-        let _ = tokio::task::spawn_blocking(move || s.delivered(&id, ok, now + backoff)).await;
+        match tokio::task::spawn_blocking(move || s.delivered(&id, ok, now + backoff)).await {
+            Ok(Ok(())) => {}
+            // Not recorded: the order stays due, and is sent again (same Idempotency-Key)
+            // once the store writes again. Stop this pass rather than hammer a failing disk.
+            Ok(Err(error)) => {
+                tracing::error!(work_order = %order.id, %error, delivered = ok, "cannot record the delivery attempt; it will be repeated");
+                return delivered;
+            }
+            Err(error) => {
+                tracing::error!(work_order = %order.id, %error, "delivery bookkeeping failed");
+                return delivered;
+            }
+        }
         if ok {
             delivered += 1;
             tracing::info!(work_order = %order.id, attempts = entry.attempts + 1, "work order delivered");

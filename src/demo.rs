@@ -92,8 +92,9 @@ impl Demo {
         let listener = http::bind(listen, &tokens).await?;
         let addr = listener.local_addr().map_err(|source| http::ServeError::Bind { addr: listen, source })?;
         config.server.listen = addr;
-        let store =
-            crate::store::HistoryStore::open_in(&data_dir).map_err(|e| DemoError::Sim(e.to_string()))?;
+        let store = crate::store::HistoryStore::open_in(&data_dir)
+            .map_err(|e| DemoError::Sim(e.to_string()))?
+            .with_limits(crate::store::history::Limits::of(&config.storage));
         let orders = Arc::new(
             crate::store::work_orders::WorkOrderStore::open_in(&data_dir)
                 .map_err(|e| DemoError::Sim(e.to_string()))?,

@@ -406,8 +406,9 @@ async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> ExitC
     };
     let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
+    let limits = fieldgate::store::history::Limits::of(&config.storage);
     let store = match fieldgate::store::HistoryStore::open_in(&config.storage.data_dir) {
-        Ok(s) => Arc::new(s),
+        Ok(s) => Arc::new(s.with_limits(limits)),
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;

@@ -250,34 +250,48 @@ async fn subscribe_device(
     let _ = task.await;
 }
 
-/// Flushes the store every `storage.flush_interval_ms` and applies retention every minute;
-/// flushes a last time on stop.
+/// Flushes the store every `storage.flush_interval_ms` (on a fixed schedule, on a blocking
+/// thread so an fsync never holds a runtime worker) and applies retention every minute;
+/// flushes a last time on stop. A failed flush keeps its points in memory for the next;
+/// the store logs when it starts and stops failing.
 async fn keep(tools: ToolService, store: Arc<HistoryStore>, stop: CancellationToken) {
     let cfg = tools.config().storage.clone();
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.flush_interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_prune = Instant::now();
+    let flush = |store: &Arc<HistoryStore>| {
+        let s = store.clone();
+        async move {
+            match tokio::task::spawn_blocking(move || s.flush()).await {
+                Ok(Err(error)) => tracing::debug!(%error, "history flush failed; points kept in memory"),
+                Err(error) => tracing::error!(%error, "history flush task failed"),
+                Ok(Ok(_)) => {}
+            }
+        }
+    };
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = stop.cancelled() => {
-                if let Err(error) = store.flush() {
-                    tracing::error!(%error, "final history flush failed");
+                flush(&store).await;
+                if let Some(p) = store.problem() {
+                    tracing::error!(reason = %p.reason, "history not fully written at stop");
                 }
                 return;
             }
         }
-        if let Err(error) = store.flush() {
-            tracing::error!(%error, "history flush failed");
-        }
+        flush(&store).await;
         if last_prune.elapsed() >= Duration::from_secs(60) {
             last_prune = Instant::now();
             let older = chrono::Utc::now().timestamp_millis() - cfg.retention_days as i64 * 86_400_000;
-            match store.prune(older, cfg.retention_max_mb * 1024 * 1024) {
-                Ok(p) if p.chunks > 0 => {
+            let s = store.clone();
+            let max = cfg.retention_max_mb * 1024 * 1024;
+            match tokio::task::spawn_blocking(move || s.prune(older, max)).await {
+                Ok(Ok(p)) if p.chunks > 0 => {
                     tracing::info!(chunks = p.chunks, bytes = p.bytes, "history retention")
                 }
-                Ok(_) => {}
-                Err(error) => tracing::error!(%error, "history retention failed"),
+                Ok(Err(error)) => tracing::error!(%error, "history retention failed"),
+                _ => {}
             }
         }
     }

@@ -2,17 +2,25 @@
 //!
 //! Each sensor has one open chunk in memory; [`HistoryStore::flush`] writes every changed
 //! open chunk (overwriting its earlier snapshot) and every sealed chunk in one durable
-//! redb transaction. At most `flush_interval` of points can be lost on power failure.
-//! A restart replays nothing: new points start new chunks.
+//! redb transaction. At most one flush interval (plus the time a flush takes) of points can
+//! be lost on power failure. A restart replays nothing: new points start new chunks.
+//!
+//! A flush that fails (a full disk, a failed file) keeps everything it was to write in
+//! memory and the next flush writes it again, after the store reopened its file (see
+//! [`super::db`]). What waits in memory is bounded (`max_unflushed_bytes`): beyond it the
+//! oldest sealed chunks are dropped and counted. History also stops writing while the
+//! filesystem's free space is below a reserve, so that work orders keep room.
 //!
 //! Table `chunks`: key `(sensor_id, first_t_ms)`, value `last_t_ms (8 bytes LE) ++ chunk`.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use super::db::{Db, Problem, StorageFailure, disk_space};
 use super::gorilla::{ChunkWriter, Kind, Point, decode};
 
 const CHUNKS: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("chunks");
@@ -28,6 +36,17 @@ pub enum StoreError {
     Db(String),
     #[error("history store: a stored chunk is corrupt")]
     Corrupt,
+    #[error("history store: the disk reserve is reached ({free} bytes free); points wait in memory")]
+    Reserve { free: u64 },
+}
+
+impl StorageFailure for StoreError {
+    fn storage(reason: String) -> Self {
+        StoreError::Db(reason)
+    }
+    fn is_storage(&self) -> bool {
+        matches!(self, StoreError::Db(_))
+    }
 }
 
 fn db<E: std::fmt::Display>(e: E) -> StoreError {
@@ -39,11 +58,21 @@ struct Open {
     dirty: bool,
 }
 
+/// A sealed chunk not yet written.
+struct Sealed {
+    sensor: String,
+    first: i64,
+    last: i64,
+    points: u32,
+    bytes: Vec<u8>,
+}
+
 #[derive(Default)]
 struct Pending {
     open: HashMap<String, Open>,
-    /// Sealed chunks not yet written: (sensor, first_t, last_t, bytes).
-    sealed: Vec<(String, i64, i64, Vec<u8>)>,
+    /// Sealed chunks not yet written, oldest first.
+    sealed: Vec<Sealed>,
+    sealed_bytes: usize,
 }
 
 /// What retention removed.
@@ -53,15 +82,47 @@ pub struct Pruned {
     pub bytes: u64,
 }
 
+/// Limits of what history may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// History is not written while the filesystem has less free space than this.
+    pub reserve_bytes: u64,
+    /// ... or less than this share of its size (percent); the smaller of the two applies.
+    pub reserve_percent: u8,
+    /// Sealed chunks waiting in memory for a flush that can write them, at most.
+    pub max_unflushed_bytes: usize,
+}
+
+impl Limits {
+    pub fn of(c: &crate::config::StorageConfig) -> Limits {
+        Limits {
+            reserve_bytes: c.reserve_mb.saturating_mul(1 << 20),
+            reserve_percent: c.reserve_percent,
+            max_unflushed_bytes: usize::try_from(c.unflushed_max_mb.saturating_mul(1 << 20))
+                .unwrap_or(usize::MAX),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { reserve_bytes: 100 << 20, reserve_percent: 5, max_unflushed_bytes: 64 << 20 }
+    }
+}
+
 pub struct HistoryStore {
-    db: Database,
+    db: Db,
     pending: Mutex<Pending>,
+    /// One flush at a time: a flush removes from `pending` only what it wrote.
+    flushing: Mutex<()>,
+    limits: Limits,
+    dropped: AtomicU64,
 }
 
 impl HistoryStore {
-    /// Opens (or creates) the store file.
+    /// Opens (or creates) the store file, its integrity checked.
     pub fn open(path: &Path) -> Result<HistoryStore, StoreError> {
-        HistoryStore::with_db(Database::create(path).map_err(db)?)
+        HistoryStore::with_db(Db::open_file("history", path).map_err(StoreError::Db)?)
     }
 
     /// Opens `history.redb` in a data directory, creating the directory.
@@ -76,14 +137,29 @@ impl HistoryStore {
     pub fn in_memory() -> Result<HistoryStore, StoreError> {
         let database =
             Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).map_err(db)?;
-        HistoryStore::with_db(database)
+        HistoryStore::with_db(Db::memory("history", database))
     }
 
-    fn with_db(database: Database) -> Result<HistoryStore, StoreError> {
-        let tx = database.begin_write().map_err(db)?;
-        tx.open_table(CHUNKS).map_err(db)?;
-        tx.commit().map_err(db)?;
-        Ok(HistoryStore { db: database, pending: Mutex::new(Pending::default()) })
+    /// A store over `db` (tests open one with an injected storage backend).
+    pub fn with_db(db: Db) -> Result<HistoryStore, StoreError> {
+        db.write(|d| {
+            let tx = d.begin_write().map_err(self::db)?;
+            tx.open_table(CHUNKS).map_err(self::db)?;
+            tx.commit().map_err(self::db)
+        })?;
+        Ok(HistoryStore {
+            db,
+            pending: Mutex::new(Pending::default()),
+            flushing: Mutex::new(()),
+            limits: Limits::default(),
+            dropped: AtomicU64::new(0),
+        })
+    }
+
+    /// The same store with these limits.
+    pub fn with_limits(mut self, limits: Limits) -> HistoryStore {
+        self.limits = limits;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
@@ -93,7 +169,7 @@ impl HistoryStore {
     /// Appends a point. Points not after the sensor's last one are dropped (returns false).
     pub fn append(&self, sensor: &str, p: &Point) -> bool {
         let mut pending = self.lock();
-        let Pending { open, sealed } = &mut *pending;
+        let Pending { open, sealed, sealed_bytes } = &mut *pending;
         let kind = Kind::of(&p.value);
         if let Some(o) = open.get_mut(sensor) {
             if p.t <= o.writer.last_t() {
@@ -104,8 +180,22 @@ impl HistoryStore {
                 || o.writer.kind() != kind;
             if full {
                 let w = &o.writer;
-                sealed.push((sensor.to_string(), w.first_t(), w.last_t(), w.bytes()));
+                let chunk = Sealed {
+                    sensor: sensor.to_string(),
+                    first: w.first_t(),
+                    last: w.last_t(),
+                    points: w.len(),
+                    bytes: w.bytes(),
+                };
+                *sealed_bytes += chunk.bytes.len();
+                sealed.push(chunk);
                 o.writer = ChunkWriter::new(kind);
+                // Bounded while flushes fail: the oldest waiting chunks go first.
+                while *sealed_bytes > self.limits.max_unflushed_bytes && !sealed.is_empty() {
+                    let gone = sealed.remove(0);
+                    *sealed_bytes -= gone.bytes.len();
+                    self.dropped.fetch_add(u64::from(gone.points), Ordering::Relaxed);
+                }
             }
             o.writer.push(p);
             o.dirty = true;
@@ -117,37 +207,86 @@ impl HistoryStore {
         true
     }
 
-    /// Makes every appended point durable. Returns the chunks written.
+    /// Points dropped because flushes failed for so long that waiting chunks passed the
+    /// memory bound.
+    pub fn dropped_points(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// What is wrong with the store now (a failed flush, the reserve reached), if anything.
+    pub fn problem(&self) -> Option<Problem> {
+        self.db.problem()
+    }
+
+    /// Flushes that failed since start.
+    pub fn failures(&self) -> u64 {
+        self.db.failures()
+    }
+
+    /// Free and total bytes of the filesystem of the store's file.
+    pub fn disk_space(&self) -> Option<(u64, u64)> {
+        self.db.file().and_then(|f| disk_space(f.parent().unwrap_or(f)))
+    }
+
+    /// Makes every appended point durable. Returns the chunks written. On failure
+    /// everything stays in memory for the next flush.
     pub fn flush(&self) -> Result<usize, StoreError> {
+        let _one = self.flushing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((free, total)) = self.disk_space() {
+            let share = total / 100 * u64::from(self.limits.reserve_percent);
+            if free < self.limits.reserve_bytes.min(share) {
+                self.db.set_problem(Some("the disk reserve is reached; history waits in memory"));
+                return Err(StoreError::Reserve { free });
+            }
+        }
+        // Copies: what was taken is removed only once it is durable.
         let (sealed, snapshots) = {
-            let mut p = self.lock();
-            let sealed = std::mem::take(&mut p.sealed);
+            let p = self.lock();
+            let sealed: Vec<(String, i64, i64, Vec<u8>)> =
+                p.sealed.iter().map(|c| (c.sensor.clone(), c.first, c.last, c.bytes.clone())).collect();
             let snapshots: Vec<(String, i64, i64, Vec<u8>)> = p
                 .open
-                .iter_mut()
+                .iter()
                 .filter(|(_, o)| o.dirty)
-                .map(|(s, o)| {
-                    o.dirty = false;
-                    (s.clone(), o.writer.first_t(), o.writer.last_t(), o.writer.bytes())
-                })
+                .map(|(s, o)| (s.clone(), o.writer.first_t(), o.writer.last_t(), o.writer.bytes()))
                 .collect();
             (sealed, snapshots)
         };
         if sealed.is_empty() && snapshots.is_empty() {
             return Ok(0);
         }
-        let tx = self.db.begin_write().map_err(db)?;
         let n = sealed.len() + snapshots.len();
-        {
-            let mut t = tx.open_table(CHUNKS).map_err(db)?;
-            for (sensor, first, last, bytes) in sealed.iter().chain(&snapshots) {
-                let mut v = Vec::with_capacity(8 + bytes.len());
-                v.extend_from_slice(&last.to_le_bytes());
-                v.extend_from_slice(bytes);
-                t.insert((sensor.as_str(), *first), v.as_slice()).map_err(db)?;
+        self.db.write(|d| {
+            let tx = d.begin_write().map_err(db)?;
+            {
+                let mut t = tx.open_table(CHUNKS).map_err(db)?;
+                for (sensor, first, last, bytes) in sealed.iter().chain(&snapshots) {
+                    let mut v = Vec::with_capacity(8 + bytes.len());
+                    v.extend_from_slice(&last.to_le_bytes());
+                    v.extend_from_slice(bytes);
+                    t.insert((sensor.as_str(), *first), v.as_slice()).map_err(db)?;
+                }
+            }
+            tx.commit().map_err(db)
+        })?;
+        let mut p = self.lock();
+        // Written: the sealed chunks taken (new ones were appended behind them, and only
+        // the bound can have dropped some of them meanwhile), and each open chunk that
+        // has not moved on since its snapshot.
+        for (sensor, first, ..) in &sealed {
+            if let Some(i) = p.sealed.iter().position(|c| c.sensor == *sensor && c.first == *first) {
+                let c = p.sealed.remove(i);
+                p.sealed_bytes -= c.bytes.len();
             }
         }
-        tx.commit().map_err(db)?;
+        for (sensor, first, last, _) in &snapshots {
+            if let Some(o) = p.open.get_mut(sensor)
+                && o.writer.first_t() == *first
+                && o.writer.last_t() == *last
+            {
+                o.dirty = false;
+            }
+        }
         Ok(n)
     }
 
@@ -158,31 +297,34 @@ impl HistoryStore {
             let p = self.lock();
             let open = p.open.get(sensor).map(|o| (o.writer.first_t(), o.writer.bytes()));
             let sealed: Vec<(i64, Vec<u8>)> =
-                p.sealed.iter().filter(|s| s.0 == sensor).map(|s| (s.1, s.3.clone())).collect();
+                p.sealed.iter().filter(|c| c.sensor == sensor).map(|c| (c.first, c.bytes.clone())).collect();
             (open, sealed)
         };
-        let mut chunks: Vec<(i64, Vec<u8>)> = Vec::new();
-        let tx = self.db.begin_read().map_err(db)?;
-        let t = tx.open_table(CHUNKS).map_err(db)?;
-        let start = from.saturating_sub(MAX_SPAN_MS);
-        for item in t.range((sensor, start)..(sensor, to)).map_err(db)? {
-            let (k, v) = item.map_err(db)?;
-            let first = k.value().1;
-            if mem_open.as_ref().is_some_and(|(f, _)| *f == first)
-                || mem_sealed.iter().any(|(f, _)| *f == first)
-            {
-                continue;
+        let mut chunks: Vec<(i64, Vec<u8>)> = self.db.read(|d| {
+            let mut chunks = Vec::new();
+            let tx = d.begin_read().map_err(db)?;
+            let t = tx.open_table(CHUNKS).map_err(db)?;
+            let start = from.saturating_sub(MAX_SPAN_MS);
+            for item in t.range((sensor, start)..(sensor, to)).map_err(db)? {
+                let (k, v) = item.map_err(db)?;
+                let first = k.value().1;
+                if mem_open.as_ref().is_some_and(|(f, _)| *f == first)
+                    || mem_sealed.iter().any(|(f, _)| *f == first)
+                {
+                    continue;
+                }
+                let v = v.value();
+                if v.len() < 8 {
+                    return Err(StoreError::Corrupt);
+                }
+                let last = i64::from_le_bytes(v[..8].try_into().map_err(|_| StoreError::Corrupt)?);
+                if last < from {
+                    continue;
+                }
+                chunks.push((first, v[8..].to_vec()));
             }
-            let v = v.value();
-            if v.len() < 8 {
-                return Err(StoreError::Corrupt);
-            }
-            let last = i64::from_le_bytes(v[..8].try_into().map_err(|_| StoreError::Corrupt)?);
-            if last < from {
-                continue;
-            }
-            chunks.push((first, v[8..].to_vec()));
-        }
+            Ok(chunks)
+        })?;
         chunks.extend(mem_sealed);
         chunks.extend(mem_open);
         chunks.sort_by_key(|(first, _)| *first);
@@ -196,29 +338,31 @@ impl HistoryStore {
 
     /// Whether the store answers reads (for `/readyz`).
     pub fn is_open(&self) -> bool {
-        self.db.begin_read().is_ok_and(|tx| tx.open_table(CHUNKS).is_ok())
+        self.db.read(|d| d.begin_read().map_err(db)?.open_table(CHUNKS).map(|_| ()).map_err(db)).is_ok()
     }
 
     /// Bytes and chunks on disk.
     pub fn size(&self) -> Result<(u64, usize), StoreError> {
-        let tx = self.db.begin_read().map_err(db)?;
-        let t = tx.open_table(CHUNKS).map_err(db)?;
-        let mut bytes = 0u64;
-        let mut n = 0;
-        for item in t.iter().map_err(db)? {
-            let (k, v) = item.map_err(db)?;
-            bytes += (k.value().0.len() + 8 + v.value().len()) as u64;
-            n += 1;
-        }
-        Ok((bytes, n))
+        self.db.read(|d| {
+            let tx = d.begin_read().map_err(db)?;
+            let t = tx.open_table(CHUNKS).map_err(db)?;
+            let mut bytes = 0u64;
+            let mut n = 0;
+            for item in t.iter().map_err(db)? {
+                let (k, v) = item.map_err(db)?;
+                bytes += (k.value().0.len() + 8 + v.value().len()) as u64;
+                n += 1;
+            }
+            Ok((bytes, n))
+        })
     }
 
     /// Drops chunks that ended before `older_than`, then the oldest until at most
     /// `max_bytes` remain.
     pub fn prune(&self, older_than: i64, max_bytes: u64) -> Result<Pruned, StoreError> {
-        let mut all: Vec<(String, i64, i64, u64)> = Vec::new();
-        {
-            let tx = self.db.begin_read().map_err(db)?;
+        let all: Vec<(String, i64, i64, u64)> = self.db.read(|d| {
+            let mut all = Vec::new();
+            let tx = d.begin_read().map_err(db)?;
             let t = tx.open_table(CHUNKS).map_err(db)?;
             for item in t.iter().map_err(db)? {
                 let (k, v) = item.map_err(db)?;
@@ -228,7 +372,9 @@ impl HistoryStore {
                     v.get(..8).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes).unwrap_or(i64::MIN);
                 all.push((sensor.to_string(), first, last, (sensor.len() + 8 + v.len()) as u64));
             }
-        }
+            Ok(all)
+        })?;
+        let mut all = all;
         all.sort_by_key(|c| c.2);
         let total: u64 = all.iter().map(|c| c.3).sum();
         let open: Vec<(String, i64)> =
@@ -245,14 +391,16 @@ impl HistoryStore {
         if doomed.is_empty() {
             return Ok(Pruned::default());
         }
-        let tx = self.db.begin_write().map_err(db)?;
-        {
-            let mut t = tx.open_table(CHUNKS).map_err(db)?;
-            for c in &doomed {
-                t.remove((c.0.as_str(), c.1)).map_err(db)?;
+        self.db.write(|d| {
+            let tx = d.begin_write().map_err(db)?;
+            {
+                let mut t = tx.open_table(CHUNKS).map_err(db)?;
+                for c in &doomed {
+                    t.remove((c.0.as_str(), c.1)).map_err(db)?;
+                }
             }
-        }
-        tx.commit().map_err(db)?;
+            tx.commit().map_err(db)
+        })?;
         Ok(Pruned { chunks: doomed.len(), bytes: total - remaining })
     }
 }

@@ -6,12 +6,14 @@
 //! number), `outbox` (number → delivery state). Every change is one write transaction with
 //! `Durability::Immediate` (redb's default): when a call answers, the change is on disk.
 
-use std::path::Path;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
+use super::db::{Db, StorageFailure};
 use crate::tools::defs::{Delivery, Transition, WorkOrder, WorkOrderStatus, WorkOrderType};
 
 const ORDERS: TableDefinition<u64, &[u8]> = TableDefinition::new("orders");
@@ -24,6 +26,10 @@ const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
 pub enum WorkOrderError {
     #[error("work order store: {0}")]
     Db(String),
+    #[error("work order store: a stored record does not decode")]
+    Corrupt,
+    #[error("{0}")]
+    Refused(String),
     #[error("no work order {0}")]
     NotFound(String),
     #[error("idempotency key reused with other arguments")]
@@ -34,6 +40,19 @@ pub enum WorkOrderError {
 
 fn db<E: std::fmt::Display>(e: E) -> WorkOrderError {
     WorkOrderError::Db(e.to_string())
+}
+
+fn corrupt<E>(_: E) -> WorkOrderError {
+    WorkOrderError::Corrupt
+}
+
+impl StorageFailure for WorkOrderError {
+    fn storage(reason: String) -> Self {
+        WorkOrderError::Db(reason)
+    }
+    fn is_storage(&self) -> bool {
+        matches!(self, WorkOrderError::Db(_))
+    }
 }
 
 pub fn status_name(s: WorkOrderStatus) -> &'static str {
@@ -113,12 +132,35 @@ pub struct Created {
 }
 
 pub struct WorkOrderStore {
-    db: Database,
+    db: Db,
+    /// `work_orders.last_id` beside a file-backed store: the highest ID ever issued.
+    marker: Option<PathBuf>,
 }
 
 impl WorkOrderStore {
+    /// Opens (or creates) the store file, its integrity checked, and holds it against its
+    /// marker of issued IDs: a store with fewer orders than were issued is refused.
     pub fn open(path: &Path) -> Result<WorkOrderStore, WorkOrderError> {
-        WorkOrderStore::init(Database::create(path).map_err(db)?)
+        let store =
+            WorkOrderStore::init(Db::open_file("work orders", path).map_err(WorkOrderError::Refused)?)?;
+        let marker = path.with_extension("last_id");
+        let issued = read_marker(&marker)?;
+        let held = store.highest()?;
+        if issued > held {
+            return Err(WorkOrderError::Refused(format!(
+                "{} holds work orders up to {} but {} says {} was issued: the store was replaced, emptied or damaged; restore it from a backup, or move both files aside to start with no work orders (IDs would then be reused)",
+                path.display(),
+                if held == 0 { "none".to_string() } else { id_of(held) },
+                marker.display(),
+                id_of(issued)
+            )));
+        }
+        let store = WorkOrderStore { marker: Some(marker), ..store };
+        if held > issued {
+            // A store from before the marker existed, or a crash between commit and marker.
+            store.mark_issued(&id_of(held));
+        }
+        Ok(store)
     }
 
     pub fn open_in(dir: &Path) -> Result<WorkOrderStore, WorkOrderError> {
@@ -127,20 +169,48 @@ impl WorkOrderStore {
     }
 
     pub fn in_memory() -> Result<WorkOrderStore, WorkOrderError> {
-        WorkOrderStore::init(
-            Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).map_err(db)?,
-        )
+        let database =
+            Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).map_err(db)?;
+        WorkOrderStore::init(Db::memory("work orders", database))
     }
 
-    fn init(database: Database) -> Result<WorkOrderStore, WorkOrderError> {
-        let tx = database.begin_write().map_err(db)?;
-        tx.open_table(ORDERS).map_err(db)?;
-        tx.open_table(KEYS).map_err(db)?;
-        tx.open_table(OPEN).map_err(db)?;
-        tx.open_table(META).map_err(db)?;
-        tx.open_table(OUTBOX).map_err(db)?;
-        tx.commit().map_err(db)?;
-        Ok(WorkOrderStore { db: database })
+    /// A store over `db` (tests open one with an injected storage backend).
+    pub fn init(db: Db) -> Result<WorkOrderStore, WorkOrderError> {
+        db.write(|d| {
+            let tx = d.begin_write().map_err(self::db)?;
+            tx.open_table(ORDERS).map_err(self::db)?;
+            tx.open_table(KEYS).map_err(self::db)?;
+            tx.open_table(OPEN).map_err(self::db)?;
+            tx.open_table(META).map_err(self::db)?;
+            tx.open_table(OUTBOX).map_err(self::db)?;
+            tx.commit().map_err(self::db)
+        })?;
+        Ok(WorkOrderStore { db, marker: None })
+    }
+
+    /// What is wrong with the store now, if anything.
+    pub fn problem(&self) -> Option<super::db::Problem> {
+        self.db.problem()
+    }
+
+    /// The highest order number in the store (0 for none).
+    fn highest(&self) -> Result<u64, WorkOrderError> {
+        self.db.read(|d| {
+            let tx = d.begin_read().map_err(db)?;
+            let orders = tx.open_table(ORDERS).map_err(db)?;
+            let last = orders.last().map_err(db)?.map_or(0, |(k, _)| k.value());
+            let next = tx.open_table(META).map_err(db)?.get("next").map_err(db)?.map_or(1, |v| v.value());
+            Ok(last.max(next.saturating_sub(1)))
+        })
+    }
+
+    /// Records durably that `id` was issued (after its order was committed: the marker
+    /// may lag the store after a crash, never lead it).
+    fn mark_issued(&self, id: &str) {
+        let Some(path) = &self.marker else { return };
+        if let Err(error) = write_durably(path, id.as_bytes()) {
+            tracing::error!(file = %path.display(), error = %error.kind(), "cannot record the highest work order ID issued");
+        }
     }
 
     /// Creates `draft` unless its key or an open order of the same type for the same sensor
@@ -149,108 +219,124 @@ impl WorkOrderStore {
         &self,
         key: &str,
         fingerprint: &str,
-        mut draft: WorkOrder,
+        draft: WorkOrder,
         auto_approve: bool,
     ) -> Result<Created, WorkOrderError> {
-        let tx = self.db.begin_write().map_err(db)?;
-        let result = {
-            let mut orders = tx.open_table(ORDERS).map_err(db)?;
-            let mut keys = tx.open_table(KEYS).map_err(db)?;
-            let mut open = tx.open_table(OPEN).map_err(db)?;
-            let mut meta = tx.open_table(META).map_err(db)?;
-            let existing_key: Option<KeyEntry> =
-                keys.get(key).map_err(db)?.and_then(|v| serde_json::from_slice(v.value()).ok());
-            if let Some(k) = existing_key {
-                let order = read(&orders, k.number)?;
-                if k.fingerprint != fingerprint {
-                    return Err(WorkOrderError::Conflict { existing: order.id });
-                }
-                return Ok(Created { order, created: false, duplicate_of: None });
-            }
-            let kind = type_name(draft.work_type);
-            let open_number = open.get((draft.sensor_id.as_str(), kind)).map_err(db)?.map(|v| v.value());
-            let duplicate = match open_number {
-                Some(n) => Some(read(&orders, n)?).filter(|o| is_open(o.status)),
-                None => None,
-            };
-            if let Some(order) = duplicate {
-                // Replaying this key later returns the same open order.
-                let entry = serde_json::to_vec(&KeyEntry {
-                    number: number_of(&order.id).unwrap_or(0),
-                    fingerprint: fingerprint.into(),
-                })
-                .map_err(db)?;
-                keys.insert(key, entry.as_slice()).map_err(db)?;
-                let id = order.id.clone();
-                Created { order, created: false, duplicate_of: Some(id) }
-            } else {
-                let n = meta.get("next").map_err(db)?.map_or(1, |v| v.value());
-                meta.insert("next", n + 1).map_err(db)?;
-                draft.id = id_of(n);
-                if auto_approve {
-                    let at = now();
-                    draft.status = WorkOrderStatus::Approved;
-                    draft.history.push(Transition {
-                        from: Some(WorkOrderStatus::PendingApproval),
-                        to: WorkOrderStatus::Approved,
-                        at,
-                        by: "system".into(),
-                        note: Some("auto-approved by policy (work_orders.auto_approve)".into()),
-                    });
-                    let mut outbox = tx.open_table(OUTBOX).map_err(db)?;
-                    let entry = OutboxEntry {
-                        attempts: 0,
-                        next_attempt_ms: 0,
-                        delivered: false,
-                        last_attempt_at: None,
-                    };
-                    outbox.insert(n, serde_json::to_vec(&entry).map_err(db)?.as_slice()).map_err(db)?;
-                }
-                orders.insert(n, serde_json::to_vec(&draft).map_err(db)?.as_slice()).map_err(db)?;
-                let entry = serde_json::to_vec(&KeyEntry { number: n, fingerprint: fingerprint.into() })
-                    .map_err(db)?;
-                keys.insert(key, entry.as_slice()).map_err(db)?;
-                open.insert((draft.sensor_id.as_str(), kind), n).map_err(db)?;
-                Created { order: draft, created: true, duplicate_of: None }
-            }
-        };
-        tx.commit().map_err(db)?;
-        Ok(result)
+        let created = self.db.write(|d| create_in(d, key, fingerprint, draft, auto_approve))?;
+        if created.created {
+            self.mark_issued(&created.order.id);
+        }
+        Ok(created)
     }
+}
 
+fn create_in(
+    d: &Database,
+    key: &str,
+    fingerprint: &str,
+    mut draft: WorkOrder,
+    auto_approve: bool,
+) -> Result<Created, WorkOrderError> {
+    let tx = d.begin_write().map_err(db)?;
+    let result = {
+        let mut orders = tx.open_table(ORDERS).map_err(db)?;
+        let mut keys = tx.open_table(KEYS).map_err(db)?;
+        let mut open = tx.open_table(OPEN).map_err(db)?;
+        let mut meta = tx.open_table(META).map_err(db)?;
+        let existing_key: Option<KeyEntry> =
+            keys.get(key).map_err(db)?.and_then(|v| serde_json::from_slice(v.value()).ok());
+        if let Some(k) = existing_key {
+            let order = read(&orders, k.number)?;
+            if k.fingerprint != fingerprint {
+                return Err(WorkOrderError::Conflict { existing: order.id });
+            }
+            return Ok(Created { order, created: false, duplicate_of: None });
+        }
+        let kind = type_name(draft.work_type);
+        let open_number = open.get((draft.sensor_id.as_str(), kind)).map_err(db)?.map(|v| v.value());
+        let duplicate = match open_number {
+            Some(n) => Some(read(&orders, n)?).filter(|o| is_open(o.status)),
+            None => None,
+        };
+        if let Some(order) = duplicate {
+            // Replaying this key later returns the same open order.
+            let entry = serde_json::to_vec(&KeyEntry {
+                number: number_of(&order.id).unwrap_or(0),
+                fingerprint: fingerprint.into(),
+            })
+            .map_err(db)?;
+            keys.insert(key, entry.as_slice()).map_err(db)?;
+            let id = order.id.clone();
+            Created { order, created: false, duplicate_of: Some(id) }
+        } else {
+            let n = meta.get("next").map_err(db)?.map_or(1, |v| v.value());
+            meta.insert("next", n + 1).map_err(db)?;
+            draft.id = id_of(n);
+            if auto_approve {
+                let at = now();
+                draft.status = WorkOrderStatus::Approved;
+                draft.history.push(Transition {
+                    from: Some(WorkOrderStatus::PendingApproval),
+                    to: WorkOrderStatus::Approved,
+                    at,
+                    by: "system".into(),
+                    note: Some("auto-approved by policy (work_orders.auto_approve)".into()),
+                });
+                let mut outbox = tx.open_table(OUTBOX).map_err(db)?;
+                let entry =
+                    OutboxEntry { attempts: 0, next_attempt_ms: 0, delivered: false, last_attempt_at: None };
+                outbox.insert(n, serde_json::to_vec(&entry).map_err(db)?.as_slice()).map_err(db)?;
+            }
+            orders.insert(n, serde_json::to_vec(&draft).map_err(db)?.as_slice()).map_err(db)?;
+            let entry =
+                serde_json::to_vec(&KeyEntry { number: n, fingerprint: fingerprint.into() }).map_err(db)?;
+            keys.insert(key, entry.as_slice()).map_err(db)?;
+            open.insert((draft.sensor_id.as_str(), kind), n).map_err(db)?;
+            Created { order: draft, created: true, duplicate_of: None }
+        }
+    };
+    tx.commit().map_err(db)?;
+    Ok(result)
+}
+
+impl WorkOrderStore {
     pub fn get(&self, id: &str) -> Result<WorkOrder, WorkOrderError> {
         let n = number_of(id).ok_or_else(|| WorkOrderError::NotFound(id.into()))?;
-        let tx = self.db.begin_read().map_err(db)?;
-        let orders = tx.open_table(ORDERS).map_err(db)?;
-        let mut order = read(&orders, n)?;
-        let outbox = tx.open_table(OUTBOX).map_err(db)?;
-        if let Some(v) = outbox.get(n).map_err(db)?
-            && let Ok(e) = serde_json::from_slice::<OutboxEntry>(v.value())
-        {
-            order.delivery = Some(delivery(&e));
-        }
-        Ok(order)
+        self.db.read(|d| {
+            let tx = d.begin_read().map_err(db)?;
+            let orders = tx.open_table(ORDERS).map_err(db)?;
+            let mut order = read(&orders, n)?;
+            let outbox = tx.open_table(OUTBOX).map_err(db)?;
+            if let Some(v) = outbox.get(n).map_err(db)?
+                && let Ok(e) = serde_json::from_slice::<OutboxEntry>(v.value())
+            {
+                order.delivery = Some(delivery(&e));
+            }
+            Ok(order)
+        })
     }
 
     /// Every order, newest first.
     pub fn list(&self) -> Result<Vec<WorkOrder>, WorkOrderError> {
-        let tx = self.db.begin_read().map_err(db)?;
-        let orders = tx.open_table(ORDERS).map_err(db)?;
-        let outbox = tx.open_table(OUTBOX).map_err(db)?;
-        let mut out = Vec::new();
-        for item in orders.iter().map_err(db)?.rev() {
-            let (k, v) = item.map_err(db)?;
-            let mut o: WorkOrder = serde_json::from_slice(v.value()).map_err(db)?;
-            if let Some(e) = outbox
-                .get(k.value())
-                .map_err(db)?
-                .and_then(|e| serde_json::from_slice::<OutboxEntry>(e.value()).ok())
-            {
-                o.delivery = Some(delivery(&e));
+        self.db.read(|d| {
+            let tx = d.begin_read().map_err(db)?;
+            let orders = tx.open_table(ORDERS).map_err(db)?;
+            let outbox = tx.open_table(OUTBOX).map_err(db)?;
+            let mut out = Vec::new();
+            for item in orders.iter().map_err(db)?.rev() {
+                let (k, v) = item.map_err(db)?;
+                let mut o: WorkOrder = serde_json::from_slice(v.value()).map_err(corrupt)?;
+                if let Some(e) = outbox
+                    .get(k.value())
+                    .map_err(db)?
+                    .and_then(|e| serde_json::from_slice::<OutboxEntry>(e.value()).ok())
+                {
+                    o.delivery = Some(delivery(&e));
+                }
+                out.push(o);
             }
-            out.push(o);
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Moves an order to `to`, recording who and why; approval queues delivery in the same
@@ -263,43 +349,50 @@ impl WorkOrderStore {
         note: Option<String>,
     ) -> Result<WorkOrder, WorkOrderError> {
         let n = number_of(id).ok_or_else(|| WorkOrderError::NotFound(id.into()))?;
-        let tx = self.db.begin_write().map_err(db)?;
-        let order = {
-            let mut orders = tx.open_table(ORDERS).map_err(db)?;
-            let mut order = read(&orders, n)?;
-            if !allowed(order.status, to) {
-                return Err(WorkOrderError::Transition {
-                    from: status_name(order.status),
-                    to: status_name(to),
-                });
-            }
-            let at = now();
-            order.history.push(Transition {
-                from: Some(order.status),
-                to,
-                at: at.clone(),
-                by: by.into(),
-                note,
-            });
-            order.status = to;
-            order.updated_at = at;
-            orders.insert(n, serde_json::to_vec(&order).map_err(db)?.as_slice()).map_err(db)?;
-            if !is_open(to) {
-                let mut open = tx.open_table(OPEN).map_err(db)?;
-                let key = (order.sensor_id.as_str(), type_name(order.work_type));
-                if open.get(key).map_err(db)?.map(|v| v.value()) == Some(n) {
-                    open.remove(key).map_err(db)?;
+        let order = self.db.write(|d| {
+            let tx = d.begin_write().map_err(db)?;
+            let order = {
+                let mut orders = tx.open_table(ORDERS).map_err(db)?;
+                let mut order = read(&orders, n)?;
+                if !allowed(order.status, to) {
+                    return Err(WorkOrderError::Transition {
+                        from: status_name(order.status),
+                        to: status_name(to),
+                    });
                 }
-            }
-            if to == WorkOrderStatus::Approved {
-                let mut outbox = tx.open_table(OUTBOX).map_err(db)?;
-                let entry =
-                    OutboxEntry { attempts: 0, next_attempt_ms: 0, delivered: false, last_attempt_at: None };
-                outbox.insert(n, serde_json::to_vec(&entry).map_err(db)?.as_slice()).map_err(db)?;
-            }
-            order
-        };
-        tx.commit().map_err(db)?;
+                let at = now();
+                order.history.push(Transition {
+                    from: Some(order.status),
+                    to,
+                    at: at.clone(),
+                    by: by.into(),
+                    note,
+                });
+                order.status = to;
+                order.updated_at = at;
+                orders.insert(n, serde_json::to_vec(&order).map_err(db)?.as_slice()).map_err(db)?;
+                if !is_open(to) {
+                    let mut open = tx.open_table(OPEN).map_err(db)?;
+                    let key = (order.sensor_id.as_str(), type_name(order.work_type));
+                    if open.get(key).map_err(db)?.map(|v| v.value()) == Some(n) {
+                        open.remove(key).map_err(db)?;
+                    }
+                }
+                if to == WorkOrderStatus::Approved {
+                    let mut outbox = tx.open_table(OUTBOX).map_err(db)?;
+                    let entry = OutboxEntry {
+                        attempts: 0,
+                        next_attempt_ms: 0,
+                        delivered: false,
+                        last_attempt_at: None,
+                    };
+                    outbox.insert(n, serde_json::to_vec(&entry).map_err(db)?.as_slice()).map_err(db)?;
+                }
+                order
+            };
+            tx.commit().map_err(db)?;
+            Ok(order)
+        })?;
         self.get(&order.id)
     }
 
@@ -320,38 +413,42 @@ impl WorkOrderStore {
 
     /// Deliveries due at `now_ms`.
     pub fn due(&self, now_ms: i64) -> Result<Vec<(WorkOrder, OutboxEntry)>, WorkOrderError> {
-        let tx = self.db.begin_read().map_err(db)?;
-        let outbox = tx.open_table(OUTBOX).map_err(db)?;
-        let orders = tx.open_table(ORDERS).map_err(db)?;
-        let mut out = Vec::new();
-        for item in outbox.iter().map_err(db)? {
-            let (k, v) = item.map_err(db)?;
-            let e: OutboxEntry = serde_json::from_slice(v.value()).map_err(db)?;
-            if !e.delivered && e.next_attempt_ms <= now_ms {
-                out.push((read(&orders, k.value())?, e));
+        self.db.read(|d| {
+            let tx = d.begin_read().map_err(db)?;
+            let outbox = tx.open_table(OUTBOX).map_err(db)?;
+            let orders = tx.open_table(ORDERS).map_err(db)?;
+            let mut out = Vec::new();
+            for item in outbox.iter().map_err(db)? {
+                let (k, v) = item.map_err(db)?;
+                let e: OutboxEntry = serde_json::from_slice(v.value()).map_err(corrupt)?;
+                if !e.delivered && e.next_attempt_ms <= now_ms {
+                    out.push((read(&orders, k.value())?, e));
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Records a delivery attempt.
     pub fn delivered(&self, id: &str, ok: bool, next_attempt_ms: i64) -> Result<(), WorkOrderError> {
         let n = number_of(id).ok_or_else(|| WorkOrderError::NotFound(id.into()))?;
-        let tx = self.db.begin_write().map_err(db)?;
-        {
-            let mut outbox = tx.open_table(OUTBOX).map_err(db)?;
-            let mut e: OutboxEntry = match outbox.get(n).map_err(db)? {
-                Some(v) => serde_json::from_slice(v.value()).map_err(db)?,
-                None => return Err(WorkOrderError::NotFound(id.into())),
-            };
-            e.attempts += 1;
-            e.delivered = ok;
-            e.next_attempt_ms = next_attempt_ms;
-            e.last_attempt_at = Some(now());
-            outbox.insert(n, serde_json::to_vec(&e).map_err(db)?.as_slice()).map_err(db)?;
-        }
-        tx.commit().map_err(db)?;
-        Ok(())
+        self.db.write(|d| {
+            let tx = d.begin_write().map_err(db)?;
+            {
+                let mut outbox = tx.open_table(OUTBOX).map_err(db)?;
+                let mut e: OutboxEntry = match outbox.get(n).map_err(db)? {
+                    Some(v) => serde_json::from_slice(v.value()).map_err(corrupt)?,
+                    None => return Err(WorkOrderError::NotFound(id.into())),
+                };
+                e.attempts += 1;
+                e.delivered = ok;
+                e.next_attempt_ms = next_attempt_ms;
+                e.last_attempt_at = Some(now());
+                outbox.insert(n, serde_json::to_vec(&e).map_err(db)?.as_slice()).map_err(db)?;
+            }
+            tx.commit().map_err(db)?;
+            Ok(())
+        })
     }
 }
 
@@ -372,7 +469,34 @@ fn delivery(e: &OutboxEntry) -> Delivery {
 
 fn read(orders: &impl ReadableTable<u64, &'static [u8]>, n: u64) -> Result<WorkOrder, WorkOrderError> {
     match orders.get(n).map_err(db)? {
-        Some(v) => serde_json::from_slice(v.value()).map_err(db),
+        Some(v) => serde_json::from_slice(v.value()).map_err(corrupt),
         None => Err(WorkOrderError::NotFound(id_of(n))),
     }
+}
+
+/// The highest ID a marker file says was issued (0 when there is no marker).
+fn read_marker(path: &Path) -> Result<u64, WorkOrderError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => number_of(text.trim()).ok_or_else(|| {
+            WorkOrderError::Refused(format!(
+                "{} does not hold a work order ID (WO-nnnnnn); restore it or remove it",
+                path.display()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(WorkOrderError::Refused(format!("{} cannot be read: {}", path.display(), e.kind()))),
+    }
+}
+
+/// Replaces `path` with `bytes` so that a crash leaves either the old or the new content.
+fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }

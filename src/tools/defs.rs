@@ -337,6 +337,21 @@ pub struct DeviceStatus {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct DeviceStatusData {
     pub devices: Vec<DeviceStatus>,
+    /// fieldgate's own storage (history and work orders) on this box.
+    pub storage: StorageStatus,
+}
+
+/// The state of fieldgate's storage: readings keep working while it fails, but history
+/// waits in memory and work orders cannot be created.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct StorageStatus {
+    /// `ok`, or `failing` while a store cannot write.
+    pub state: String,
+    /// What is wrong, per store, e.g. "history: the disk reserve is reached".
+    pub problems: Vec<String>,
+    /// Free and total bytes of the data directory's filesystem, when known.
+    pub free_bytes: Option<u64>,
+    pub total_bytes: Option<u64>,
 }
 
 /// How an operator's probe went.

@@ -179,6 +179,23 @@ impl ToolService {
         );
         out.push_str("# TYPE fieldgate_breaker_consecutive_failures gauge\n");
         out.push_str(&failures);
+        let storage = self.storage();
+        let history = self.inner.history.as_ref();
+        out.push_str("# HELP fieldgate_storage_failing 1 while a store cannot write (history waits in memory, work orders are refused).\n# TYPE fieldgate_storage_failing gauge\n");
+        let _ = writeln!(out, "fieldgate_storage_failing {}", u8::from(storage.state != "ok"));
+        if let Some(free) = storage.free_bytes {
+            out.push_str("# HELP fieldgate_storage_free_bytes Free space of the data directory's filesystem.\n# TYPE fieldgate_storage_free_bytes gauge\n");
+            let _ = writeln!(out, "fieldgate_storage_free_bytes {free}");
+        }
+        out.push_str("# HELP fieldgate_history_flush_failures_total History writes that failed (their points were kept in memory).\n# TYPE fieldgate_history_flush_failures_total counter\n");
+        let _ =
+            writeln!(out, "fieldgate_history_flush_failures_total {}", history.map_or(0, |h| h.failures()));
+        out.push_str("# HELP fieldgate_history_points_dropped_total History points dropped because writes failed for longer than memory could hold.\n# TYPE fieldgate_history_points_dropped_total counter\n");
+        let _ = writeln!(
+            out,
+            "fieldgate_history_points_dropped_total {}",
+            history.map_or(0, |h| h.dropped_points())
+        );
         out
     }
 
@@ -200,6 +217,11 @@ impl ToolService {
 
     pub fn history(&self) -> Option<&Arc<HistoryStore>> {
         self.inner.history.as_ref()
+    }
+
+    /// The state of fieldgate's storage (for `/readyz`).
+    pub fn storage(&self) -> defs::StorageStatus {
+        status::storage(&self.inner)
     }
 
     pub(crate) fn inner(&self) -> &Arc<Inner> {

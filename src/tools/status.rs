@@ -5,7 +5,7 @@ use chrono::SecondsFormat;
 
 use super::defs::{
     BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, GetDeviceStatusArgs, LastError,
-    Latency, ProbeData, ProbeResult,
+    Latency, ProbeData, ProbeResult, StorageStatus,
 };
 use super::readings::device_error;
 use super::{Inner, ToolError, ToolResult, to_data};
@@ -99,7 +99,7 @@ pub fn run(inner: &Inner, args: GetDeviceStatusArgs) -> ToolResult {
         },
         None => registry.devices().iter().map(|d| status_of(inner, d)).collect(),
     };
-    to_data(&DeviceStatusData { devices })
+    to_data(&DeviceStatusData { devices, storage: storage(inner) })
 }
 
 /// An operator's probe of one device, at once (`POST /v1/devices/{id}/probe`).
@@ -126,4 +126,30 @@ pub async fn probe(inner: &Inner, raw: &str) -> ToolResult {
             ProbeOutcome::Unknown => return Err(ToolError::internal()),
         };
     to_data(&ProbeData { outcome, error, retry_after_ms, device: status_of(inner, d) })
+}
+
+/// The state of the history and work-order stores and of their disk.
+pub fn storage(inner: &Inner) -> StorageStatus {
+    let mut problems = Vec::new();
+    if let Some(p) = inner.history.as_ref().and_then(|h| h.problem()) {
+        problems.push(format!(
+            "history: {} (since {})",
+            p.reason,
+            p.since.to_rfc3339_opts(SecondsFormat::Secs, true)
+        ));
+    }
+    if let Some(p) = inner.work_orders.as_ref().and_then(|w| w.problem()) {
+        problems.push(format!(
+            "work orders: {} (since {})",
+            p.reason,
+            p.since.to_rfc3339_opts(SecondsFormat::Secs, true)
+        ));
+    }
+    let space = inner.history.as_ref().and_then(|h| h.disk_space());
+    StorageStatus {
+        state: if problems.is_empty() { "ok" } else { "failing" }.into(),
+        problems,
+        free_bytes: space.map(|s| s.0),
+        total_bytes: space.map(|s| s.1),
+    }
 }

@@ -38,8 +38,8 @@ fn not_found(id: &str) -> ToolError {
 
 /// Store failures the agent can act on; anything else is a logged internal error.
 pub fn store_error(e: WorkOrderError) -> ToolError {
-    match e {
-        WorkOrderError::NotFound(id) => not_found(&id),
+    match &e {
+        WorkOrderError::NotFound(id) => not_found(id),
         WorkOrderError::Conflict { existing } => {
             let mut err = ToolError::new(
                 ErrorCode::IdempotencyConflict,
@@ -53,13 +53,15 @@ pub fn store_error(e: WorkOrderError) -> ToolError {
         }
         WorkOrderError::Transition { from, to } => ToolError::invalid(
             "action",
-            Some(to),
+            Some(*to),
             "a move allowed from the current state",
             format!("A work order in state {from} cannot move to {to}."),
             "get_work_order shows the state and its history.",
         ),
-        WorkOrderError::Db(error) => {
-            tracing::error!(%error, "work order store failed");
+        // Logged where it happened (the store's problem, with the file).
+        WorkOrderError::Db(_) => ToolError::storage_unavailable(),
+        WorkOrderError::Corrupt | WorkOrderError::Refused(_) => {
+            tracing::error!(error = %e, "work order store failed");
             ToolError::internal()
         }
     }

@@ -369,15 +369,18 @@ async fn healthz() -> &'static str {
 }
 
 /// Ready once the registry is loaded (the service exists only then) and the store is open.
+/// Ready while readings can be served: a failing store makes the service `degraded`
+/// (readings keep working), not unready.
 async fn readyz(State(st): State<AppState>) -> Response {
-    let store = st.tools.history().is_some_and(|h| h.is_open());
+    let storage = st.tools.storage();
+    let status = if storage.state == "ok" { "ready" } else { "degraded" };
     let body = json!({
-        "ready": store,
+        "ready": true,
+        "status": status,
         "registry": { "devices": st.tools.registry().devices().len(), "sensors": st.tools.registry().sensors().len() },
-        "store": if store { "open" } else { "unavailable" },
+        "storage": storage,
     });
-    let status = if store { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    json_response(status, serde_json::to_vec(&body).unwrap_or_default())
+    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
 }
 
 async fn openapi() -> Response {

@@ -111,7 +111,11 @@ async fn definitions_and_resource_routes() {
 
     assert_eq!(c.get("/healthz").await.unwrap().status, 200);
     let ready = c.get("/readyz").await.unwrap().json();
-    assert_eq!((ready["ready"].as_bool(), ready["store"].as_str()), (Some(true), Some("open")), "{ready}");
+    assert_eq!(
+        (ready["ready"].as_bool(), ready["status"].as_str(), ready["storage"]["state"].as_str()),
+        (Some(true), Some("ready"), Some("ok")),
+        "{ready}"
+    );
     assert_eq!(ready["registry"]["sensors"], 44);
     let m = String::from_utf8(c.get("/metrics").await.unwrap().body).unwrap();
     assert!(m.contains("fieldgate_tool_calls_total{tool=\"list_sensors\",code=\"OK\"}"), "{m}");

@@ -13,6 +13,7 @@ mod registry;
 mod schemas;
 mod serve;
 mod stall;
+mod storage;
 mod support;
 mod validation;
 mod work_orders;

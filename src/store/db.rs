@@ -1,0 +1,216 @@
+//! A redb database that outlives its own failures.
+//!
+//! redb refuses every later operation after one failed write ("Previous I/O error occurred.
+//! Please close and re-open the database"), and may panic on a file damaged outside redb. So
+//! each store goes through [`Db`]: an operation that fails on storage (or panics inside
+//! redb) drops the handle, records the problem, and the next operation reopens the file
+//! (checking its integrity) once every other user of the old handle is done. A store in
+//! memory is never reopened. Nothing a file contains can panic fieldgate: a panic inside
+//! redb is caught here and becomes a storage failure.
+//!
+//! Opening at start checks the whole file ([`redb::Builder::set_check_integrity_on_open`]):
+//! a damaged file is refused with its path and what to do, never half-trusted.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use chrono::{DateTime, Utc};
+use redb::Database;
+
+/// How a store's database is (re)opened.
+pub type Opener = Box<dyn Fn() -> Result<Database, String> + Send + Sync>;
+
+/// Errors of a store's own that say whether its storage failed (as opposed to "not found",
+/// "conflict" and other answers about the data).
+pub trait StorageFailure {
+    fn storage(reason: String) -> Self;
+    fn is_storage(&self) -> bool;
+}
+
+/// What is wrong with a store now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub since: DateTime<Utc>,
+    pub reason: String,
+}
+
+pub struct Db {
+    /// "history" or "work orders", for messages.
+    what: &'static str,
+    file: Option<PathBuf>,
+    opener: Option<Opener>,
+    handle: RwLock<Option<Arc<Database>>>,
+    problem: Mutex<Option<Problem>>,
+    failures: AtomicU64,
+}
+
+/// Opens `path` with its integrity checked; the error names the file and what to do.
+pub fn open_checked(path: &Path) -> Result<Database, String> {
+    let opened = catch_unwind(|| Database::builder().set_check_integrity_on_open(true).create(path));
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => {
+            Err(format!("{} is in use by another fieldgate process", path.display()))
+        }
+        Ok(Err(redb::DatabaseError::Storage(redb::StorageError::Io(e)))) => {
+            Err(format!("{} cannot be opened: {}", path.display(), e.kind()))
+        }
+        Ok(Err(e)) => Err(damaged(path, &e.to_string())),
+        Err(_) => Err(damaged(path, "its contents make the storage library fail")),
+    }
+}
+
+fn damaged(path: &Path, why: &str) -> String {
+    let why: String = why.chars().take(120).collect();
+    format!(
+        "{} is damaged ({why}); move it aside (fieldgate then starts an empty one) or restore it from a backup",
+        path.display()
+    )
+}
+
+impl Db {
+    /// A file-backed store, opened now by `opener` (reopened by it after a failure).
+    pub fn open(what: &'static str, file: &Path, opener: Opener) -> Result<Db, String> {
+        let database = opener()?;
+        Ok(Db {
+            what,
+            file: Some(file.to_path_buf()),
+            opener: Some(opener),
+            handle: RwLock::new(Some(Arc::new(database))),
+            problem: Mutex::new(None),
+            failures: AtomicU64::new(0),
+        })
+    }
+
+    /// A file-backed store at `path`, opened with its integrity checked.
+    pub fn open_file(what: &'static str, path: &Path) -> Result<Db, String> {
+        let p = path.to_path_buf();
+        Db::open(what, path, Box::new(move || open_checked(&p)))
+    }
+
+    /// A store in memory: never reopened.
+    pub fn memory(what: &'static str, database: Database) -> Db {
+        Db {
+            what,
+            file: None,
+            opener: None,
+            handle: RwLock::new(Some(Arc::new(database))),
+            problem: Mutex::new(None),
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    /// What is wrong now, if anything: set by a failed operation, cleared by a write that
+    /// succeeded.
+    pub fn problem(&self) -> Option<Problem> {
+        self.problem.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Operations that failed on storage since start.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Runs a read.
+    pub fn read<T, E: StorageFailure>(&self, f: impl FnOnce(&Database) -> Result<T, E>) -> Result<T, E> {
+        self.run(false, f)
+    }
+
+    /// Runs a write; its success clears the store's problem.
+    pub fn write<T, E: StorageFailure>(&self, f: impl FnOnce(&Database) -> Result<T, E>) -> Result<T, E> {
+        self.run(true, f)
+    }
+
+    fn run<T, E: StorageFailure>(
+        &self,
+        write: bool,
+        f: impl FnOnce(&Database) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let db = self.handle().map_err(E::storage)?;
+        match catch_unwind(AssertUnwindSafe(|| f(&db))) {
+            Ok(Ok(v)) => {
+                if write {
+                    *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                }
+                Ok(v)
+            }
+            Ok(Err(e)) if e.is_storage() => {
+                drop(db);
+                self.failed("a write or read failed");
+                Err(e)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => {
+                drop(db);
+                self.failed("the storage library failed on the file's contents");
+                Err(E::storage(format!("{} store: its file is damaged", self.what)))
+            }
+        }
+    }
+
+    /// The open handle, reopening the file when the last one failed.
+    fn handle(&self) -> Result<Arc<Database>, String> {
+        if let Some(db) = self.handle.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Ok(db.clone());
+        }
+        let Some(opener) = &self.opener else {
+            return Err(format!("{} store is unavailable", self.what));
+        };
+        let mut slot = self.handle.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(db) = slot.as_ref() {
+            return Ok(db.clone());
+        }
+        match opener() {
+            Ok(db) => {
+                tracing::info!(store = self.what, "storage reopened");
+                let db = Arc::new(db);
+                *slot = Some(db.clone());
+                Ok(db)
+            }
+            Err(reason) => {
+                drop(slot);
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                self.note(&reason);
+                Err(format!("{} store is unavailable: {reason}", self.what))
+            }
+        }
+    }
+
+    /// Drops the handle (a file-backed one is reopened on next use) and records why.
+    fn failed(&self, reason: &str) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        if self.opener.is_some() {
+            *self.handle.write().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+        self.note(reason);
+    }
+
+    fn note(&self, reason: &str) {
+        let mut p = self.problem.lock().unwrap_or_else(|e| e.into_inner());
+        if p.as_ref().is_none_or(|p| p.reason != reason) {
+            tracing::error!(store = self.what, file = ?self.file, reason, "storage is failing");
+        }
+        let since = p.as_ref().map_or_else(Utc::now, |p| p.since);
+        *p = Some(Problem { since, reason: reason.to_string() });
+    }
+
+    /// Records a problem found outside an operation (e.g. the disk reserve reached).
+    pub fn set_problem(&self, reason: Option<&str>) {
+        match reason {
+            Some(r) => self.note(r),
+            None => *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = None,
+        }
+    }
+}
+
+/// Free and total bytes of the filesystem holding `path`.
+pub fn disk_space(path: &Path) -> Option<(u64, u64)> {
+    let s = rustix::fs::statvfs(path).ok()?;
+    Some((s.f_bavail.saturating_mul(s.f_frsize), s.f_blocks.saturating_mul(s.f_frsize)))
+}
