@@ -188,12 +188,12 @@ impl Config {
         problems.extend(apply_text(&mut cfg, "config/default.toml (embedded)", DEFAULT_TOML));
         if let Some(path) = file {
             let name = path.display().to_string();
-            match std::fs::read_to_string(path) {
+            match crate::toml_reader::read_text_file(path) {
                 Ok(text) => problems.extend(apply_text(&mut cfg, &name, &text)),
-                Err(e) => problems.push(Problem {
+                Err(why) => problems.push(Problem {
                     source: name,
                     line: 0,
-                    message: format!("cannot read the configuration file: {}", e.kind()),
+                    message: format!("cannot read the configuration file: {why}"),
                 }),
             }
         }

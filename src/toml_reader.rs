@@ -13,6 +13,31 @@ use std::ops::Range;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+/// Device files, configuration and token files are read whole; none is anywhere near this.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// Reads a text file a person wrote: only a regular file (a FIFO would block, a link to
+/// `/dev/zero` never end), of at most [`MAX_FILE_BYTES`], in UTF-8. The error is a short
+/// sentence for the person.
+pub fn read_text_file(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {}", e.kind()))?;
+    if !meta.is_file() {
+        return Err("not a regular file (a folder, device, pipe or socket); fieldgate reads only regular files".into());
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(format!("{} bytes is more than the {MAX_FILE_BYTES} a file may have", meta.len()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read it: {}", e.kind()))?;
+    let mut bytes = Vec::new();
+    // The file may have grown since it was looked at.
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {}", e.kind()))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!("more than the {MAX_FILE_BYTES} bytes a file may have"));
+    }
+    String::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())
+}
+
 /// One problem in one input, with the line it is on (0 when there is no line).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {

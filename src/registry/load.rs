@@ -52,20 +52,9 @@ pub fn load_dir(dir: &Path) -> Result<(Vec<Device>, Vec<Sensor>), Vec<Problem>> 
     let mut problems = Vec::new();
     for path in files {
         let name = path.display().to_string();
-        match std::fs::read(&path) {
-            Ok(bytes) => match String::from_utf8(bytes) {
-                Ok(text) => inputs.push((name, text)),
-                Err(_) => problems.push(Problem {
-                    source: name,
-                    line: 0,
-                    message: "unreadable file: not valid UTF-8".into(),
-                }),
-            },
-            Err(e) => problems.push(Problem {
-                source: name,
-                line: 0,
-                message: format!("unreadable file: {}", e.kind()),
-            }),
+        match crate::toml_reader::read_text_file(&path) {
+            Ok(text) => inputs.push((name, text)),
+            Err(why) => problems.push(Problem { source: name, line: 0, message: format!("unreadable file: {why}") }),
         }
     }
     match load_texts(&inputs) {

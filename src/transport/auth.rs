@@ -55,7 +55,7 @@ impl Tokens {
         let mut problems = Vec::new();
         if let Some(path) = file {
             let name = path.display().to_string();
-            match std::fs::read_to_string(path) {
+            match crate::toml_reader::read_text_file(path) {
                 Ok(text) => {
                     let doc = Doc::new(name, &text);
                     if let Some(root) = doc.parse(&text) {
@@ -83,10 +83,10 @@ impl Tokens {
                     }
                     problems.extend(doc.into_problems());
                 }
-                Err(e) => problems.push(Problem {
+                Err(why) => problems.push(Problem {
                     source: name,
                     line: 0,
-                    message: format!("cannot read the tokens file: {}", e.kind()),
+                    message: format!("cannot read the tokens file: {why}"),
                 }),
             }
         }

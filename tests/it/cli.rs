@@ -329,3 +329,38 @@ async fn discover_opcua_says_when_a_server_offers_only_secured_endpoints() {
     );
     sim.shutdown().await;
 }
+
+/// A FIFO named like a device file would block a plain read forever, and a link to
+/// `/dev/zero` would never end: both are refused by name, and so is a file too large.
+#[test]
+fn check_reads_only_regular_files_of_sane_size() {
+    let dir = device_dir(&[("good.toml", GOOD)]);
+    let fifo = dir.path().join("x.toml");
+    let made = Command::new("mkfifo").arg(&fifo).status().map(|s| s.success()).unwrap_or(false);
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.toml")).unwrap();
+    std::fs::write(dir.path().join("huge.toml"), vec![b'#'; 5 << 20]).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["check", "--devices", dir.path().to_str().unwrap()])
+        .env_remove("FIELDGATE_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: a hang here is the bug.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("fieldgate check hung on a FIFO or /dev/zero");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("zero.toml: unreadable file: not a regular file"), "{err}");
+    assert!(err.contains("huge.toml: unreadable file: 5242880 bytes is more than the 4194304"), "{err}");
+    if made {
+        assert!(err.contains("x.toml") && err.contains("not a regular file"), "{err}");
+    }
+}
