@@ -117,6 +117,9 @@ pub struct HistoryStore {
     flushing: Mutex<()>,
     limits: Limits,
     dropped: AtomicU64,
+    /// Points refused because they were not after their sensor's last one (the clock
+    /// stepped back, or a device sent samples out of order).
+    out_of_order: AtomicU64,
 }
 
 impl HistoryStore {
@@ -153,6 +156,7 @@ impl HistoryStore {
             flushing: Mutex::new(()),
             limits: Limits::default(),
             dropped: AtomicU64::new(0),
+            out_of_order: AtomicU64::new(0),
         })
     }
 
@@ -166,13 +170,17 @@ impl HistoryStore {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends a point. Points not after the sensor's last one are dropped (returns false).
+    /// Appends a point. Points not after the sensor's last one are dropped and counted
+    /// (returns false): a clock that stepped back, or samples a device sent out of order,
+    /// never reorder a chunk, so time in a sensor's history only moves forward. A forward
+    /// jump is just a long silence: a gap in the history, never invented data.
     pub fn append(&self, sensor: &str, p: &Point) -> bool {
         let mut pending = self.lock();
         let Pending { open, sealed, sealed_bytes } = &mut *pending;
         let kind = Kind::of(&p.value);
         if let Some(o) = open.get_mut(sensor) {
             if p.t <= o.writer.last_t() {
+                self.out_of_order.fetch_add(1, Ordering::Relaxed);
                 return false;
             }
             let full = o.writer.len() >= MAX_POINTS
@@ -211,6 +219,11 @@ impl HistoryStore {
     /// memory bound.
     pub fn dropped_points(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Points dropped as not after their sensor's last one.
+    pub fn out_of_order_points(&self) -> u64 {
+        self.out_of_order.load(Ordering::Relaxed)
     }
 
     /// What is wrong with the store now (a failed flush, the reserve reached), if anything.
@@ -448,7 +461,7 @@ mod tests {
     }
 
     #[test]
-    fn out_of_order_points_are_dropped_and_sensors_are_apart() {
+    fn out_of_order_points_are_dropped_counted_and_sensors_are_apart() {
         let store = HistoryStore::in_memory().unwrap();
         assert!(store.append("A", &p(10, 1.0)));
         assert!(!store.append("A", &p(10, 2.0)));
@@ -456,6 +469,41 @@ mod tests {
         assert!(store.append("B", &p(5, 3.0)));
         assert_eq!(store.points("A", 0, 100).unwrap(), vec![p(10, 1.0)]);
         assert_eq!(store.points("B", 0, 100).unwrap(), vec![p(5, 3.0)]);
+        assert_eq!(store.out_of_order_points(), 2);
+    }
+
+    /// An edge box without a battery clock: it runs an hour ahead, NTP steps it back, and
+    /// later a jump forward by a day. Chunks and range queries stay consistent throughout.
+    #[test]
+    fn a_clock_that_steps_back_and_forward_never_corrupts_a_chunk_or_a_query() {
+        let store = HistoryStore::in_memory().unwrap();
+        let hour = 3_600_000;
+        let ahead: Vec<i64> = (0..100).map(|i| 10 * hour + i * 1000).collect();
+        for &t in &ahead {
+            assert!(store.append("S", &p(t, 1.0)));
+        }
+        store.flush().unwrap();
+        // Stepped back by an hour: refused (and counted) until time passes the last point.
+        let mut t = 9 * hour;
+        let mut refused = 0;
+        while t <= ahead[99] + 5000 {
+            if !store.append("S", &p(t, 2.0)) {
+                refused += 1;
+            }
+            t += 1000;
+        }
+        assert_eq!(store.out_of_order_points(), refused);
+        // A jump forward by a day starts a new chunk; the silence is a gap, not data.
+        assert!(store.append("S", &p(t + 24 * hour, 3.0)));
+        store.flush().unwrap();
+        let all = store.points("S", 0, i64::MAX).unwrap();
+        assert!(all.windows(2).all(|w| w[0].t < w[1].t), "time only moves forward");
+        assert_eq!(all.len(), 100 + 5 + 1);
+        assert!(
+            store.points("S", ahead[99] + 6000, t + 24 * hour).unwrap().is_empty(),
+            "no invented data in the jump"
+        );
+        assert_eq!(store.points("S", 9 * hour, 10 * hour).unwrap().len(), 0);
     }
 
     #[test]
