@@ -166,7 +166,9 @@ impl Db {
         if let Some(db) = slot.as_ref() {
             return Ok(db.clone());
         }
-        match opener() {
+        let opened = catch_unwind(AssertUnwindSafe(opener))
+            .unwrap_or_else(|_| Err("the storage library failed on the file's contents".into()));
+        match opened {
             Ok(db) => {
                 tracing::info!(store = self.what, "storage reopened");
                 let db = Arc::new(db);

@@ -27,6 +27,8 @@ use super::support::*;
 struct Flaky {
     inner: Arc<InMemoryBackend>,
     fail: Arc<AtomicBool>,
+    /// Reads return garbage (a damaged medium) while set.
+    garbage: Arc<AtomicBool>,
 }
 
 impl Flaky {
@@ -43,7 +45,11 @@ impl StorageBackend for Flaky {
         self.inner.len()
     }
     fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read(offset, out)
+        self.inner.read(offset, out)?;
+        if self.garbage.load(Ordering::SeqCst) {
+            out.iter_mut().enumerate().for_each(|(i, b)| *b = (i as u8).wrapping_mul(151) ^ 0x5A);
+        }
+        Ok(())
     }
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         self.check()?;
@@ -59,17 +65,22 @@ impl StorageBackend for Flaky {
     }
 }
 
-/// A store database over one flaky memory, and the switch that makes it fail.
-fn flaky_db(what: &'static str) -> (Db, Arc<AtomicBool>) {
+/// A store database over one flaky memory, and the switches that make its writes fail
+/// and its reads return garbage.
+fn flaky_db_with(what: &'static str) -> (Db, Arc<AtomicBool>, Arc<AtomicBool>) {
     let memory = Arc::new(InMemoryBackend::new());
-    let fail = Arc::new(AtomicBool::new(false));
-    let (m, f) = (memory.clone(), fail.clone());
+    let (fail, garbage) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (m, f, g) = (memory.clone(), fail.clone(), garbage.clone());
     let opener = Box::new(move || {
-        redb::Database::builder()
-            .create_with_backend(Flaky { inner: m.clone(), fail: f.clone() })
-            .map_err(|e| e.to_string())
+        let backend = Flaky { inner: m.clone(), fail: f.clone(), garbage: g.clone() };
+        redb::Database::builder().create_with_backend(backend).map_err(|e| e.to_string())
     });
-    (Db::open(what, Path::new("flaky.redb"), opener).unwrap(), fail)
+    (Db::open(what, Path::new("flaky.redb"), opener).unwrap(), fail, garbage)
+}
+
+fn flaky_db(what: &'static str) -> (Db, Arc<AtomicBool>) {
+    let (db, fail, _) = flaky_db_with(what);
+    (db, fail)
 }
 
 fn p(t: i64) -> Point {
@@ -108,6 +119,34 @@ fn a_failed_history_flush_keeps_every_point_and_the_store_recovers_by_itself() {
     assert_eq!(all.len(), 1500 + 3 * 700 + 10, "every acknowledged point survived the episode");
     assert!(all.windows(2).all(|w| w[0].t < w[1].t));
     assert_eq!(store.dropped_points(), 0);
+}
+
+#[test]
+fn garbage_from_the_medium_is_a_storage_failure_never_a_panic_and_passes() {
+    let (db, fail, garbage) = flaky_db_with("history");
+    let store = HistoryStore::with_db(db).unwrap();
+    for i in 1..=3000 {
+        store.append("S", &p(i * 1000));
+    }
+    store.flush().unwrap();
+    // A failed write drops the handle; the reopen then reads the medium, which now
+    // returns garbage (redb would otherwise answer from its cache).
+    fail.store(true, Ordering::SeqCst);
+    store.append("S", &p(3_001_000));
+    assert!(store.flush().is_err());
+    fail.store(false, Ordering::SeqCst);
+    garbage.store(true, Ordering::SeqCst);
+    for i in 3002..=3100 {
+        store.append("S", &p(i * 1000));
+    }
+    // Whatever redb makes of the garbage (an error, or a panic inside it), fieldgate gets
+    // an error from the store, and the store is marked failing.
+    assert!(store.flush().is_err(), "garbage went unnoticed");
+    assert!(store.points("S", 0, i64::MAX).is_err());
+    assert!(store.problem().is_some());
+    garbage.store(false, Ordering::SeqCst);
+    store.flush().unwrap();
+    assert_eq!(store.points("S", 0, i64::MAX).unwrap().len(), 3100);
 }
 
 #[test]
