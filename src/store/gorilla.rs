@@ -425,8 +425,43 @@ mod tests {
         }
 
         #[test]
-        fn garbage_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        fn garbage_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..4096)) {
             let _ = decode(&bytes);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        /// A real chunk damaged on disk (bits flipped, cut short, grown): decoding it never
+        /// panics, and never yields more points than its bytes can hold.
+        #[test]
+        fn damaged_chunks_never_panic(
+            kind in 0u8..4,
+            n in 1usize..300,
+            flips in prop::collection::vec((any::<prop::sample::Index>(), 0u8..8), 0..6),
+            cut in any::<prop::sample::Index>(),
+            tail in prop::collection::vec(any::<u8>(), 0..16),
+        ) {
+            let value = |i: usize| match kind {
+                0 => Stored::Float(i as f64 * 0.37 - 5.0),
+                1 => Stored::Int(i as i64 * 1009 - 50_000),
+                2 => Stored::Bool(i % 3 == 0),
+                _ => Stored::Text(format!("T{i}")),
+            };
+            let mut w = ChunkWriter::new(Kind::of(&value(0)));
+            for i in 0..n {
+                w.push(&Point { t: i as i64 * 997, value: value(i), quality: (i % 3) as u8 });
+            }
+            let mut bytes = w.bytes();
+            for (at, bit) in &flips {
+                let i = at.index(bytes.len());
+                bytes[i] ^= 1 << bit;
+            }
+            bytes.truncate(cut.index(bytes.len() + 1));
+            bytes.extend_from_slice(&tail);
+            if let Ok(points) = decode(&bytes) {
+                prop_assert!(points.len() <= bytes.len() * 8 + 1, "{} points from {} bytes", points.len(), bytes.len());
+            }
         }
     }
 

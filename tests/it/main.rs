@@ -3,6 +3,7 @@
 mod chaos;
 mod cli;
 mod docs_links;
+mod fuzz;
 mod history;
 mod http;
 mod list_sensors;
