@@ -23,7 +23,10 @@ pub fn read_text_file(path: &std::path::Path) -> Result<String, String> {
     use std::io::Read as _;
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {}", e.kind()))?;
     if !meta.is_file() {
-        return Err("not a regular file (a folder, device, pipe or socket); fieldgate reads only regular files".into());
+        return Err(
+            "not a regular file (a folder, device, pipe or socket); fieldgate reads only regular files"
+                .into(),
+        );
     }
     if meta.len() > MAX_FILE_BYTES {
         return Err(format!("{} bytes is more than the {MAX_FILE_BYTES} a file may have", meta.len()));
@@ -31,7 +34,9 @@ pub fn read_text_file(path: &std::path::Path) -> Result<String, String> {
     let file = std::fs::File::open(path).map_err(|e| format!("cannot read it: {}", e.kind()))?;
     let mut bytes = Vec::new();
     // The file may have grown since it was looked at.
-    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read it: {}", e.kind()))?;
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read it: {}", e.kind()))?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(format!("more than the {MAX_FILE_BYTES} bytes a file may have"));
     }

@@ -54,7 +54,9 @@ pub fn load_dir(dir: &Path) -> Result<(Vec<Device>, Vec<Sensor>), Vec<Problem>> 
         let name = path.display().to_string();
         match crate::toml_reader::read_text_file(&path) {
             Ok(text) => inputs.push((name, text)),
-            Err(why) => problems.push(Problem { source: name, line: 0, message: format!("unreadable file: {why}") }),
+            Err(why) => {
+                problems.push(Problem { source: name, line: 0, message: format!("unreadable file: {why}") })
+            }
         }
     }
     match load_texts(&inputs) {

@@ -445,7 +445,7 @@ mod tests {
             let value = |i: usize| match kind {
                 0 => Stored::Float(i as f64 * 0.37 - 5.0),
                 1 => Stored::Int(i as i64 * 1009 - 50_000),
-                2 => Stored::Bool(i % 3 == 0),
+                2 => Stored::Bool(i.is_multiple_of(3)),
                 _ => Stored::Text(format!("T{i}")),
             };
             let mut w = ChunkWriter::new(Kind::of(&value(0)));
