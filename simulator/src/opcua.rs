@@ -109,6 +109,17 @@ fn block_for(d: Duration) {
     }
 }
 
+/// The path of a device file's `opc.tcp://host:port/path` endpoint ("/" when it has
+/// none): the simulator serves the endpoint the file names, so the shipped files work
+/// against the standalone simulator unchanged.
+pub fn endpoint_path(url: &str) -> String {
+    let rest = url.strip_prefix("opc.tcp://").unwrap_or(url);
+    match rest.find('/') {
+        Some(i) => rest[i..].to_string(),
+        None => "/".to_string(),
+    }
+}
+
 /// Serves `device` on `port` of the loopback interface (0: a free one).
 pub(crate) async fn start(
     state: Arc<State>,
@@ -127,12 +138,13 @@ pub(crate) async fn start(
         Some(_) => "user".to_string(),
         None => ANONYMOUS_USER_TOKEN_ID.to_string(),
     };
+    let path = endpoint_path(&device.endpoint);
     let mut builder = ServerBuilder::new()
         .application_name("fieldgate-sim")
         .application_uri("urn:fieldgate-sim")
         .product_uri("urn:fieldgate-sim")
-        .discovery_urls(vec!["/".to_owned()])
-        .add_endpoint("device", ServerEndpoint::new("/", policy, mode, std::slice::from_ref(&token_id)))
+        .discovery_urls(vec![path.clone()])
+        .add_endpoint("device", ServerEndpoint::new(&path, policy, mode, std::slice::from_ref(&token_id)))
         .create_sample_keypair(secured)
         .trust_client_certs(true)
         .pki_dir(&setup.pki_dir)
@@ -218,7 +230,7 @@ pub(crate) async fn start(
     });
     Ok(OpcUaDevice {
         device: device.id.clone(),
-        url: format!("opc.tcp://127.0.0.1:{port}/"),
+        url: format!("opc.tcp://127.0.0.1:{port}{path}"),
         port,
         task,
         handle,
@@ -268,5 +280,16 @@ impl OpcUaDevice {
         if tokio::time::timeout(std::time::Duration::from_secs(5), &mut self.task).await.is_err() {
             self.task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_endpoint_path_comes_from_the_device_file() {
+        assert_eq!(super::endpoint_path("opc.tcp://127.0.0.1:4840/fieldgate"), "/fieldgate");
+        assert_eq!(super::endpoint_path("opc.tcp://127.0.0.1:4840/a/b"), "/a/b");
+        assert_eq!(super::endpoint_path("opc.tcp://127.0.0.1:4840"), "/");
+        assert_eq!(super::endpoint_path("opc.tcp://127.0.0.1:4840/"), "/");
     }
 }

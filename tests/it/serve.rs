@@ -122,3 +122,75 @@ async fn the_demo_tour_runs_through_the_real_http_path() {
     assert!(text.contains("Retry-After"));
     assert!(text.trim_end().ends_with("tour complete"), "{text}");
 }
+
+/// The shipped device files, with their ports moved to free ones (endpoint paths kept).
+fn shipped_files_on_free_ports() -> tempfile::TempDir {
+    let ports: Vec<u16> = (0..4)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    for path in fieldgate::registry::device_files(&demo_dir()).unwrap() {
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        for (declared, port) in [":5020", ":5021", ":5022", ":4840"].iter().zip(&ports) {
+            text = text.replace(declared, &format!(":{port}"));
+        }
+        std::fs::write(dir.path().join(path.file_name().unwrap()), text).unwrap();
+    }
+    dir
+}
+
+/// The standalone simulator serves what the shipped files declare (OPC UA endpoint path
+/// included), and `serve` on the same files reads every demo sensor: the README's
+/// "simulator alone, then serve" path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reads_every_demo_sensor_from_the_simulator_on_the_shipped_files() {
+    let mut started = None;
+    // The ports were free a moment ago; another process may take one meanwhile.
+    for _ in 0..3 {
+        let dir = shipped_files_on_free_ports();
+        let scenario = Scenario::load(&root().join("simulator/scenarios/demo.toml")).unwrap();
+        let scenario = Scenario { faults: Default::default(), ..scenario };
+        if let Ok(sim) =
+            Simulator::start(fieldgate_sim::plant::load_dir(dir.path()).unwrap(), scenario, Bind::Declared)
+                .await
+        {
+            started = Some((dir, sim));
+            break;
+        }
+    }
+    let (dir, sim) = started.expect("the simulator starts on the declared ports");
+    let url = sim.opcua_urls().into_values().next().unwrap();
+    assert!(url.ends_with("/fieldgate"), "the simulator serves the file's endpoint path: {url}");
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["serve", "--devices", dir.path().to_str().unwrap()])
+        .env_clear()
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
+        .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr: std::net::SocketAddr = loop {
+        let line =
+            tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.unwrap().unwrap().unwrap();
+        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    let ids: Vec<String> = demo_registry().sensors().iter().map(|s| s.id.to_string()).collect();
+    let body = serde_json::to_vec(&serde_json::json!({ "sensor_ids": ids })).unwrap();
+    let mut c = HttpClient::connect(addr).await.unwrap();
+    let r = c.post("/v1/tools/get_sensor_readings", &body).await.unwrap().json();
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["data"]["failed"].as_array().map(Vec::len), Some(0), "{r}");
+    assert_eq!(r["data"]["readings"].as_array().unwrap().len(), ids.len());
+    let _ = child.kill().await;
+    sim.shutdown().await;
+}
