@@ -21,6 +21,9 @@ pub struct Demo {
     pub sim: Arc<Simulator>,
     pub tools: ToolService,
     pub addr: SocketAddr,
+    /// The simulator's control API (faults per device), on loopback.
+    pub control: SocketAddr,
+    control_task: tokio::task::JoinHandle<()>,
     pub data_dir: PathBuf,
     shutdown: CancellationToken,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -115,7 +118,12 @@ impl Demo {
             grace,
             shutdown.clone(),
         ));
-        Ok(Demo { sim: Arc::new(sim), tools, addr, data_dir, shutdown, server, polling, _temp: temp })
+        let sim = Arc::new(sim);
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let (control, control_task) = fieldgate_sim::control::serve(sim.clone(), loopback)
+            .await
+            .map_err(|e| DemoError::Sim(format!("control API: {}", e.kind())))?;
+        Ok(Demo { sim, tools, addr, control, control_task, data_dir, shutdown, server, polling, _temp: temp })
     }
 
     /// What a person needs to start using it.
@@ -138,11 +146,16 @@ impl Demo {
         for id in self.sim.skipped() {
             out.push_str(&format!("\n  not simulated {id}"));
         }
-        out.push('\n');
+        let control = format!("http://{}", self.control);
+        out.push_str(&format!(
+            "\n\nBreak the plant (the simulator's control API, {control}):\n  curl -X PATCH {control}/devices/a-util-meter/faults -H 'content-type: application/json' -d '{{\"down\":true}}'   # dead\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"latency_ms\":800}}'   # slow\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"exception_code\":6,\"exception_rate\":0.5}}'   # busy\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"stall\":0.1,\"stall_ms\":30000}}'   # stalls\n  curl -X DELETE {control}/devices/a-util-meter/faults   # healthy again\n"
+        ));
         out
     }
 
     pub async fn stop(self) {
+        self.control_task.abort();
+        let _ = self.control_task.await;
         self.shutdown.cancel();
         let _ = self.server.await;
         for h in self.polling {
@@ -226,7 +239,7 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     let _ = demo.sim.set_faults("a-util-meter", Faults { no_reply: 1.0, ..Default::default() });
     let v = step(
         &mut client,
-        "Reading it gives a retryable error (after two retries inside the call)",
+        "Reading it gives a retryable error (the call retried inside its deadline; meta.attempts counts the tries)",
         "get_sensor_reading",
         json!({"sensor_id": "A_UTIL_005"}),
         out,
@@ -240,15 +253,13 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     // The poller reads the meter too and shares its breaker, so it opens after a few
     // more failures, whoever makes them.
     let mut opened = false;
-    for sensor in ["A_UTIL_006", "A_UTIL_008", "A_UTIL_009"] {
-        let v = step(
-            &mut client,
-            "More failures open the meter's circuit breaker",
-            "get_sensor_reading",
-            json!({ "sensor_id": sensor }),
-            out,
-        )
-        .await;
+    for (i, sensor) in ["A_UTIL_006", "A_UTIL_008", "A_UTIL_009"].into_iter().enumerate() {
+        let title = if i == 0 {
+            "More failures open the meter's circuit breaker"
+        } else {
+            "Another sensor of the same meter"
+        };
+        let v = step(&mut client, title, "get_sensor_reading", json!({ "sensor_id": sensor }), out).await;
         if v["error"]["code"] == "CIRCUIT_OPEN" {
             opened = true;
             break;

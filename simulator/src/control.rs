@@ -1,5 +1,6 @@
 //! The HTTP control API (`--control ADDR`): look at devices and change faults at run time.
 //!
+//! - `GET  /`                        what is served here
 //! - `GET  /devices`                 every served device: address, faults, counters
 //! - `GET  /devices/{id}/faults`     one device's faults
 //! - `PATCH /devices/{id}/faults`    change the fields the JSON object names, keep the
@@ -82,8 +83,26 @@ async fn clock(State(sim): State<Sim>, Json(body): Json<ClockBody>) -> Json<serd
     Json(json!({ "time_s": sim.now(), "frozen": body.frozen_at_s.is_some() }))
 }
 
+/// `GET /`: what is served here.
+async fn index() -> Json<serde_json::Value> {
+    Json(json!({
+        "service": "fieldgate-sim control API",
+        "routes": {
+            "GET /devices": "every served device: address, faults, counters",
+            "GET /devices/{id}/faults": "one device's faults",
+            "PATCH /devices/{id}/faults": "change the fault fields the JSON object names, keep the others (null: healthy); PUT does the same",
+            "DELETE /devices/{id}/faults": "every fault back to healthy",
+            "GET /sensors/{id}": "the value a correct master reads now",
+            "PUT /clock": "{\"frozen_at_s\": 12.5} pins time, null releases it"
+        },
+        "faults": ["latency_ms", "jitter_ms", "no_reply", "late_reply", "late_reply_ms", "exception_code",
+                   "exception_rate", "reset", "stall", "stall_ms", "down", "max_connections"]
+    }))
+}
+
 pub fn router(sim: Sim) -> Router {
     Router::new()
+        .route("/", get(index))
         .route("/devices", get(devices))
         .route(
             "/devices/{id}/faults",

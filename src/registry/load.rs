@@ -24,10 +24,17 @@ struct Parsed {
 
 /// Lists the `*.toml` files of a folder, sorted by name.
 pub fn device_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, Problem> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Problem {
-        source: dir.display().to_string(),
-        line: 0,
-        message: format!("cannot read the devices folder: {}", e.kind()),
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        let looked = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        Problem {
+            source: dir.display().to_string(),
+            line: 0,
+            message: format!(
+                "cannot read the devices folder ({}; looked in {}): pass --devices DIR, set devices.dir, or run from the folder that holds devices/",
+                e.kind(),
+                looked.display()
+            ),
+        }
     })?;
     let mut files: Vec<_> = entries
         .filter_map(|e| e.ok())

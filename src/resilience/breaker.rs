@@ -72,6 +72,8 @@ struct Inner {
 pub struct Breaker {
     settings: BreakerSettings,
     inner: Arc<Mutex<Inner>>,
+    /// Woken when a probe ends (recorded or cancelled).
+    settled: Arc<tokio::sync::Notify>,
 }
 
 /// Permission for one call. Report how it went with [`Permit::record`]; a permit dropped
@@ -100,6 +102,8 @@ impl Drop for Permit {
             if let State::HalfOpen { .. } = i.state {
                 i.state = State::HalfOpen { probing: false };
             }
+            drop(i);
+            self.breaker.settled.notify_waiters();
         }
     }
 }
@@ -114,6 +118,19 @@ impl Breaker {
                 window: VecDeque::new(),
                 reopenings: 0,
             })),
+            settled: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// Waits (at most until `until`) for the probe in flight to end, if one is: a call
+    /// that arrives while fieldgate probes the device gets the probe's verdict instead of
+    /// an immediate refusal.
+    pub async fn await_probe(&self, until: Instant) {
+        let settled = self.settled.notified();
+        tokio::pin!(settled);
+        settled.as_mut().enable();
+        if matches!(self.lock().state, State::HalfOpen { probing: true }) {
+            let _ = tokio::time::timeout_at(until, settled).await;
         }
     }
 
@@ -173,6 +190,7 @@ impl Breaker {
             i.window.pop_front();
         }
         i.consecutive = if failed { i.consecutive + 1 } else { 0 };
+        let settles = probe;
         match i.state {
             State::HalfOpen { .. } if probe => {
                 if failed {
@@ -197,6 +215,10 @@ impl Breaker {
             }
             // Results of calls admitted before the breaker opened change nothing more.
             _ => {}
+        }
+        drop(i);
+        if settles {
+            self.settled.notify_waiters();
         }
     }
 

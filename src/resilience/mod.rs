@@ -165,9 +165,20 @@ impl Resilience {
         let mut pending: Vec<usize> = (0..sensors.len()).collect();
         let mut attempts = 0;
         let mut backoff = self.retry.first_backoff;
+        let mut waited_for_probe = false;
         loop {
             let permit = match guard.breaker.try_acquire() {
                 Ok(p) => p,
+                Err(_)
+                    if !waited_for_probe
+                        && guard.breaker.snapshot().state == breaker::SnapshotState::HalfOpen =>
+                {
+                    // A probe is in flight (often fieldgate's own): its verdict is due
+                    // within one device timeout, so wait for it rather than refuse.
+                    waited_for_probe = true;
+                    guard.breaker.await_probe(deadline).await;
+                    continue;
+                }
                 Err(retry_after) => {
                     let open = self.circuit_open(guard, retry_after);
                     if out.is_empty() {

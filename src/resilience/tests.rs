@@ -3,8 +3,8 @@
 //! while tasks wait on real I/O).
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::driver::codec::RawValue;
@@ -252,4 +252,33 @@ async fn a_probe_that_never_had_its_turn_frees_the_slot_for_the_next() {
     assert_eq!(outcome, ProbeOutcome::Failed(DriverError::Queued));
     assert_eq!(breaker(&r).state, SnapshotState::HalfOpen);
     assert_eq!(r.probe(&device(), &Script::of([]), &s, false).await, ProbeOutcome::Answered);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_arrives_during_a_probe_gets_the_probes_verdict() {
+    let r = Arc::new(resilience(0));
+    let s = sensor();
+    let dead = Script::of([TIMEOUT; 5]);
+    for _ in 0..5 {
+        r.read(&device(), &dead, &[&s], deadline()).await;
+    }
+    tokio::time::advance(Duration::from_secs(5)).await;
+    // fieldgate's probe takes 300 ms and succeeds; a call arrives meanwhile.
+    let probing = {
+        let r = r.clone();
+        tokio::spawn(async move {
+            let slow = Script::slow([(300, Ok(1.0))]);
+            r.probe(&device(), &slow, &sensor(), false).await
+        })
+    };
+    tokio::task::yield_now().await;
+    assert_eq!(breaker(&r).state, SnapshotState::HalfOpen);
+    let driver = Script::of([]);
+    let started = Instant::now();
+    let (results, attempts) = r.read(&device(), &driver, &[&s], deadline()).await;
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    assert_eq!((attempts, driver.reads()), (1, 1));
+    // The probe's 300 ms, then its own 10 ms read.
+    assert!(Instant::now() - started <= Duration::from_millis(310), "it waited for the probe only");
+    assert_eq!(probing.await.unwrap(), ProbeOutcome::Answered);
 }

@@ -194,3 +194,63 @@ async fn serve_reads_every_demo_sensor_from_the_simulator_on_the_shipped_files()
     let _ = child.kill().await;
     sim.shutdown().await;
 }
+
+/// A person can break the demo: it prints the simulator's control API, and a device made
+/// dead there is dead for the service, and healthy again after a DELETE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_prints_its_fault_control_and_a_fault_set_there_shows_in_the_service() {
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["demo", "--listen", "127.0.0.1:0", "--data-dir", data.path().to_str().unwrap()])
+        .current_dir(root())
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut api, mut control) = (None, None);
+    while api.is_none() || control.is_none() {
+        let line =
+            tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.unwrap().unwrap().unwrap();
+        if let Some(rest) = line.trim().strip_prefix("HTTP API   http://") {
+            api = rest.split('/').next().map(|a| a.parse::<std::net::SocketAddr>().unwrap());
+        }
+        if let Some(rest) = line.strip_prefix("Break the plant (the simulator's control API, http://") {
+            control = Some(rest.trim_end_matches("):").parse::<std::net::SocketAddr>().unwrap());
+        }
+    }
+    let (api, control) = (api.unwrap(), control.unwrap());
+    let mut sim = HttpClient::connect(control).await.unwrap();
+    let index = sim.get("/").await.unwrap().json();
+    assert!(index["routes"]["PATCH /devices/{id}/faults"].is_string(), "{index}");
+    let r = sim
+        .send(
+            "PATCH",
+            "/devices/a-util-meter/faults",
+            &[("content-type", "application/json")],
+            br#"{"down":true}"#,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let mut c = HttpClient::connect(api).await.unwrap();
+    let read = br#"{"sensor_id":"A_UTIL_001"}"#;
+    let e = c.post("/v1/tools/get_sensor_reading", read).await.unwrap().json();
+    assert_eq!(e["error"]["code"], "DEVICE_UNAVAILABLE", "{e}");
+    assert_eq!(sim.send("DELETE", "/devices/a-util-meter/faults", &[], b"").await.unwrap().status, 200);
+    // Back within the breaker's schedule (it may have opened): bounded.
+    let until = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let e =
+            c.post("/v1/tools/get_sensor_reading", br#"{"sensor_id":"A_UTIL_002"}"#).await.unwrap().json();
+        if e["ok"] == true {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "the device never came back: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = child.kill().await;
+}
