@@ -15,11 +15,15 @@ struct Origin {
     line: usize,
 }
 
-/// What one file yielded: a device (if its header was valid) and its valid sensors.
+/// What one file yielded: a device (if the file was valid) and its valid sensors, and the
+/// IDs it declares whatever else is wrong with it (for the cross-file checks, which must
+/// not wait until every file is fixed).
 struct Parsed {
     device: Option<Device>,
     sensors: Vec<(Sensor, Origin)>,
     device_origin: Origin,
+    declared_device: Option<DeviceId>,
+    declared_sensors: Vec<(SensorId, Origin)>,
 }
 
 /// Lists the `*.toml` files of a folder, sorted by name.
@@ -95,22 +99,24 @@ pub fn load_texts(inputs: &[(String, String)]) -> Result<(Vec<Device>, Vec<Senso
     let mut seen_devices: HashMap<DeviceId, Origin> = HashMap::new();
     let mut seen_sensors: HashMap<SensorId, Origin> = HashMap::new();
     for p in parsed {
-        if let Some(device) = p.device {
-            if let Some(first) = seen_devices.get(&device.id) {
-                problems.push(dup_problem("device", device.id.as_str(), &p.device_origin, first));
-            } else {
-                seen_devices.insert(device.id.clone(), p.device_origin.clone());
-                devices.push(device);
+        if let Some(id) = &p.declared_device {
+            match seen_devices.get(id) {
+                Some(first) => problems.push(dup_problem("device", id.as_str(), &p.device_origin, first)),
+                None => {
+                    seen_devices.insert(id.clone(), p.device_origin.clone());
+                }
             }
         }
-        for (sensor, origin) in p.sensors {
-            if let Some(first) = seen_sensors.get(&sensor.id) {
-                problems.push(dup_problem("sensor", sensor.id.as_str(), &origin, first));
-            } else {
-                seen_sensors.insert(sensor.id.clone(), origin);
-                sensors.push(sensor);
+        for (id, origin) in &p.declared_sensors {
+            match seen_sensors.get(id) {
+                Some(first) => problems.push(dup_problem("sensor", id.as_str(), origin, first)),
+                None => {
+                    seen_sensors.insert(id.clone(), origin.clone());
+                }
             }
         }
+        devices.extend(p.device);
+        sensors.extend(p.sensors.into_iter().map(|(s, _)| s));
     }
     if problems.is_empty() {
         Ok((devices, sensors))
@@ -230,10 +236,14 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
     });
     let mut sensors = Vec::new();
     let mut spans: Vec<(RegisterTable, u32, u32, DataType, String)> = Vec::new();
+    let mut declared_sensors = Vec::new();
     for mut s in t.tables("sensors") {
         let line = doc.line(s.span().start);
         if let Some(sid) = s.str("id") {
             s.set_path(format!("sensor {sid}"));
+            if let Ok(parsed) = sid.parse::<SensorId>() {
+                declared_sensors.push((parsed, Origin { file: doc.name().to_string(), line }));
+            }
         }
         if let Some(sensor) = read_sensor(&s, protocol, plant, zone, word_order, id.as_ref()) {
             if let SensorSource::Modbus(p) = &sensor.source
@@ -267,6 +277,7 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
     }
     t.finish();
 
+    let declared_device = id.clone();
     let device = match (id, plant, zone, description, protocol, endpoint) {
         (Some(id), Some(plant), Some(zone), Some(description), Some(protocol), Some(endpoint))
             if !doc.has_problems() =>
@@ -295,7 +306,7 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
     if device.is_none() {
         sensors.clear();
     }
-    Parsed { device, sensors, device_origin }
+    Parsed { device, sensors, device_origin, declared_device, declared_sensors }
 }
 
 fn parse_endpoint(protocol: Protocol, e: &str) -> Result<Endpoint, String> {

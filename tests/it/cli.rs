@@ -364,3 +364,18 @@ fn check_reads_only_regular_files_of_sane_size() {
         assert!(err.contains("x.toml") && err.contains("not a regular file"), "{err}");
     }
 }
+
+/// Every problem at once: a file broken on its own does not hide that its IDs are also
+/// declared in another file.
+#[test]
+fn check_reports_duplicates_across_files_even_when_a_file_is_broken() {
+    let broken = GOOD.replace("address = 0", "address = 70000");
+    let dir = device_dir(&[("a.toml", &broken), ("b.toml", GOOD)]);
+    let o = fieldgate(&["check", "--devices", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("must be between 0 and 65535, found 70000"), "{err}");
+    assert!(err.contains("b.toml:1: duplicate device ID t-plc: already declared at"), "{err}");
+    assert!(err.contains("b.toml:8: duplicate sensor ID T_ZONE1_001: already declared at"), "{err}");
+    assert!(err.contains("3 problem(s)"), "{err}");
+}
