@@ -1,22 +1,32 @@
-//! Modbus TCP, RTU over TCP and RTU on a serial line, on tokio-modbus.
+//! Modbus TCP, RTU over TCP and RTU on a serial line.
 //!
 //! One [`Link`] per endpoint owns the only connection to it and serves a queue of reads
 //! for every unit ID behind it, one at a time: a device that accepts one connection is
 //! never offered two. Identical reads that are queued or in flight are shared (single
-//! flight). After a timeout the connection is dropped and reopened: tokio-modbus matches
-//! replies by order, so a late reply left on the socket would otherwise become the answer
-//! to the next request (slowtec/tokio-modbus#324).
+//! flight).
+//!
+//! The four read functions are framed here, by hand, so that every reply is checked
+//! against its request before any of it is used (`check`): transaction ID and MBAP
+//! header (TCP) or CRC (RTU), unit ID, function code, byte count and length must all be
+//! exactly what was asked. A reply that fails any check is a protocol error
+//! (`DriverError::Malformed`), never a value. (tokio-modbus's client is not used for
+//! reads: it takes a coil reply with too many bytes and truncates it, ignores bytes
+//! after a register reply's data, `debug_assert`s on short replies, and skips ahead
+//! after a bad RTU CRC looking for another frame.) After a timeout or a protocol error
+//! the connection is dropped and reopened, so a late reply can never become the answer
+//! to another request; and bytes the device sent unasked are discarded before each
+//! request, so a second reply to one request is not taken as the answer to the next (RTU
+//! has no transaction ID to tell them apart).
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_modbus::client::{Context, Reader};
-use tokio_modbus::prelude::{ExceptionCode, Slave, SlaveContext};
 
 use super::codec::{RawValue, decode_registers};
 use super::plan::{Block, plan};
@@ -178,7 +188,7 @@ impl Link {
 struct Connection {
     target: Target,
     inflight: Arc<Mutex<HashMap<ReadKey, Waiters>>>,
-    ctx: Option<Context>,
+    wire: Option<Wire>,
     failures: u32,
     next_connect: Instant,
     /// After a timeout on a serial line: the line is not used again before this instant,
@@ -191,7 +201,7 @@ impl Connection {
         Connection {
             target,
             inflight,
-            ctx: None,
+            wire: None,
             failures: 0,
             next_connect: Instant::now(),
             quiet_until: None,
@@ -238,11 +248,7 @@ impl Connection {
                 match tokio::time::timeout(limit, TcpStream::connect((host.as_str(), *port))).await {
                     Ok(Ok(stream)) => {
                         let _ = stream.set_nodelay(true);
-                        Ok(Ok(if *rtu {
-                            tokio_modbus::client::rtu::attach(stream)
-                        } else {
-                            tokio_modbus::client::tcp::attach(stream)
-                        }))
+                        Ok(Io::tcp(stream).map(|io| Wire::new(io, *rtu)))
                     }
                     Ok(Err(e)) => Ok(Err(e)),
                     Err(elapsed) => Err(elapsed),
@@ -250,12 +256,12 @@ impl Connection {
             }
             Target::Serial { path, baud_rate, parity, data_bits, stop_bits } => {
                 Ok(open_serial(path, *baud_rate, *parity, *data_bits, *stop_bits)
-                    .map(tokio_modbus::client::rtu::attach))
+                    .map(|port| Wire::new(Io::Serial(port), true)))
             }
         };
         match opened {
-            Ok(Ok(ctx)) => {
-                self.ctx = Some(ctx);
+            Ok(Ok(wire)) => {
+                self.wire = Some(wire);
                 self.failures = 0;
                 Ok(())
             }
@@ -282,53 +288,34 @@ impl Connection {
             }
             tokio::time::sleep_until(quiet).await;
         }
-        if self.ctx.is_none() {
+        if self.wire.is_none() {
             self.connect(job.timeout, job.deadline, job.probe).await?;
         }
-        let Some(ctx) = self.ctx.as_mut() else { return Err(DriverError::Unavailable { retry_after: None }) };
-        ctx.set_slave(Slave(job.key.unit));
-        let (start, count) = (job.key.start, job.key.count);
-        let read = async {
-            match job.key.table {
-                RegisterTable::Holding => {
-                    ctx.read_holding_registers(start, count).await.map(|r| r.map(Words::Registers))
-                }
-                RegisterTable::Input => {
-                    ctx.read_input_registers(start, count).await.map(|r| r.map(Words::Registers))
-                }
-                RegisterTable::Coil => ctx.read_coils(start, count).await.map(|r| r.map(Words::Bits)),
-                RegisterTable::Discrete => {
-                    ctx.read_discrete_inputs(start, count).await.map(|r| r.map(Words::Bits))
-                }
-            }
+        let Some(wire) = self.wire.as_mut() else {
+            return Err(DriverError::Unavailable { retry_after: None });
         };
-        let outcome = tokio::time::timeout(limit(job), read).await;
+        let outcome = tokio::time::timeout(limit(job), wire.read(&job.key)).await;
         let result = match outcome {
             // No reply in time: the reply may still come, so this connection is finished.
             Err(_) => Err(DriverError::Timeout),
-            Ok(Err(tokio_modbus::Error::Transport(_))) => Err(DriverError::Unavailable { retry_after: None }),
-            Ok(Err(tokio_modbus::Error::Protocol(_))) => Err(DriverError::Malformed),
-            Ok(Ok(Err(exception))) => return Err(from_exception(exception)),
-            Ok(Ok(Ok(words))) => {
-                let n = match &words {
-                    Words::Registers(r) => r.len(),
-                    // Bits come back padded to whole bytes.
-                    Words::Bits(b) => b.len().min(count as usize),
-                };
-                if n == count as usize {
-                    return Ok(match words {
-                        Words::Bits(mut b) => {
-                            b.truncate(count as usize);
-                            Words::Bits(b)
-                        }
-                        w => w,
-                    });
-                }
+            Ok(Err(WireError::Io)) => Err(DriverError::Unavailable { retry_after: None }),
+            Ok(Err(WireError::Mismatch(check))) => {
+                tracing::warn!(
+                    endpoint = ?self.target,
+                    unit = job.key.unit,
+                    function = function(job.key.table),
+                    start = job.key.start,
+                    count = job.key.count,
+                    check,
+                    "Modbus: the reply does not match its request; the connection is dropped"
+                );
                 Err(DriverError::Malformed)
             }
+            Ok(Ok(Reply::Exception(code))) => return Err(from_exception(code)),
+            Ok(Ok(Reply::Words(words))) => return Ok(words),
         };
         // Any failure but an exception reply leaves the connection in an unknown state.
-        self.ctx = None;
+        self.wire = None;
         if result == Err(DriverError::Timeout) && matches!(self.target, Target::Serial { .. }) {
             self.quiet_until = Some(Instant::now() + job.timeout);
         }
@@ -364,6 +351,241 @@ fn open_serial(
     Ok(port)
 }
 
+/// The byte stream to an endpoint.
+enum Io {
+    Tcp {
+        stream: TcpStream,
+        /// The same socket, read without the runtime (non-blocking) to find bytes the
+        /// device sent unasked: the runtime only learns of them when it next polls.
+        unread: std::net::TcpStream,
+    },
+    Serial(tokio_serial::SerialStream),
+}
+
+impl Io {
+    fn tcp(stream: TcpStream) -> std::io::Result<Io> {
+        let stream = stream.into_std()?;
+        let unread = stream.try_clone()?;
+        Ok(Io::Tcp { stream: TcpStream::from_std(stream)?, unread })
+    }
+
+    async fn send(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        match self {
+            Io::Tcp { stream, .. } => stream.write_all(frame).await,
+            Io::Serial(port) => {
+                port.write_all(frame).await?;
+                port.flush().await
+            }
+        }
+    }
+
+    /// Reads what has arrived (at least one byte; 0 when the stream is closed).
+    async fn receive(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+        buf.reserve(256);
+        match self {
+            Io::Tcp { stream, .. } => stream.read_buf(buf).await,
+            Io::Serial(port) => port.read_buf(buf).await,
+        }
+    }
+
+    /// Drops whatever the device sent that no request asked for (a second reply, a late
+    /// one, noise); how many bytes that was.
+    fn discard_unread(&mut self) -> usize {
+        match self {
+            Io::Tcp { unread, .. } => {
+                use std::io::Read;
+                let mut scratch = [0u8; 512];
+                let mut total = 0;
+                // A peer that floods the socket is stopped by the read's own checks.
+                while total < 64 * 1024 {
+                    match (&*unread).read(&mut scratch) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => total += n,
+                    }
+                }
+                total
+            }
+            Io::Serial(port) => {
+                use tokio_serial::{ClearBuffer, SerialPort};
+                let n = port.bytes_to_read().unwrap_or(0) as usize;
+                let _ = port.clear(ClearBuffer::Input);
+                n
+            }
+        }
+    }
+}
+
+/// Why a read on the wire failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WireError {
+    /// The stream failed or was closed.
+    Io,
+    /// The reply does not match the request; the check that failed.
+    Mismatch(&'static str),
+}
+
+/// What the device answered to one request.
+#[derive(Debug, Clone, PartialEq)]
+enum Reply {
+    Words(Words),
+    Exception(u8),
+}
+
+/// One open connection, framed as Modbus TCP or RTU.
+struct Wire {
+    io: Io,
+    rtu: bool,
+    /// The transaction ID of the last request (Modbus TCP).
+    tid: u16,
+    buf: Vec<u8>,
+}
+
+impl Wire {
+    fn new(io: Io, rtu: bool) -> Wire {
+        Wire { io, rtu, tid: 0, buf: Vec::with_capacity(MAX_FRAME) }
+    }
+
+    /// Sends one read and waits for its reply: a complete frame, checked against the
+    /// request. A frame that never completes is left to the caller's timeout.
+    async fn read(&mut self, key: &ReadKey) -> Result<Reply, WireError> {
+        let unread = self.io.discard_unread();
+        if unread > 0 {
+            tracing::debug!(bytes = unread, "Modbus: discarded bytes the device sent unasked");
+        }
+        self.tid = self.tid.wrapping_add(1);
+        self.io.send(&request_frame(self.rtu, self.tid, key)).await.map_err(|_| WireError::Io)?;
+        self.buf.clear();
+        let len = loop {
+            if let Some(n) = frame_len(self.rtu, &self.buf).map_err(WireError::Mismatch)?
+                && self.buf.len() >= n
+            {
+                break n;
+            }
+            if self.io.receive(&mut self.buf).await.map_err(|_| WireError::Io)? == 0 {
+                return Err(WireError::Io);
+            }
+        };
+        // Bytes after the frame were not asked for: they go with the buffer, and whatever
+        // follows them is discarded before the next request.
+        check(self.rtu, self.tid, key, &self.buf[..len]).map_err(WireError::Mismatch)
+    }
+}
+
+/// The longest frame of either framing: MBAP header (7) + PDU (253); RTU is shorter.
+const MAX_FRAME: usize = 260;
+
+/// The function code that reads `table`.
+fn function(table: RegisterTable) -> u8 {
+    match table {
+        RegisterTable::Coil => 0x01,
+        RegisterTable::Discrete => 0x02,
+        RegisterTable::Holding => 0x03,
+        RegisterTable::Input => 0x04,
+    }
+}
+
+/// The request for `key`: an MBAP header with `tid`, or RTU with its CRC.
+fn request_frame(rtu: bool, tid: u16, key: &ReadKey) -> Vec<u8> {
+    let [start_hi, start_lo] = key.start.to_be_bytes();
+    let [count_hi, count_lo] = key.count.to_be_bytes();
+    let pdu = [function(key.table), start_hi, start_lo, count_hi, count_lo];
+    let mut frame = Vec::with_capacity(12);
+    if rtu {
+        frame.push(key.unit);
+        frame.extend_from_slice(&pdu);
+        frame.extend_from_slice(&crc16(&frame).to_le_bytes());
+    } else {
+        frame.extend_from_slice(&tid.to_be_bytes());
+        // Protocol identifier 0; length: unit ID and PDU.
+        frame.extend_from_slice(&[0, 0, 0, 1 + pdu.len() as u8, key.unit]);
+        frame.extend_from_slice(&pdu);
+    }
+    frame
+}
+
+/// The length of the reply frame at the start of `buf`, as its own header tells it, or
+/// `None` until enough has arrived to tell. A header that no reply to a read can have is a
+/// mismatch at once; a frame that says it is longer than what follows is waited for.
+fn frame_len(rtu: bool, buf: &[u8]) -> Result<Option<usize>, &'static str> {
+    if rtu {
+        // Unit, function, [byte count, data], CRC.
+        match buf.get(1) {
+            None => Ok(None),
+            Some(0x01..=0x04) => Ok(buf.get(2).map(|&n| 5 + usize::from(n))),
+            Some(0x80..) => Ok(Some(5)),
+            Some(_) => Err("function code"),
+        }
+    } else {
+        if buf.len() >= 4 && buf[2..4] != [0, 0] {
+            return Err("protocol identifier");
+        }
+        if buf.len() < 6 {
+            return Ok(None);
+        }
+        // Unit ID, function and at least one byte more.
+        let len = usize::from(u16::from_be_bytes([buf[4], buf[5]]));
+        if !(3..=MAX_FRAME - 6).contains(&len) {
+            return Err("MBAP length");
+        }
+        Ok(Some(6 + len))
+    }
+}
+
+/// Checks one complete reply frame against its request: everything must be exactly what
+/// was asked. Returns the failed check's name otherwise.
+fn check(rtu: bool, tid: u16, key: &ReadKey, frame: &[u8]) -> Result<Reply, &'static str> {
+    let (unit, pdu) = if rtu {
+        let (adu, crc) = frame.split_at(frame.len() - 2);
+        if crc16(adu).to_le_bytes() != crc {
+            return Err("CRC");
+        }
+        (adu[0], &adu[1..])
+    } else {
+        if frame[..2] != tid.to_be_bytes() {
+            return Err("transaction ID");
+        }
+        (frame[6], &frame[7..])
+    };
+    if unit != key.unit {
+        return Err("unit ID");
+    }
+    let fc = function(key.table);
+    if pdu[0] == fc | 0x80 {
+        return if pdu.len() == 2 { Ok(Reply::Exception(pdu[1])) } else { Err("length") };
+    }
+    if pdu[0] != fc {
+        return Err("function code");
+    }
+    let count = usize::from(key.count);
+    let bits = key.table.is_bits();
+    let expected = if bits { count.div_ceil(8) } else { 2 * count };
+    if usize::from(pdu[1]) != expected {
+        return Err("byte count");
+    }
+    let data = &pdu[2..];
+    if data.len() != expected {
+        return Err("length");
+    }
+    Ok(Reply::Words(if bits {
+        // Packed from the least significant bit of the first byte.
+        Words::Bits((0..count).map(|i| data[i / 8] >> (i % 8) & 1 == 1).collect())
+    } else {
+        Words::Registers(data.chunks_exact(2).map(|w| u16::from_be_bytes([w[0], w[1]])).collect())
+    }))
+}
+
+/// CRC-16/MODBUS (reflected polynomial 0xA001, initial value 0xFFFF); sent low byte first.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc = 0xFFFFu16;
+    for &b in bytes {
+        crc ^= u16::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xA001 } else { crc >> 1 };
+        }
+    }
+    crc
+}
+
 /// A number in [0, 1) that differs between calls, for backoff jitter.
 fn jitter() -> f64 {
     use std::hash::{BuildHasher, RandomState};
@@ -372,12 +594,14 @@ fn jitter() -> f64 {
 }
 
 /// Exception replies mean the device is alive and said no.
-fn from_exception(e: ExceptionCode) -> DriverError {
-    let code = u8::from(e);
-    match e {
-        ExceptionCode::ServerDeviceBusy | ExceptionCode::Acknowledge => DriverError::Busy,
-        ExceptionCode::GatewayTargetDevice => DriverError::Timeout,
-        ExceptionCode::GatewayPathUnavailable => DriverError::Unavailable { retry_after: None },
+fn from_exception(code: u8) -> DriverError {
+    match code {
+        // Acknowledge (working on it), server device busy.
+        5 | 6 => DriverError::Busy,
+        // Gateway path unavailable.
+        0x0A => DriverError::Unavailable { retry_after: None },
+        // Gateway target device failed to respond.
+        0x0B => DriverError::Timeout,
         _ => DriverError::Rejected { code },
     }
 }
@@ -488,5 +712,141 @@ impl Driver for ModbusDriver {
                 })
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOLD: ReadKey = ReadKey { unit: 1, table: RegisterTable::Holding, start: 0, count: 2 };
+    const COILS: ReadKey = ReadKey { unit: 1, table: RegisterTable::Coil, start: 3, count: 10 };
+
+    /// A Modbus TCP reply: MBAP header with transaction ID 7 and the right length.
+    fn tcp(unit: u8, pdu: &[u8]) -> Vec<u8> {
+        let mut f = vec![0, 7, 0, 0, 0, 1 + pdu.len() as u8, unit];
+        f.extend_from_slice(pdu);
+        f
+    }
+
+    /// An RTU reply with its CRC.
+    fn rtu(unit: u8, pdu: &[u8]) -> Vec<u8> {
+        let mut f = vec![unit];
+        f.extend_from_slice(pdu);
+        let crc = crc16(&f);
+        f.extend_from_slice(&crc.to_le_bytes());
+        f
+    }
+
+    /// What `check` makes of a frame.
+    type Checked = Result<Reply, &'static str>;
+
+    /// A whole frame through `frame_len` and `check`, as `Wire::read` takes it.
+    fn reply(rtu: bool, key: &ReadKey, frame: &[u8]) -> Checked {
+        match frame_len(rtu, frame)? {
+            Some(n) if n == frame.len() => check(rtu, 7, key, frame),
+            other => panic!("frame length {other:?} for {} bytes", frame.len()),
+        }
+    }
+
+    #[test]
+    fn crc_and_requests_are_framed_by_the_book() {
+        // The specification's example: 01 03 00 00 00 0A, CRC C5 CD.
+        assert_eq!(crc16(&[0x01, 0x03, 0x00, 0x00, 0x00, 0x0A]).to_le_bytes(), [0xC5, 0xCD]);
+        assert_eq!(request_frame(false, 7, &HOLD), [0, 7, 0, 0, 0, 6, 1, 3, 0, 0, 0, 2]);
+        let key = ReadKey { count: 10, ..HOLD };
+        assert_eq!(request_frame(true, 7, &key), [1, 3, 0, 0, 0, 0x0A, 0xC5, 0xCD]);
+        assert_eq!(request_frame(false, 0x1234, &COILS), [0x12, 0x34, 0, 0, 0, 6, 1, 1, 0, 3, 0, 10]);
+    }
+
+    #[test]
+    fn a_reply_is_taken_only_when_it_matches_its_request_exactly() {
+        let good_regs = Ok(Reply::Words(Words::Registers(vec![0x4148, 0x0000])));
+        // Coils 3..13: 3 and 11 set (bits 0 and 8).
+        let good_bits = {
+            let mut b = vec![false; 10];
+            b[0] = true;
+            b[8] = true;
+            Ok(Reply::Words(Words::Bits(b)))
+        };
+        let regs = [3, 4, 0x41, 0x48, 0, 0];
+        for framing in [false, true] {
+            let f = |unit: u8, pdu: &[u8]| if framing { rtu(unit, pdu) } else { tcp(unit, pdu) };
+            let cases: Vec<(&str, &ReadKey, Vec<u8>, Checked)> = vec![
+                ("good registers", &HOLD, f(1, &regs), good_regs.clone()),
+                ("good coils", &COILS, f(1, &[1, 2, 0x01, 0x01]), good_bits.clone()),
+                // Padding bits past the count are not looked at.
+                ("good coils, padding set", &COILS, f(1, &[1, 2, 0x01, 0xFD]), good_bits.clone()),
+                ("wrong unit", &HOLD, f(2, &regs), Err("unit ID")),
+                ("wrong function", &HOLD, f(1, &[4, 4, 0x41, 0x48, 0, 0]), Err("function code")),
+                ("coils answered as discrete inputs", &COILS, f(1, &[2, 2, 1, 1]), Err("function code")),
+                ("exception", &HOLD, f(1, &[0x83, 2]), Ok(Reply::Exception(2))),
+                ("exception to another function", &HOLD, f(1, &[0x84, 2]), Err("function code")),
+                ("coil byte count larger", &COILS, f(1, &[1, 3, 0xFF, 1, 1]), Err("byte count")),
+                ("coil byte count smaller", &COILS, f(1, &[1, 1, 1]), Err("byte count")),
+                ("register count larger", &HOLD, f(1, &[3, 6, 0x41, 0x48, 0, 0, 0, 0]), Err("byte count")),
+                ("register count smaller", &HOLD, f(1, &[3, 2, 0x41, 0x48]), Err("byte count")),
+                ("odd byte count", &HOLD, f(1, &[3, 3, 0x41, 0x48, 0]), Err("byte count")),
+            ];
+            for (what, key, frame, expected) in cases {
+                assert_eq!(reply(framing, key, &frame), expected, "{what} (rtu: {framing})");
+            }
+        }
+    }
+
+    #[test]
+    fn tcp_headers_and_lengths_are_checked() {
+        let good = tcp(1, &[3, 4, 0x41, 0x48, 0, 0]);
+        let mut wrong_tid = good.clone();
+        wrong_tid[1] = 8;
+        assert_eq!(reply(false, &HOLD, &wrong_tid), Err("transaction ID"));
+        // The byte count says 4, the data holds 4, but the MBAP length cuts the PDU short
+        // or adds bytes after it.
+        let mut short = good.clone();
+        short[5] -= 2;
+        assert_eq!(check(false, 7, &HOLD, &short[..short.len() - 2]), Err("length"));
+        let long = tcp(1, &[3, 4, 0x41, 0x48, 0, 0, 0xAA]);
+        assert_eq!(reply(false, &HOLD, &long), Err("length"));
+        // Byte count fields that disagree with data of the asked size.
+        assert_eq!(reply(false, &HOLD, &tcp(1, &[3, 6, 0x41, 0x48, 0, 0])), Err("byte count"));
+        assert_eq!(reply(false, &COILS, &tcp(1, &[1, 3, 1, 1])), Err("byte count"));
+        assert_eq!(reply(false, &HOLD, &tcp(1, &[0x83, 2, 0])), Err("length"));
+        // Headers no reply can have fail before the rest arrives.
+        assert_eq!(frame_len(false, b"HTTP"), Err("protocol identifier"));
+        assert_eq!(frame_len(false, &[0, 7, 0, 0, 0, 0]), Err("MBAP length"));
+        assert_eq!(frame_len(false, &[0, 7, 0, 0, 0, 2]), Err("MBAP length"));
+        assert_eq!(frame_len(false, &[0, 7, 0, 0, 1, 0]), Err("MBAP length"));
+        // A frame that says it is longer than what has come is waited for.
+        assert_eq!(frame_len(false, &[0, 7, 0]), Ok(None));
+        assert_eq!(frame_len(false, &good[..9]), Ok(Some(13)));
+    }
+
+    #[test]
+    fn rtu_frames_are_checked_by_crc() {
+        let mut bad = rtu(1, &[3, 4, 0x41, 0x48, 0, 0]);
+        *bad.last_mut().unwrap() ^= 0x55;
+        assert_eq!(reply(true, &HOLD, &bad), Err("CRC"));
+        // A byte count smaller than the data: the CRC is not where the sender put it.
+        let mut f = vec![1, 3, 2, 0x41, 0x48, 0, 0];
+        let crc = crc16(&f);
+        f.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(frame_len(true, &f), Ok(Some(7)));
+        assert_eq!(check(true, 0, &HOLD, &f[..7]), Err("CRC"));
+        // The length comes from the function code and byte count.
+        assert_eq!(frame_len(true, &[1]), Ok(None));
+        assert_eq!(frame_len(true, &[1, 3]), Ok(None));
+        assert_eq!(frame_len(true, &[1, 3, 4]), Ok(Some(9)));
+        assert_eq!(frame_len(true, &[1, 0x83]), Ok(Some(5)));
+        assert_eq!(frame_len(true, b"HTTP"), Err("function code"));
+    }
+
+    #[test]
+    fn exceptions_map_to_what_the_device_meant() {
+        assert_eq!(from_exception(2), DriverError::Rejected { code: 2 });
+        assert_eq!(from_exception(5), DriverError::Busy);
+        assert_eq!(from_exception(6), DriverError::Busy);
+        assert_eq!(from_exception(0x0A), DriverError::Unavailable { retry_after: None });
+        assert_eq!(from_exception(0x0B), DriverError::Timeout);
+        assert_eq!(from_exception(0x42), DriverError::Rejected { code: 0x42 });
     }
 }

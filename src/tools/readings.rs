@@ -393,9 +393,17 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
             retry,
         )
         .with_retry_after(retry_after.map_or(1000, |d| d.as_millis() as u64).max(100)),
+        // The reply does not match the request (function, unit, counts, framing), or
+        // cannot be decoded. Which check failed is logged, never told: it is device text.
         DriverError::Malformed => ToolError::new(
-            ErrorCode::DeviceUnavailable,
-            format!("Device {id} sent a malformed reply; the connection was reset."),
+            ErrorCode::DeviceProtocolError,
+            if device.protocol == crate::registry::Protocol::Opcua {
+                format!("Device {id} sent a reply that does not match the request.")
+            } else {
+                format!(
+                    "Device {id} sent a reply that does not match the request; the connection was dropped."
+                )
+            },
             retry,
         )
         .with_retry_after(500),
@@ -908,5 +916,53 @@ mod tests {
         {
             assert_eq!(decimal_exponent(a), e, "{a}");
         }
+    }
+
+    #[test]
+    fn a_reply_that_does_not_match_its_request_is_a_protocol_error() {
+        let mut device = crate::registry::Device {
+            id: "a-line1-plc".parse().unwrap(),
+            plant: "A".into(),
+            zone: "LINE1".into(),
+            description: String::new(),
+            protocol: crate::registry::Protocol::ModbusTcp,
+            endpoint: crate::registry::Endpoint::Tcp { host: "127.0.0.1".into(), port: 502 },
+            unit_id: 1,
+            timeout: Duration::from_millis(1000),
+            poll_interval: None,
+            max_registers_per_read: 125,
+            max_gap: 8,
+            word_order: WordOrder::ABCD,
+            serial: None,
+            opcua: None,
+            breaker: None,
+            source: "a.toml".into(),
+        };
+        let point = ModbusPoint {
+            table: RegisterTable::Holding,
+            address: 0,
+            data_type: DataType::F32,
+            word_order: WordOrder::ABCD,
+            bit: None,
+            count: 2,
+            scale: 1.0,
+            offset: 0.0,
+        };
+        let s = sensor(SensorSource::Modbus(point), "bar".into(), None);
+        let e = device_error(&ReadError::Driver(DriverError::Malformed), &device, &s);
+        assert_eq!(e.code, ErrorCode::DeviceProtocolError);
+        assert_eq!(e.code.as_str(), "DEVICE_PROTOCOL_ERROR");
+        assert!(e.retryable);
+        assert_eq!(e.retry_after_ms, Some(500));
+        assert_eq!(
+            e.message,
+            "Device a-line1-plc sent a reply that does not match the request; the connection was dropped."
+        );
+        assert_eq!(e.device_id.as_deref(), Some("a-line1-plc"));
+        // OPC UA keeps its session after a reply of the wrong shape.
+        device.protocol = crate::registry::Protocol::Opcua;
+        let e = device_error(&ReadError::Driver(DriverError::Malformed), &device, &s);
+        assert_eq!(e.code, ErrorCode::DeviceProtocolError);
+        assert_eq!(e.message, "Device a-line1-plc sent a reply that does not match the request.");
     }
 }

@@ -10,6 +10,7 @@ mod list_sensors;
 mod mcp;
 mod modbus;
 mod opcua;
+mod raw_modbus;
 mod registry;
 mod schemas;
 mod serve;

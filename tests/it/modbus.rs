@@ -421,8 +421,12 @@ async fn unit_ids_behind_one_endpoint_share_one_connection() {
 }
 
 #[tokio::test]
-async fn a_device_answering_garbage_is_unavailable_not_a_crash() {
-    // A peer that answers every request with bytes that are not Modbus.
+async fn a_device_answering_garbage_gets_a_protocol_error_not_a_crash() {
+    // A peer that answers every request with the same bytes: a Modbus TCP header for
+    // transaction 1, unit 1, function 3, then a byte count of 6 and text that is not
+    // Modbus. The driver asks for 2 registers (an f32) with transaction ID 1 on each new
+    // connection, so header, unit and function match and the byte count check fires.
+    let (logs, _guard) = super::raw_modbus::Logs::capture();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -445,24 +449,29 @@ async fn a_device_answering_garbage_is_unavailable_not_a_crash() {
     let text = GOOD.replace("127.0.0.1:5020", &format!("127.0.0.1:{port}"));
     let dir = device_dir(&[("t.toml", &text)]);
     let registry = fieldgate::registry::Registry::load(dir.path()).unwrap();
-    let service = fieldgate::tools::ToolService::new(
-        std::sync::Arc::new(registry),
-        fieldgate::config::Config::default(),
-    );
-    for _ in 0..3 {
+    // One attempt per call: three calls stay below the breaker's threshold of five.
+    let mut config = fieldgate::config::Config::default();
+    config.calls.max_retries = 0;
+    let service = fieldgate::tools::ToolService::new(std::sync::Arc::new(registry), config);
+    for i in 0..3 {
         let e = service.call("get_sensor_reading", json!({"sensor_id": "T_ZONE1_001"})).await.unwrap();
         let err = e.error.unwrap();
-        assert!(err.retryable, "{err:?}");
-        assert!(
-            matches!(
-                err.code,
-                ErrorCode::DeviceUnavailable | ErrorCode::DeviceTimeout | ErrorCode::CircuitOpen
-            ),
-            "{err:?}"
+        assert_eq!(err.code, ErrorCode::DeviceProtocolError, "call {i}: {err:?}");
+        assert_eq!(
+            err.message,
+            "Device t-plc sent a reply that does not match the request; the connection was dropped."
         );
+        assert!(err.retryable, "{err:?}");
+        assert_eq!(err.retry_after_ms, Some(500));
         let text = serde_json::to_string(&err).unwrap();
         assert!(!text.contains("ignore previous"), "device text leaked: {text}");
     }
+    let log = logs.text();
+    assert_eq!(log.matches(&super::raw_modbus::check_fired("byte count")).count(), 3, "{log}");
+    assert!(!log.contains("ignore previous"), "device text logged: {log}");
+    let status = service.call("get_device_status", json!({"device_id": "t-plc"})).await.unwrap().json();
+    assert_eq!(status["devices"][0]["failures"], 3);
+    assert_eq!(status["devices"][0]["last_error"]["code"], "DEVICE_PROTOCOL_ERROR");
 }
 
 const SERIAL: &str = r#"id = "s-rtu"

@@ -1,0 +1,660 @@
+//! Replies that do not match their request, from a raw-socket Modbus peer.
+//!
+//! [`Peer`] is a Modbus server written by hand on a `TcpListener`: it reads each request
+//! frame itself (MBAP for Modbus TCP; unit, PDU and CRC-16/MODBUS for RTU over TCP) and
+//! answers with the reply [`Shape`] the test scripted, built byte by byte here, without
+//! tokio-modbus or fieldgate's own framing. Each table lists every shape with the code the
+//! agent must get and, for a protocol error, which of the driver's checks must fire (from
+//! its log).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fieldgate::config::Config;
+use fieldgate::registry::Registry;
+use fieldgate::tools::{ErrorCode, ToolService};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+
+use super::support::device_dir;
+
+/// How the peer frames requests and replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Modbus TCP: MBAP header, no checksum.
+    Tcp,
+    /// Modbus RTU over a TCP stream (a serial gateway): unit, PDU, CRC.
+    Rtu,
+}
+
+/// How the peer answers one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// The right reply.
+    Good,
+    /// The right reply with the next transaction ID (TCP).
+    WrongTid,
+    /// The right reply from the next unit ID.
+    WrongUnit,
+    /// The right data under a neighbouring read function (3 ↔ 4, 1 ↔ 2).
+    WrongFunction,
+    /// An exception reply with this code.
+    Exception(u8),
+    /// The byte count field off by this much; the data (and the MBAP length, or the CRC
+    /// after it) as for the right reply.
+    ByteCountField(i8),
+    /// A reply that is well formed in itself but carries this many more (fewer) registers
+    /// or, for bits, bytes: byte count, data and length agree. Extra ones come first.
+    Items(i8),
+    /// The right reply with its MBAP length field off by this much (TCP).
+    MbapLength(i8),
+    /// The right reply but for its last 3 bytes, then silence.
+    Truncated,
+    /// The right reply with its last CRC byte flipped (RTU).
+    BadCrc,
+    /// The right reply, then at once a second reply with other values for the same
+    /// request (they may arrive together).
+    Twice,
+    /// The right reply; the second reply with other values follows when the test calls
+    /// [`Peer::repeat`], after the first was taken.
+    Repeat,
+    /// These bytes instead of a reply.
+    Garbage(&'static [u8]),
+    /// No reply: the connection is closed.
+    Close,
+    /// No reply at all.
+    Silence,
+}
+
+/// A request as the peer read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub tid: u16,
+    pub unit: u8,
+    pub function: u8,
+    pub start: u16,
+    pub count: u16,
+}
+
+/// The peer's tables: holding registers (address, value) and the coils that are on.
+/// Holding 0-1 hold the f32 12.5 (0x41480000), big-endian words.
+const HOLDING: [(u16, u16); 2] = [(0, 0x4148), (1, 0x0000)];
+const COILS_ON: [u16; 2] = [3, 11];
+
+/// A scripted raw-socket Modbus server on 127.0.0.1, on a free port.
+pub struct Peer {
+    pub port: u16,
+    script: Arc<Mutex<VecDeque<Shape>>>,
+    /// Releases a `Repeat` reply's second reply; answered once it is written.
+    repeat: mpsc::UnboundedSender<oneshot::Sender<()>>,
+    connections: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<Request>>>,
+}
+
+impl Peer {
+    pub async fn start(framing: Framing) -> Peer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (repeat, released) = mpsc::unbounded_channel();
+        let released = Arc::new(tokio::sync::Mutex::new(released));
+        let peer = Peer {
+            port: listener.local_addr().unwrap().port(),
+            script: Arc::default(),
+            repeat,
+            connections: Arc::default(),
+            requests: Arc::default(),
+        };
+        let (script, connections, requests) =
+            (peer.script.clone(), peer.connections.clone(), peer.requests.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                connections.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(serve(framing, stream, script.clone(), requests.clone(), released.clone()));
+            }
+        });
+        peer
+    }
+
+    /// The shape of the next reply; replies after the scripted ones are right.
+    pub fn next(&self, shape: Shape) {
+        self.script.lock().unwrap().push_back(shape);
+    }
+
+    /// Sends the second reply of a `Repeat` and returns once it is written.
+    pub async fn repeat(&self) {
+        let (written, done) = oneshot::channel();
+        self.repeat.send(written).unwrap();
+        done.await.unwrap();
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    /// The last request read.
+    pub fn last_request(&self) -> Option<Request> {
+        self.requests.lock().unwrap().last().copied()
+    }
+}
+
+async fn serve(
+    framing: Framing,
+    mut stream: TcpStream,
+    script: Arc<Mutex<VecDeque<Shape>>>,
+    requests: Arc<Mutex<Vec<Request>>>,
+    released: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<oneshot::Sender<()>>>>,
+) {
+    let _ = stream.set_nodelay(true);
+    while let Some(req) = read_request(framing, &mut stream).await {
+        requests.lock().unwrap().push(req);
+        let shape = script.lock().unwrap().pop_front().unwrap_or(Shape::Good);
+        let ok = match shape {
+            Shape::Close => return,
+            Shape::Silence => true,
+            Shape::Twice => {
+                let other = reply(framing, req, Shape::Good, true);
+                stream.write_all(&reply(framing, req, Shape::Good, false)).await.is_ok()
+                    && stream.write_all(&other).await.is_ok()
+            }
+            Shape::Repeat => {
+                if stream.write_all(&reply(framing, req, Shape::Good, false)).await.is_err() {
+                    return;
+                }
+                let Some(written) = released.lock().await.recv().await else { return };
+                let ok = stream.write_all(&reply(framing, req, Shape::Good, true)).await.is_ok();
+                let _ = written.send(());
+                ok
+            }
+            shape => stream.write_all(&reply(framing, req, shape, false)).await.is_ok(),
+        };
+        if !ok {
+            return;
+        }
+    }
+}
+
+/// One request frame, or `None` when the connection ends.
+async fn read_request(framing: Framing, stream: &mut TcpStream) -> Option<Request> {
+    match framing {
+        Framing::Tcp => {
+            let mut head = [0u8; 7];
+            stream.read_exact(&mut head).await.ok()?;
+            assert_eq!(&head[2..4], &[0, 0], "protocol identifier");
+            let len = usize::from(u16::from_be_bytes([head[4], head[5]]));
+            assert_eq!(len, 6, "a read request is unit ID and 5 bytes of PDU");
+            let mut pdu = [0u8; 5];
+            stream.read_exact(&mut pdu).await.ok()?;
+            Some(request(u16::from_be_bytes([head[0], head[1]]), head[6], &pdu))
+        }
+        Framing::Rtu => {
+            let mut frame = [0u8; 8];
+            stream.read_exact(&mut frame).await.ok()?;
+            assert_eq!(crc16(&frame[..6]).to_le_bytes(), [frame[6], frame[7]], "request CRC");
+            Some(request(0, frame[0], &frame[1..6]))
+        }
+    }
+}
+
+fn request(tid: u16, unit: u8, pdu: &[u8]) -> Request {
+    Request {
+        tid,
+        unit,
+        function: pdu[0],
+        start: u16::from_be_bytes([pdu[1], pdu[2]]),
+        count: u16::from_be_bytes([pdu[3], pdu[4]]),
+    }
+}
+
+/// The data bytes of the right reply to `req`: registers big-endian, bits packed from
+/// the least significant bit of the first byte. `other` inverts every bit.
+fn data(req: Request, other: bool) -> Vec<u8> {
+    let flip = if other { 0xFF } else { 0 };
+    match req.function {
+        1 | 2 => {
+            let mut bytes = vec![0u8; usize::from(req.count).div_ceil(8)];
+            for i in 0..req.count {
+                if COILS_ON.contains(&(req.start + i)) {
+                    bytes[usize::from(i / 8)] |= 1 << (i % 8);
+                }
+            }
+            bytes.iter().map(|b| b ^ flip).collect()
+        }
+        _ => (req.start..req.start + req.count)
+            .flat_map(|a| HOLDING.iter().find(|(r, _)| *r == a).map_or(0, |(_, v)| *v).to_be_bytes())
+            .map(|b| b ^ flip)
+            .collect(),
+    }
+}
+
+/// The reply frame of `shape` to `req`.
+fn reply(framing: Framing, req: Request, shape: Shape, other: bool) -> Vec<u8> {
+    let (mut tid, mut unit, mut function) = (req.tid, req.unit, req.function);
+    let mut data = data(req, other);
+    // The size of one register, or one byte of bits.
+    let item = if req.function <= 2 { 1 } else { 2 };
+    let mut byte_count_delta = 0i8;
+    let mut length_delta = 0i8;
+    match shape {
+        Shape::Garbage(bytes) => return bytes.to_vec(),
+        Shape::WrongTid => tid = tid.wrapping_add(1),
+        Shape::WrongUnit => unit = unit.wrapping_add(1),
+        Shape::WrongFunction => function = [0, 2, 1, 4, 3][usize::from(function)],
+        Shape::ByteCountField(n) => byte_count_delta = n,
+        Shape::MbapLength(n) => length_delta = n,
+        Shape::Items(n) if n > 0 => {
+            let mut more = vec![0xFF; item * n as usize];
+            more.extend_from_slice(&data);
+            data = more;
+        }
+        Shape::Items(n) => data.truncate(data.len() - item * usize::from(n.unsigned_abs())),
+        _ => {}
+    }
+    let pdu = match shape {
+        Shape::Exception(code) => vec![function | 0x80, code],
+        _ => {
+            let mut pdu = vec![function, (data.len() as i16 + i16::from(byte_count_delta)) as u8];
+            pdu.extend_from_slice(&data);
+            pdu
+        }
+    };
+    let mut frame = match framing {
+        Framing::Tcp => {
+            let len = (1 + pdu.len() as i16 + i16::from(length_delta)) as u16;
+            let mut f = tid.to_be_bytes().to_vec();
+            f.extend_from_slice(&[0, 0]);
+            f.extend_from_slice(&len.to_be_bytes());
+            f.push(unit);
+            f.extend_from_slice(&pdu);
+            f
+        }
+        Framing::Rtu => {
+            let mut f = vec![unit];
+            f.extend_from_slice(&pdu);
+            let crc = crc16(&f);
+            f.extend_from_slice(&crc.to_le_bytes());
+            f
+        }
+    };
+    match shape {
+        Shape::Truncated => frame.truncate(frame.len() - 3),
+        Shape::BadCrc => *frame.last_mut().unwrap() ^= 0xFF,
+        _ => {}
+    }
+    frame
+}
+
+/// CRC-16/MODBUS, written out here so the peer does not share the driver's.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0xFFFF;
+    for b in bytes {
+        crc ^= u16::from(*b);
+        for _ in 0..8 {
+            let lsb = crc & 1;
+            crc >>= 1;
+            if lsb == 1 {
+                crc ^= 0xA001;
+            }
+        }
+    }
+    crc
+}
+
+/// Warnings logged on this thread (the test's runtime runs every task on it), as text.
+#[derive(Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    /// Captures this thread's warnings until the guard is dropped.
+    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(logs.clone())
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// The driver's log line for a reply that failed check `name`.
+pub fn check_fired(name: &str) -> String {
+    format!("check=\"{name}\"")
+}
+
+/// A device file for the peer: an f32 in holding 0-1 (T_RAW_001) and two coils, 3
+/// (T_RAW_002) and 12 (T_RAW_003), read together as 10 coils from 3.
+fn device_file(framing: Framing, port: u16) -> String {
+    let protocol = match framing {
+        Framing::Tcp => "modbus-tcp",
+        Framing::Rtu => "modbus-rtu-over-tcp",
+    };
+    format!(
+        r#"id = "t-raw"
+plant = "T"
+zone = "RAW"
+description = "Raw-socket peer"
+protocol = "{protocol}"
+endpoint = "127.0.0.1:{port}"
+unit_id = 17
+timeout_ms = 200
+
+[[sensors]]
+id = "T_RAW_001"
+description = "Pressure"
+kind = "pressure"
+unit = "bar"
+table = "holding"
+address = 0
+type = "f32"
+
+[[sensors]]
+id = "T_RAW_002"
+description = "Pump running"
+kind = "status"
+unit = ""
+table = "coil"
+address = 3
+type = "bool"
+
+[[sensors]]
+id = "T_RAW_003"
+description = "Valve open"
+kind = "status"
+unit = ""
+table = "coil"
+address = 12
+type = "bool"
+"#
+    )
+}
+
+/// The peer, a tool service reading it (one attempt per call, a breaker that never
+/// opens), and the device file's folder.
+pub async fn setup(framing: Framing) -> (Peer, ToolService, tempfile::TempDir) {
+    let peer = Peer::start(framing).await;
+    let dir = device_dir(&[("t-raw.toml", &device_file(framing, peer.port))]);
+    let mut config = Config::default();
+    config.calls.max_retries = 0;
+    config.breaker.failure_threshold = 1000;
+    config.breaker.failure_rate_percent = 100;
+    let service = ToolService::new(Arc::new(Registry::load(dir.path()).unwrap()), config);
+    (peer, service, dir)
+}
+
+/// Which read a row makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// T_RAW_001: function 3, 2 registers from 0.
+    Holding,
+    /// T_RAW_002 and T_RAW_003: function 1, 10 coils from 3 (2 bytes).
+    Coils,
+}
+
+/// What the agent must get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// The hand-written values: 12.5 bar; coil 3 on, coil 12 off.
+    Values,
+    /// A protocol error, found by the named check of the driver.
+    Protocol(&'static str),
+    /// Another error code.
+    Code(ErrorCode),
+}
+
+use Expect::{Code, Protocol, Values};
+
+const PROTOCOL_MESSAGE: &str =
+    "Device t-raw sent a reply that does not match the request; the connection was dropped.";
+
+async fn call(service: &ToolService, read: Read) -> fieldgate::tools::Envelope {
+    let args = match read {
+        Read::Holding => json!({ "sensor_id": "T_RAW_001" }),
+        Read::Coils => json!({ "sensor_ids": ["T_RAW_002", "T_RAW_003"] }),
+    };
+    let tool = if read == Read::Holding { "get_sensor_reading" } else { "get_sensor_readings" };
+    service.call(tool, args).await.unwrap()
+}
+
+/// Fails the row with a message unless `cond` holds.
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)*) => {
+        if !$cond {
+            return Err(format!($($msg)*));
+        }
+    };
+}
+
+/// The read's values, checked against the hand-written ones.
+fn check_values(read: Read, e: &fieldgate::tools::Envelope) -> Result<(), String> {
+    ensure!(e.ok, "an error instead of values: {:?}", e.error);
+    let data = e.json();
+    match read {
+        Read::Holding => {
+            ensure!(data["value"] == json!(12.5), "value {} instead of 12.5", data["value"]);
+            ensure!(data["quality"] == "good", "quality {}", data["quality"]);
+        }
+        Read::Coils => {
+            let readings = data["readings"].as_array().cloned().unwrap_or_default();
+            let value = |id: &str| readings.iter().find(|r| r["sensor_id"] == id).map(|r| r["value"].clone());
+            let got = (value("T_RAW_002"), value("T_RAW_003"));
+            ensure!(got == (Some(json!(true)), Some(json!(false))), "coils {got:?} instead of (true, false)");
+        }
+    }
+    Ok(())
+}
+
+async fn failures(service: &ToolService) -> u64 {
+    let status = service.call("get_device_status", json!({ "device_id": "t-raw" })).await.unwrap().json();
+    status["devices"][0]["failures"].as_u64().unwrap()
+}
+
+/// One row: the scripted reply, the code (and check) the agent gets, the device's failure
+/// count, and a following read that must get the right value (on a new connection
+/// whenever the row's reply left the old one in an unknown state).
+async fn run_row(
+    peer: &Peer,
+    service: &ToolService,
+    logs: &Logs,
+    (shape, read, expect): (Shape, Read, Expect),
+) -> Result<(), String> {
+    let (failed_before, connections_before, logged_before) =
+        (failures(service).await, peer.connections(), logs.text().len());
+    peer.next(shape);
+    let e = call(service, read).await;
+    // The request was the one the table's expectations are written for.
+    let req = peer.last_request().ok_or("no request")?;
+    let asked = match read {
+        Read::Holding => (17, 3, 0, 2),
+        Read::Coils => (17, 1, 3, 10),
+    };
+    ensure!((req.unit, req.function, req.start, req.count) == asked, "asked {req:?}");
+    let blamed = match expect {
+        Values => {
+            check_values(read, &e)?;
+            false
+        }
+        Protocol(check) => {
+            let err = e.error.as_ref().ok_or_else(|| format!("values {} instead of an error", e.json()))?;
+            ensure!(
+                err.code == ErrorCode::DeviceProtocolError,
+                "{:?} instead of DEVICE_PROTOCOL_ERROR: {err:?}",
+                err.code
+            );
+            if read == Read::Holding {
+                ensure!(err.message == PROTOCOL_MESSAGE, "message {:?}", err.message);
+            } else {
+                // The batch failed as a whole: each sensor's reason in its detail.
+                ensure!(err.message == "2 sensors could not be read.", "message {:?}", err.message);
+                let want = format!("DEVICE_PROTOCOL_ERROR: {PROTOCOL_MESSAGE}");
+                ensure!(err.details.len() == 2, "details {:?}", err.details);
+                ensure!(err.details.iter().all(|d| d.message == want), "details {:?}", err.details);
+            }
+            ensure!(err.retryable && err.retry_after_ms == Some(500), "retry {err:?}");
+            ensure!(err.device_id.as_deref() == Some("t-raw"), "device {err:?}");
+            let logged = logs.text()[logged_before..].to_string();
+            ensure!(logged.contains(&check_fired(check)), "not check {check:?}; log: {logged}");
+            true
+        }
+        Code(code) => {
+            let err = e.error.as_ref().ok_or_else(|| format!("values {} instead of an error", e.json()))?;
+            ensure!(err.code == code, "{:?} instead of {code:?}: {err:?}", err.code);
+            code != ErrorCode::DeviceRejected
+        }
+    };
+    if shape == Shape::Repeat {
+        peer.repeat().await;
+    }
+    let failed = failures(service).await;
+    ensure!(failed == failed_before + u64::from(blamed), "failures {failed_before} -> {failed}");
+    // The next read gets the right value (not a second or late reply), and the
+    // connection was replaced exactly when the reply was not a well-formed answer.
+    check_values(read, &call(service, read).await).map_err(|e| format!("the read after it: {e}"))?;
+    let dropped = !matches!(expect, Values | Code(ErrorCode::DeviceRejected) | Code(ErrorCode::DeviceBusy));
+    let connections = peer.connections();
+    ensure!(
+        connections == connections_before + usize::from(dropped),
+        "connections {connections_before} -> {connections}"
+    );
+    Ok(())
+}
+
+/// Runs every row and reports every row that failed.
+async fn run_table(framing: Framing, rows: &[(Shape, Read, Expect)]) {
+    let (logs, _guard) = Logs::capture();
+    let (peer, service, _dir) = setup(framing).await;
+    // The connection is open before the first row.
+    check_values(Read::Holding, &call(&service, Read::Holding).await).unwrap();
+    assert_eq!(peer.connections(), 1);
+    let mut failed = Vec::new();
+    for &row in rows {
+        if let Err(e) = run_row(&peer, &service, &logs, row).await {
+            failed.push(format!("{:?} on {:?}, expected {:?}: {e}", row.0, row.1, row.2));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{framing:?}: {} of {} rows failed:\n{}",
+        failed.len(),
+        rows.len(),
+        failed.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn modbus_tcp_replies_must_match_their_request() {
+    let http: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\r\n";
+    let rows = [
+        (Shape::Good, Read::Holding, Values),
+        (Shape::Good, Read::Coils, Values),
+        (Shape::WrongTid, Read::Holding, Protocol("transaction ID")),
+        (Shape::WrongTid, Read::Coils, Protocol("transaction ID")),
+        (Shape::WrongUnit, Read::Holding, Protocol("unit ID")),
+        (Shape::WrongUnit, Read::Coils, Protocol("unit ID")),
+        (Shape::WrongFunction, Read::Holding, Protocol("function code")),
+        (Shape::WrongFunction, Read::Coils, Protocol("function code")),
+        (Shape::Exception(2), Read::Holding, Code(ErrorCode::DeviceRejected)),
+        (Shape::Exception(6), Read::Holding, Code(ErrorCode::DeviceBusy)),
+        (Shape::Exception(2), Read::Coils, Code(ErrorCode::DeviceRejected)),
+        // Coils: a well-formed reply with a byte too many (in front) or too few.
+        (Shape::Items(1), Read::Coils, Protocol("byte count")),
+        (Shape::Items(-1), Read::Coils, Protocol("byte count")),
+        // Coils: the byte count field alone is wrong.
+        (Shape::ByteCountField(1), Read::Coils, Protocol("byte count")),
+        (Shape::ByteCountField(-1), Read::Coils, Protocol("byte count")),
+        // Registers: the byte count field alone is wrong.
+        (Shape::ByteCountField(2), Read::Holding, Protocol("byte count")),
+        (Shape::ByteCountField(-2), Read::Holding, Protocol("byte count")),
+        (Shape::ByteCountField(1), Read::Holding, Protocol("byte count")),
+        // Registers: a well-formed reply with a register too many or too few.
+        (Shape::Items(1), Read::Holding, Protocol("byte count")),
+        (Shape::Items(-1), Read::Holding, Protocol("byte count")),
+        // The MBAP length cuts the PDU short (the rest follows), or promises more than
+        // ever comes.
+        (Shape::MbapLength(-2), Read::Holding, Protocol("length")),
+        (Shape::MbapLength(-1), Read::Coils, Protocol("length")),
+        (Shape::MbapLength(4), Read::Holding, Code(ErrorCode::DeviceTimeout)),
+        (Shape::MbapLength(2), Read::Holding, Code(ErrorCode::DeviceTimeout)),
+        (Shape::Truncated, Read::Holding, Code(ErrorCode::DeviceTimeout)),
+        (Shape::Truncated, Read::Coils, Code(ErrorCode::DeviceTimeout)),
+        (Shape::Silence, Read::Holding, Code(ErrorCode::DeviceTimeout)),
+        // Two replies for one request: the first is the answer, the second is dropped,
+        // whether it came with the first or after it was read.
+        (Shape::Twice, Read::Holding, Values),
+        (Shape::Twice, Read::Coils, Values),
+        (Shape::Repeat, Read::Holding, Values),
+        (Shape::Repeat, Read::Coils, Values),
+        (Shape::Garbage(http), Read::Holding, Protocol("protocol identifier")),
+        // Transaction ID 1, protocol 0, length 0.
+        (Shape::Garbage(&[0, 1, 0, 0, 0, 0, 17]), Read::Holding, Protocol("MBAP length")),
+        (Shape::Close, Read::Holding, Code(ErrorCode::DeviceUnavailable)),
+    ];
+    run_table(Framing::Tcp, &rows).await;
+}
+
+#[tokio::test]
+async fn modbus_rtu_over_tcp_replies_must_match_their_request() {
+    let http: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\r\n";
+    let rows = [
+        (Shape::Good, Read::Holding, Values),
+        (Shape::Good, Read::Coils, Values),
+        (Shape::WrongUnit, Read::Holding, Protocol("unit ID")),
+        (Shape::WrongUnit, Read::Coils, Protocol("unit ID")),
+        (Shape::WrongFunction, Read::Holding, Protocol("function code")),
+        (Shape::WrongFunction, Read::Coils, Protocol("function code")),
+        (Shape::Exception(2), Read::Holding, Code(ErrorCode::DeviceRejected)),
+        (Shape::Exception(6), Read::Holding, Code(ErrorCode::DeviceBusy)),
+        (Shape::Exception(6), Read::Coils, Code(ErrorCode::DeviceBusy)),
+        // Coils: a well-formed reply (right CRC) with a byte too many or too few.
+        (Shape::Items(1), Read::Coils, Protocol("byte count")),
+        (Shape::Items(-1), Read::Coils, Protocol("byte count")),
+        // The byte count field alone is wrong: RTU frames end where the byte count says,
+        // so a larger one is a frame that never completes, and a smaller one puts the CRC
+        // in the wrong place.
+        (Shape::ByteCountField(1), Read::Coils, Code(ErrorCode::DeviceTimeout)),
+        (Shape::ByteCountField(-1), Read::Coils, Protocol("CRC")),
+        (Shape::ByteCountField(2), Read::Holding, Code(ErrorCode::DeviceTimeout)),
+        (Shape::ByteCountField(-2), Read::Holding, Protocol("CRC")),
+        // Registers: a well-formed reply with a register too many or too few.
+        (Shape::Items(1), Read::Holding, Protocol("byte count")),
+        (Shape::Items(-1), Read::Holding, Protocol("byte count")),
+        (Shape::Truncated, Read::Holding, Code(ErrorCode::DeviceTimeout)),
+        (Shape::Silence, Read::Coils, Code(ErrorCode::DeviceTimeout)),
+        (Shape::BadCrc, Read::Holding, Protocol("CRC")),
+        (Shape::BadCrc, Read::Coils, Protocol("CRC")),
+        // Two replies for one request: RTU has no transaction ID, so only discarding
+        // the second keeps it from answering the next request with other values.
+        (Shape::Twice, Read::Holding, Values),
+        (Shape::Twice, Read::Coils, Values),
+        (Shape::Repeat, Read::Holding, Values),
+        (Shape::Repeat, Read::Coils, Values),
+        (Shape::Garbage(http), Read::Holding, Protocol("function code")),
+        (Shape::Close, Read::Coils, Code(ErrorCode::DeviceUnavailable)),
+    ];
+    run_table(Framing::Rtu, &rows).await;
+}
