@@ -77,6 +77,12 @@ enum Command {
         /// Operator bearer token for --url (or FIELDGATE_CLI_TOKEN).
         #[arg(long, env = "FIELDGATE_CLI_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// The data directory (default: storage.data_dir of the configuration).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Devices: `status` (every device, or one) and `probe ID`, an operator's probe of a
     /// device at once, whatever its circuit breaker says; the outcome and its state.
@@ -345,14 +351,22 @@ fn main() -> ExitCode {
             };
             runtime.block_on(serve(config, registry, tokens))
         }
-        Command::WorkOrders { action, id, note, url: Some(url), token, .. } => {
-            runtime.block_on(work_orders_remote(&url, token, &action, id, note))
-        }
-        Command::WorkOrders { action, id, note, by, url: None, .. } => {
-            work_orders(&cli.config, &action, id, note, by)
+        Command::WorkOrders { action, id, note, by, url, token, data_dir, json } => {
+            let target = match url {
+                Some(url) => fieldgate::cli::Target::Remote { url, token },
+                None => match Config::load(cli.config.as_deref(), std::env::vars()) {
+                    Ok(c) => fieldgate::cli::Target::Local {
+                        data_dir: data_dir.unwrap_or(c.storage.data_dir),
+                        listen: c.server.listen,
+                    },
+                    Err(e) => return report(&e.0),
+                },
+            };
+            let cmd = fieldgate::cli::WorkOrderCommand { action, id, note, by, json };
+            runtime.block_on(fieldgate::cli::work_orders(target, cmd))
         }
         Command::Devices { action, id, url: Some(url), token } => {
-            runtime.block_on(devices_remote(&url, token, &action, id))
+            runtime.block_on(fieldgate::cli::devices_remote(&url, token, &action, id))
         }
         Command::Devices { action, id, url: None, .. } => {
             let (config, registry) = match load(&cli.config, &cli.devices) {
@@ -474,166 +488,6 @@ async fn demo(
     stop_signal().await;
     demo.stop().await;
     ExitCode::SUCCESS
-}
-
-fn work_orders(
-    config: &Option<PathBuf>,
-    action: &str,
-    id: Option<String>,
-    note: Option<String>,
-    by: Option<String>,
-) -> ExitCode {
-    use fieldgate::tools::defs::WorkOrderStatus as S;
-    let config = match Config::load(config.as_deref(), std::env::vars()) {
-        Ok(c) => c,
-        Err(e) => return report(&e.0),
-    };
-    let store = match fieldgate::store::work_orders::WorkOrderStore::open_in(&config.storage.data_dir) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!(
-                "error: {e} (a running service holds the data directory: use POST /v1/work-orders/ID/ACTION with an operator token)"
-            );
-            return ExitCode::FAILURE;
-        }
-    };
-    let to = match action {
-        "list" => {
-            return match store.list() {
-                Ok(list) => {
-                    for o in list {
-                        out(&format!(
-                            "{}  {:<16} {:<12} {:<7} {}  {}",
-                            o.id,
-                            serde_json::to_value(o.status).unwrap_or_default().as_str().unwrap_or(""),
-                            o.sensor_id,
-                            serde_json::to_value(o.priority).unwrap_or_default().as_str().unwrap_or(""),
-                            o.created_at,
-                            o.summary
-                        ));
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::FAILURE
-                }
-            };
-        }
-        "show" => None,
-        "approve" => Some(S::Approved),
-        "reject" => Some(S::Rejected),
-        "start" => Some(S::InProgress),
-        "complete" => Some(S::Completed),
-        "cancel" => Some(S::Cancelled),
-        other => {
-            eprintln!(
-                "error: unknown action {other:?}; use list, show, approve, reject, start, complete or cancel"
-            );
-            return ExitCode::from(2);
-        }
-    };
-    let Some(id) = id else {
-        eprintln!("error: {action} needs a work order ID, e.g. WO-000001");
-        return ExitCode::from(2);
-    };
-    let by = by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "operator".into());
-    let result = match to {
-        None => store.get(&id),
-        Some(to) => store.transition(&id, to, &by, note),
-    };
-    match result {
-        Ok(o) => {
-            out(&serde_json::to_string_pretty(&o).unwrap_or_default());
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// A client of the running service at `url` (`--url`), or the exit code of why not.
-async fn remote(
-    url: &str,
-    token: Option<String>,
-) -> Result<fieldgate::transport::client::HttpClient, ExitCode> {
-    let Some(authority) = url.strip_prefix("http://").map(|r| r.trim_end_matches('/')) else {
-        eprintln!("error: --url must be http://host:port");
-        return Err(ExitCode::from(2));
-    };
-    let Some(addr) = tokio::net::lookup_host(authority).await.ok().and_then(|mut a| a.next()) else {
-        eprintln!("error: cannot resolve {authority}");
-        return Err(ExitCode::FAILURE);
-    };
-    let client = fieldgate::transport::client::HttpClient::connect(addr).await.map_err(|e| {
-        eprintln!("error: cannot reach {url}: {e}");
-        ExitCode::FAILURE
-    })?;
-    Ok(match &token {
-        Some(t) => client.with_token(t),
-        None => client,
-    })
-}
-
-/// Prints a service's answer; exit 0 on HTTP 200, 2 otherwise.
-fn print_response(response: std::io::Result<fieldgate::transport::client::HttpResponse>) -> ExitCode {
-    match response {
-        Ok(r) => {
-            out(&serde_json::to_string_pretty(&r.json()).unwrap_or_default());
-            if r.status == 200 { ExitCode::SUCCESS } else { ExitCode::from(2) }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// `fieldgate devices ... --url`: device status and an operator's probe of a running service.
-async fn devices_remote(url: &str, token: Option<String>, action: &str, id: Option<String>) -> ExitCode {
-    let mut client = match remote(url, token).await {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let response = match (action, id) {
-        ("status", None) => client.get("/v1/devices").await,
-        ("status", Some(id)) => client.get(&format!("/v1/devices/{id}")).await,
-        ("probe", Some(id)) => client.post(&format!("/v1/devices/{id}/probe"), b"").await,
-        _ => {
-            eprintln!("error: use `devices status [ID]` or `devices probe ID`");
-            return ExitCode::from(2);
-        }
-    };
-    print_response(response)
-}
-
-/// `fieldgate work-orders ... --url`: the same actions through a running service's HTTP API.
-async fn work_orders_remote(
-    url: &str,
-    token: Option<String>,
-    action: &str,
-    id: Option<String>,
-    note: Option<String>,
-) -> ExitCode {
-    let mut client = match remote(url, token).await {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let response = match (action, id) {
-        ("list", _) => client.get("/v1/work-orders?limit=500").await,
-        ("show", Some(id)) => client.get(&format!("/v1/work-orders/{id}")).await,
-        (_, Some(id)) => {
-            let body = serde_json::to_vec(&serde_json::json!({ "note": note })).unwrap_or_default();
-            client.post(&format!("/v1/work-orders/{id}/{action}"), &body).await
-        }
-        (_, None) => {
-            eprintln!("error: {action} needs a work order ID, e.g. WO-000001");
-            return ExitCode::from(2);
-        }
-    };
-    print_response(response)
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -503,11 +503,68 @@ async fn the_cli_decides_through_a_running_service_with_an_operator_token() {
     };
     let agent = run("bot-token-0123456789").await.unwrap();
     assert_eq!(agent.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&agent.stdout).contains("UNAUTHORIZED"));
+    let refused = String::from_utf8_lossy(&agent.stderr);
+    assert!(
+        refused.starts_with("error: Only an operator") && refused.contains("(UNAUTHORIZED)"),
+        "{refused}"
+    );
     let lead = run("lead-token-0123456789").await.unwrap();
     assert!(lead.status.success(), "{}", String::from_utf8_lossy(&lead.stderr));
     let wo = svc.work_orders().unwrap().get(&id).unwrap();
     assert_eq!(wo.status, S::Approved);
     let last = wo.history.last().unwrap();
     assert_eq!((last.by.as_str(), last.note.as_deref()), ("lead", Some("from the CLI")));
+}
+
+/// `fieldgate work-orders` reads the same way from the data directory and from a running
+/// service: one table (or `--json`), "no work orders" when there are none, no data
+/// directory created by reading, and a pointer to `--url` when a service holds the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_work_orders_command_agrees_with_itself_locally_and_remotely() {
+    let cli = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+                .args(&args)
+                .env_clear()
+                .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:18080")
+                .output()
+                .unwrap()
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap().to_string();
+    let o = cli(vec!["work-orders".into(), "list".into(), "--data-dir".into(), d.clone()]).await.unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "no work orders");
+    assert!(!data.exists(), "reading created the data directory");
+
+    let store = std::sync::Arc::new(fieldgate::store::work_orders::WorkOrderStore::open_in(&data).unwrap());
+    let svc = service().with_work_orders(store.clone());
+    svc.call("create_work_order", order("A_LINE1_005", "inspection", "cli-agree-01")).await.unwrap();
+    // The service holds the store: the local command says how to ask it instead.
+    let o = cli(vec!["work-orders".into(), "list".into(), "--data-dir".into(), d.clone()]).await.unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--url http://127.0.0.1:18080"), "{err}");
+    let server = Server::start(svc, fieldgate::transport::auth::Tokens::default()).await;
+    let url = format!("http://{}", server.addr);
+    let remote = cli(vec!["work-orders".into(), "list".into(), "--url".into(), url.clone()]).await.unwrap();
+    let remote_json =
+        cli(vec!["work-orders".into(), "list".into(), "--url".into(), url, "--json".into()]).await.unwrap();
+    drop(server);
+    drop(store);
+    let local = cli(vec!["work-orders".into(), "list".into(), "--data-dir".into(), d.clone()]).await.unwrap();
+    let local_json = cli(vec!["work-orders".into(), "list".into(), "--data-dir".into(), d, "--json".into()])
+        .await
+        .unwrap();
+    let table = String::from_utf8_lossy(&local.stdout).to_string();
+    assert!(table.starts_with("id ") && table.contains("WO-000001  pending_approval"), "{table}");
+    assert_eq!(String::from_utf8_lossy(&remote.stdout), table, "one format for both");
+    let (a, b): (Value, Value) = (
+        serde_json::from_slice(&local_json.stdout).unwrap(),
+        serde_json::from_slice(&remote_json.stdout).unwrap(),
+    );
+    assert_eq!(a, b);
+    assert_eq!(a[0]["id"], "WO-000001");
 }

@@ -1,0 +1,248 @@
+//! The operators' commands `fieldgate work-orders` and `fieldgate devices`: against the
+//! data directory when no service holds it, or through a running service (`--url`), with
+//! one output either way (a table or a block for people, `--json` for machines).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde_json::Value;
+
+use crate::store::work_orders::{WorkOrderError, WorkOrderStore, status_name};
+use crate::tools::defs::{WorkOrder, WorkOrderStatus};
+use crate::transport::client::{HttpClient, HttpResponse};
+
+/// Where a command runs.
+pub enum Target {
+    /// The data directory, opened by this process.
+    Local { data_dir: PathBuf, listen: std::net::SocketAddr },
+    /// A running service.
+    Remote { url: String, token: Option<String> },
+}
+
+/// What a work-order command asks.
+pub struct WorkOrderCommand {
+    pub action: String,
+    pub id: Option<String>,
+    pub note: Option<String>,
+    pub by: Option<String>,
+    pub json: bool,
+}
+
+enum Answer {
+    List(Vec<WorkOrder>),
+    One(Box<WorkOrder>),
+}
+
+/// Prints a line to stdout; a closed pipe (`| head`) is not an error worth a panic.
+pub fn out(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(code)
+}
+
+fn transition_of(action: &str) -> Result<Option<WorkOrderStatus>, String> {
+    use WorkOrderStatus as S;
+    Ok(match action {
+        "list" | "show" => None,
+        "approve" => Some(S::Approved),
+        "reject" => Some(S::Rejected),
+        "start" => Some(S::InProgress),
+        "complete" => Some(S::Completed),
+        "cancel" => Some(S::Cancelled),
+        other => {
+            return Err(format!(
+                "unknown action {other:?}; use list, show, approve, reject, start, complete or cancel"
+            ));
+        }
+    })
+}
+
+/// `fieldgate work-orders ACTION [ID]`.
+pub async fn work_orders(target: Target, cmd: WorkOrderCommand) -> ExitCode {
+    let to = match transition_of(&cmd.action) {
+        Ok(t) => t,
+        Err(e) => return fail(2, &e),
+    };
+    if cmd.action != "list" && cmd.id.is_none() {
+        return fail(2, &format!("{} needs a work order ID, e.g. WO-000001", cmd.action));
+    }
+    let answer = match target {
+        Target::Local { data_dir, listen } => local(&data_dir, listen, &cmd, to),
+        Target::Remote { url, token } => remote_work_orders(&url, token, &cmd).await,
+    };
+    match answer {
+        Ok(a) => {
+            print_answer(&a, cmd.json);
+            ExitCode::SUCCESS
+        }
+        Err((code, message)) => fail(code, &message),
+    }
+}
+
+fn local(
+    data_dir: &Path,
+    listen: std::net::SocketAddr,
+    cmd: &WorkOrderCommand,
+    to: Option<WorkOrderStatus>,
+) -> Result<Answer, (u8, String)> {
+    let file = data_dir.join("work_orders.redb");
+    // Reading never creates a data directory or a store.
+    if to.is_none() && !file.exists() {
+        return match cmd.action.as_str() {
+            "list" => Ok(Answer::List(Vec::new())),
+            _ => Err((
+                2,
+                format!("no work order {} (no store at {})", cmd.id.as_deref().unwrap_or(""), file.display()),
+            )),
+        };
+    }
+    let store = WorkOrderStore::open_in(data_dir).map_err(|e| match &e {
+        WorkOrderError::Refused(m) if m.contains("in use by another fieldgate process") => (
+            1,
+            format!(
+                "{} is held by a running fieldgate; ask it instead: fieldgate work-orders {} --url http://{listen} (with an operator token in FIELDGATE_CLI_TOKEN)",
+                file.display(),
+                cmd.action
+            ),
+        ),
+        _ => (1, e.to_string()),
+    })?;
+    let id = cmd.id.clone().unwrap_or_default();
+    let by = cmd.by.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "operator".into());
+    let result = match (cmd.action.as_str(), to) {
+        ("list", _) => store.list().map(Answer::List),
+        (_, None) => store.get(&id).map(|o| Answer::One(Box::new(o))),
+        (_, Some(to)) => store.transition(&id, to, &by, cmd.note.clone()).map(|o| Answer::One(Box::new(o))),
+    };
+    result.map_err(|e| (2, e.to_string()))
+}
+
+/// A client of the running service at `url`.
+pub async fn connect(url: &str, token: Option<String>) -> Result<HttpClient, (u8, String)> {
+    let Some(authority) = url.strip_prefix("http://").map(|r| r.trim_end_matches('/')) else {
+        return Err((2, "--url must be http://host:port".into()));
+    };
+    let Some(addr) = tokio::net::lookup_host(authority).await.ok().and_then(|mut a| a.next()) else {
+        return Err((1, format!("cannot resolve {authority}")));
+    };
+    let client = HttpClient::connect(addr).await.map_err(|e| (1, format!("cannot reach {url}: {e}")))?;
+    Ok(match &token {
+        Some(t) => client.with_token(t),
+        None => client,
+    })
+}
+
+/// The data of an envelope, or its error as one line for a person.
+fn data_of(r: std::io::Result<HttpResponse>) -> Result<Value, (u8, String)> {
+    let r = r.map_err(|e| (1, e.to_string()))?;
+    let v = r.json();
+    if v["ok"] == true {
+        return Ok(v["data"].clone());
+    }
+    let e = &v["error"];
+    match (e["code"].as_str(), e["message"].as_str()) {
+        (Some(code), Some(message)) => {
+            let hint = e["hint"].as_str().map(|h| format!(" {h}")).unwrap_or_default();
+            Err((2, format!("{message} ({code}).{hint}")))
+        }
+        _ => Err((1, format!("unexpected answer (HTTP {})", r.status))),
+    }
+}
+
+async fn remote_work_orders(
+    url: &str,
+    token: Option<String>,
+    cmd: &WorkOrderCommand,
+) -> Result<Answer, (u8, String)> {
+    let mut client = connect(url, token).await?;
+    let id = cmd.id.clone().unwrap_or_default();
+    let data = match cmd.action.as_str() {
+        "list" => data_of(client.get("/v1/work-orders?limit=500").await)?,
+        "show" => data_of(client.get(&format!("/v1/work-orders/{id}")).await)?,
+        action => {
+            let body = serde_json::to_vec(&serde_json::json!({ "note": cmd.note })).unwrap_or_default();
+            data_of(client.post(&format!("/v1/work-orders/{id}/{action}"), &body).await)?
+        }
+    };
+    let bad = |_| (1, "the service answered work orders in an unexpected shape".to_string());
+    match cmd.action.as_str() {
+        "list" => serde_json::from_value(data["work_orders"].clone()).map(Answer::List).map_err(bad),
+        _ => {
+            serde_json::from_value(data["work_order"].clone()).map(|o| Answer::One(Box::new(o))).map_err(bad)
+        }
+    }
+}
+
+fn print_answer(a: &Answer, json: bool) {
+    match (a, json) {
+        (Answer::List(list), true) => out(&serde_json::to_string_pretty(list).unwrap_or_default()),
+        (Answer::One(o), true) => out(&serde_json::to_string_pretty(o).unwrap_or_default()),
+        (Answer::List(list), false) if list.is_empty() => out("no work orders"),
+        (Answer::List(list), false) => {
+            out(&format!(
+                "{:<9}  {:<16} {:<12} {:<7} {:<24}  summary",
+                "id", "status", "sensor", "priority", "created"
+            ));
+            for o in list {
+                out(&format!(
+                    "{:<9}  {:<16} {:<12} {:<7} {:<24}  {}",
+                    o.id,
+                    status_name(o.status),
+                    o.sensor_id,
+                    enum_name(&o.priority),
+                    o.created_at,
+                    o.summary
+                ));
+            }
+        }
+        (Answer::One(o), false) => {
+            out(&format!(
+                "{}  {}  {} {} on {}",
+                o.id,
+                status_name(o.status),
+                enum_name(&o.priority),
+                enum_name(&o.work_type),
+                o.sensor_id
+            ));
+            out(&format!("  {}", o.summary));
+            out(&format!("  created {} by {}", o.created_at, o.created_by));
+            for t in &o.history {
+                let note = t.note.as_deref().map(|n| format!(": {n}")).unwrap_or_default();
+                out(&format!("  {}  {} by {}{note}", t.at, status_name(t.to), t.by));
+            }
+            if let Some(d) = &o.delivery {
+                out(&format!("  delivery {} ({} attempts)", d.state, d.attempts));
+            }
+        }
+    }
+}
+
+fn enum_name<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+/// `fieldgate devices status|probe ... --url`: a running service's device status and an
+/// operator's probe; prints the envelope's data as JSON.
+pub async fn devices_remote(url: &str, token: Option<String>, action: &str, id: Option<String>) -> ExitCode {
+    let mut client = match connect(url, token).await {
+        Ok(c) => c,
+        Err((code, message)) => return fail(code, &message),
+    };
+    let response = match (action, id) {
+        ("status", None) => client.get("/v1/devices").await,
+        ("status", Some(id)) => client.get(&format!("/v1/devices/{id}")).await,
+        ("probe", Some(id)) => client.post(&format!("/v1/devices/{id}/probe"), b"").await,
+        _ => return fail(2, "use `devices status [ID]` or `devices probe ID`"),
+    };
+    match data_of(response) {
+        Ok(data) => {
+            out(&serde_json::to_string_pretty(&data).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err((code, message)) => fail(code, &message),
+    }
+}
