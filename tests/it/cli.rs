@@ -50,7 +50,10 @@ fn check_prints_every_problem_and_exits_1() {
         ),
         "{err}"
     );
-    assert!(err.contains("2 problem(s); fieldgate will not start until they are fixed."), "{err}");
+    // The second file repeats the broken file's sensor ID: reported too, not hidden by the
+    // first file's own problems.
+    assert!(err.contains("dup.toml:8: duplicate sensor ID T_ZONE1_001"), "{err}");
+    assert!(err.contains("3 problem(s); fieldgate will not start until they are fixed."), "{err}");
     assert!(stdout(&o).is_empty());
 }
 
