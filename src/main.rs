@@ -174,14 +174,24 @@ fn main() -> ExitCode {
             let timeout = std::time::Duration::from_millis(timeout_ms.max(1));
             let found = match protocol.as_str() {
                 "modbus" => {
-                    let Ok(addr) = endpoint.parse::<SocketAddr>() else {
-                        eprintln!(
-                            "error: --endpoint: must be host:port such as 192.168.10.21:502, found {endpoint:?}"
-                        );
-                        return ExitCode::from(2);
-                    };
+                    let addr =
+                        match runtime.block_on(fieldgate::driver::discover::resolve(&endpoint, timeout)) {
+                            Ok(a) => a,
+                            Err(e @ fieldgate::driver::discover::DiscoverError::Invalid(_)) => {
+                                eprintln!("error: {e}");
+                                return ExitCode::from(2);
+                            }
+                            Err(e) => {
+                                eprintln!("error: {e}");
+                                return ExitCode::FAILURE;
+                            }
+                        };
+                    if endpoint.parse::<SocketAddr>().is_err() {
+                        eprintln!("note: {endpoint} answered at {addr}");
+                    }
                     let probe = fieldgate::driver::discover::ModbusProbe {
                         addr,
+                        endpoint: endpoint.clone(),
                         unit,
                         plant,
                         zone,

@@ -17,12 +17,34 @@ use tokio_modbus::prelude::Slave;
 
 use crate::ids::{check_plant, check_zone};
 
+/// The address of `endpoint` (`host:port`, the host a name or an address) that accepts a
+/// TCP connection within `timeout`, trying each address the name resolves to.
+pub async fn resolve(endpoint: &str, timeout: Duration) -> Result<SocketAddr, DiscoverError> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(endpoint)
+        .await
+        .map_err(|_| {
+            DiscoverError::Invalid(format!(
+                "--endpoint must be host:port such as 192.168.10.21:502 or plc.local:502, and the host must resolve; found {endpoint:?}"
+            ))
+        })?
+        .collect();
+    for addr in &addrs {
+        if let Ok(Ok(_)) = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
+            return Ok(*addr);
+        }
+    }
+    let tried: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    Err(DiscoverError::Connect(format!("{endpoint} (tried {})", tried.join(", "))))
+}
+
 /// At most this many sensors fit the `NNN` of a sensor ID.
 pub const MAX_SENSORS: usize = 999;
 
 #[derive(Debug, Clone)]
 pub struct ModbusProbe {
     pub addr: SocketAddr,
+    /// As the person wrote it (a host name stays a name in the file written).
+    pub endpoint: String,
     pub unit: u8,
     pub plant: String,
     pub zone: String,
@@ -216,9 +238,9 @@ pub async fn discover_modbus(p: &ModbusProbe) -> Result<String, DiscoverError> {
     let _ = writeln!(out, "id = \"{device_id}\"");
     let _ = writeln!(out, "plant = \"{}\"", p.plant);
     let _ = writeln!(out, "zone = \"{}\"", p.zone);
-    let _ = writeln!(out, "description = \"Modbus device at {} unit {} (discovered)\"", p.addr, p.unit);
+    let _ = writeln!(out, "description = \"Modbus device at {} unit {} (discovered)\"", p.endpoint, p.unit);
     let _ = writeln!(out, "protocol = \"modbus-tcp\"");
-    let _ = writeln!(out, "endpoint = \"{}\"", p.addr);
+    let _ = writeln!(out, "endpoint = \"{}\"", p.endpoint);
     let _ = writeln!(out, "unit_id = {}", p.unit);
     for (n, (table, address)) in points.iter().take(kept).enumerate() {
         let ty = if matches!(table, Table::Coil | Table::Discrete) { "bool" } else { "u16" };

@@ -382,3 +382,45 @@ fn check_reports_duplicates_across_files_even_when_a_file_is_broken() {
     assert!(err.contains("b.toml:8: duplicate sensor ID T_ZONE1_001: already declared at"), "{err}");
     assert!(err.contains("3 problem(s)"), "{err}");
 }
+
+/// Device files accept host names, and so does discover: it resolves the name, says which
+/// address answered, and keeps the name in the file it writes.
+#[tokio::test]
+async fn discover_modbus_accepts_a_host_name() {
+    let plant = demo_plant().await;
+    let port = plant.sim.addr("a-util-meter").unwrap().port();
+    let endpoint = format!("localhost:{port}");
+    let o = fieldgate_async(&[
+        "discover",
+        "modbus",
+        "--endpoint",
+        &endpoint,
+        "--plant",
+        "A",
+        "--zone",
+        "UTIL9",
+        "--max-address",
+        "20",
+    ])
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("note: {endpoint} answered at ")), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&format!("endpoint = \"{endpoint}\"")), "{}", stdout(&o));
+    let o = fieldgate_async(&[
+        "discover",
+        "modbus",
+        "--endpoint",
+        "no-such-host.invalid:502",
+        "--plant",
+        "A",
+        "--zone",
+        "Z",
+    ])
+    .await;
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("must be host:port") && stderr(&o).contains("must resolve"),
+        "{}",
+        stderr(&o)
+    );
+}
