@@ -49,6 +49,10 @@ pub struct ServerConfig {
     pub allowed_origins: Vec<String>,
     /// How long in-flight requests may take to finish on shutdown.
     pub shutdown_grace_ms: u64,
+    /// MCP sessions (Streamable HTTP, protocols before 2026-07-28) open at once, at most.
+    pub mcp_max_sessions: u64,
+    /// An MCP session unused for this long is closed.
+    pub mcp_session_idle_s: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -135,6 +139,8 @@ impl Default for Config {
                 allowed_hosts: Vec::new(),
                 allowed_origins: Vec::new(),
                 shutdown_grace_ms: 10_000,
+                mcp_max_sessions: 256,
+                mcp_session_idle_s: 300,
             },
             auth: AuthConfig { tokens_file: None },
             storage: StorageConfig {
@@ -319,6 +325,8 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
         });
         set(&mut c.server.allowed_origins, origins);
         set(&mut c.server.shutdown_grace_ms, s.int("shutdown_grace_ms", 0..=600_000).map(|v| v as u64));
+        set(&mut c.server.mcp_max_sessions, s.int("mcp_max_sessions", 1..=100_000).map(|v| v as u64));
+        set(&mut c.server.mcp_session_idle_s, s.int("mcp_session_idle_s", 1..=86_400).map(|v| v as u64));
         s.finish();
     }
     if let Some(s) = t.table("auth") {
@@ -421,6 +429,8 @@ mod tests {
             allowed_hosts: vec!["x".into()],
             allowed_origins: vec!["http://x".into()],
             shutdown_grace_ms: 1,
+            mcp_max_sessions: 1,
+            mcp_session_idle_s: 1,
         };
         c.auth.tokens_file = Some("x".into());
         c.storage = StorageConfig {
@@ -504,6 +514,25 @@ mod tests {
             "{joined}"
         );
         assert_eq!(text.len(), 7, "{joined}");
+    }
+
+    #[test]
+    fn mcp_session_keys_are_checked() {
+        let env = [
+            ("FIELDGATE_SERVER_MCP_MAX_SESSIONS".to_string(), "10000".to_string()),
+            ("FIELDGATE_SERVER_MCP_SESSION_IDLE_S".to_string(), "60".to_string()),
+        ];
+        let cfg = Config::load(None, env).unwrap();
+        assert_eq!((cfg.server.mcp_max_sessions, cfg.server.mcp_session_idle_s), (10_000, 60));
+        let env = [
+            ("FIELDGATE_SERVER_MCP_MAX_SESSIONS".to_string(), "0".to_string()),
+            ("FIELDGATE_SERVER_MCP_SESSION_IDLE_S".to_string(), "forever".to_string()),
+        ];
+        let text: Vec<String> =
+            Config::load(None, env).unwrap_err().0.iter().map(|p| p.to_string()).collect();
+        assert_eq!(text.len(), 2, "{text:?}");
+        assert!(text[0].contains("`mcp_max_sessions` in [server]: must be between 1 and 100000"), "{text:?}");
+        assert!(text[1].contains("`mcp_session_idle_s` in [server]: must be an integer"), "{text:?}");
     }
 
     #[test]

@@ -15,13 +15,11 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::Tokens;
-use super::mcp::McpServer;
+use super::mcp::http::McpHttp;
 use crate::tools::{Caller, Envelope, ErrorCode, Role, ToolError, ToolService};
 
 /// What the HTTP layer shares between requests.
@@ -426,19 +424,11 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken)
         hosts: Arc::new(hosts.clone()),
         origins: Arc::new(cfg.allowed_origins.clone()),
     };
-    let mcp_tools = tools.clone();
-    let mcp_config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(
-            hosts.iter().cloned().chain(hosts.iter().map(|h| format!("{h}:{}", cfg.listen.port()))),
-        )
-        .with_allowed_origins(cfg.allowed_origins.clone())
-        .with_json_response(true)
-        .with_max_request_body_bytes(cfg.max_body_bytes as usize)
-        .with_cancellation_token(shutdown);
-    let mcp = StreamableHttpService::new(
-        move || Ok(McpServer::new(mcp_tools.clone(), Caller { id: "anonymous".into(), role: Role::Agent })),
-        Arc::new(LocalSessionManager::default()),
-        mcp_config,
+    // MCP at /mcp: one server instance, fieldgate's own sessions and framing (mcp/http.rs).
+    let mcp = McpHttp::new(
+        tools.clone(),
+        hosts.iter().cloned().chain(hosts.iter().map(|h| format!("{h}:{}", cfg.listen.port()))),
+        shutdown,
     );
     let protected = Router::new()
         .route("/v1/tools", get(list_tools))

@@ -8,6 +8,7 @@ mod history;
 mod http;
 mod list_sensors;
 mod mcp;
+mod mcp_faults;
 mod modbus;
 mod opcua;
 mod raw_modbus;

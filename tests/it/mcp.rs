@@ -9,6 +9,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
+use fieldgate::transport::client::HttpClient;
+
 use super::support::*;
 
 struct McpChild {
@@ -201,4 +203,286 @@ async fn a_client_that_only_probes_and_leaves_is_not_an_error() {
     drop(mcp.stdin);
     let status = tokio::time::timeout(Duration::from_secs(10), mcp.child.wait()).await.unwrap().unwrap();
     assert!(status.success());
+}
+
+// ---- Streamable HTTP at /mcp, through a real socket ----
+
+const ACCEPT: (&str, &str) = ("accept", "application/json, text/event-stream");
+
+fn init_body(id: u64, version: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": "initialize",
+        "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}))
+    .unwrap()
+}
+
+/// `initialize` on `c`: the session ID and the negotiated version.
+async fn open_session(c: &mut HttpClient, version: &str) -> (String, String) {
+    let r = c.send("POST", "/mcp", &[ACCEPT], &init_body(1, version)).await.unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let event = one_event(&r);
+    (
+        r.header("mcp-session-id").expect("a session").to_string(),
+        event["result"]["protocolVersion"].to_string(),
+    )
+}
+
+/// The one event of a response inside a session: a body of known length, ending with
+/// the event (nothing to wait for after it).
+fn one_event(r: &fieldgate::transport::client::HttpResponse) -> Value {
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let length: usize = r.header("content-length").expect("a body of known length").parse().unwrap();
+    assert_eq!(length, r.body.len());
+    let body = String::from_utf8(r.body.clone()).unwrap();
+    let data: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(data.len(), 1, "{body}");
+    assert!(body.ends_with("\n\n"), "{body}");
+    serde_json::from_str(data[0]).unwrap()
+}
+
+async fn in_session(c: &mut HttpClient, sid: &str, msg: Value) -> fieldgate::transport::client::HttpResponse {
+    let body = serde_json::to_vec(&msg).unwrap();
+    c.send("POST", "/mcp", &[ACCEPT, ("mcp-session-id", sid)], &body).await.unwrap()
+}
+
+fn service_with(f: impl FnOnce(&mut fieldgate::config::Config)) -> fieldgate::tools::ToolService {
+    let mut config = fieldgate::config::Config::default();
+    f(&mut config);
+    fieldgate::tools::ToolService::new(std::sync::Arc::new(demo_registry()), config)
+}
+
+/// A GET event stream of `sid`, read until it ends (bounded): its status line, headers
+/// and first bytes are checked, and the stream must end when the session does.
+async fn open_stream(addr: std::net::SocketAddr, sid: &str) -> tokio::task::JoinHandle<String> {
+    use tokio::io::AsyncReadExt;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "GET /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\nmcp-session-id: {sid}\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    // Headers and the opening comment arrive at once.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).contains(": open") {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await.unwrap().unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&got).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("content-type: text/event-stream"), "{head}");
+    tokio::spawn(async move {
+        let mut rest = Vec::new();
+        // The chunked body ends with its last chunk; the server keeps the connection.
+        while !rest.ends_with(b"0\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+                .await
+                .expect("the stream ends with its session")
+                .unwrap();
+            if n == 0 {
+                break;
+            }
+            rest.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&rest).to_string()
+    })
+}
+
+#[tokio::test]
+async fn http_session_answers_are_complete_at_once() {
+    let server = Server::start(service(), fieldgate::transport::auth::Tokens::default()).await;
+    let mut c = server.client().await;
+    let (sid, version) = open_session(&mut c, "2025-06-18").await;
+    assert_eq!(version, "\"2025-06-18\"");
+    let r = in_session(&mut c, &sid, json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    assert_eq!(r.status, 202);
+    let r = in_session(&mut c, &sid, json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await;
+    assert_eq!(one_event(&r)["result"]["tools"].as_array().map(Vec::len), Some(8));
+    // Each answer arrives whole, at once: nothing waits on a timer (the old session
+    // streams took 40 ms per call, the client's delayed ACK).
+    let mut times = Vec::new();
+    for id in 10..20 {
+        let t = std::time::Instant::now();
+        let r = in_session(
+            &mut c,
+            &sid,
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "list_sensors", "arguments": {"zone": "UTIL", "limit": 1}}}),
+        )
+        .await;
+        times.push(t.elapsed());
+        let v = one_event(&r);
+        assert_eq!((&v["id"], &v["result"]["isError"]), (&json!(id), &json!(false)), "{v}");
+    }
+    times.sort();
+    assert!(times[5] < Duration::from_millis(25), "median {:?}", times[5]);
+    // Unknown tools stay JSON-RPC errors inside the session.
+    let r = in_session(
+        &mut c,
+        &sid,
+        json!({"jsonrpc": "2.0", "id": 30, "method": "tools/call", "params": {"name": "make_coffee", "arguments": {}}}),
+    )
+    .await;
+    assert_eq!(one_event(&r)["error"]["code"], -32602);
+    // 2025-11-25 negotiates itself; a stateless call is one JSON body.
+    let (_, version) = open_session(&mut c, "2025-11-25").await;
+    assert_eq!(version, "\"2025-11-25\"");
+    let call = json!({"jsonrpc": "2.0", "id": 40, "method": "tools/call", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}},
+        "name": "list_sensors", "arguments": {"limit": 1}}});
+    let headers = [
+        ACCEPT,
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "list_sensors"),
+    ];
+    let r = c.send("POST", "/mcp", &headers, &serde_json::to_vec(&call).unwrap()).await.unwrap();
+    assert_eq!((r.status, r.header("content-type")), (200, Some("application/json")));
+    assert!(r.header("content-length").is_some());
+    assert_eq!(r.json()["id"], 40);
+    assert!(r.header("mcp-session-id").is_none());
+}
+
+#[tokio::test]
+async fn http_get_streams_end_with_their_session() {
+    let server = Server::start(service(), fieldgate::transport::auth::Tokens::default()).await;
+    let mut c = server.client().await;
+    let (sid, _) = open_session(&mut c, "2025-06-18").await;
+    let stream = open_stream(server.addr, &sid).await;
+    // Requests go on while the stream is open.
+    let r = in_session(&mut c, &sid, json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})).await;
+    assert!(one_event(&r)["result"].is_object());
+    assert_eq!(c.send("DELETE", "/mcp", &[("mcp-session-id", &sid)], b"").await.unwrap().status, 202);
+    let rest = tokio::time::timeout(Duration::from_secs(10), stream).await.unwrap().unwrap();
+    assert!(rest.ends_with("0\r\n\r\n"), "{rest:?}");
+    let r = c
+        .send("GET", "/mcp", &[("accept", "text/event-stream"), ("mcp-session-id", &sid)], b"")
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.json()["error"]["code"].clone()), (404, json!(-32001)));
+}
+
+#[tokio::test]
+async fn http_sessions_are_capped() {
+    let server = Server::start(service_with(|c| c.server.mcp_max_sessions = 2), Default::default()).await;
+    let mut c = server.client().await;
+    let (first, _) = open_session(&mut c, "2025-06-18").await;
+    open_session(&mut c, "2025-11-25").await;
+    let r = c.send("POST", "/mcp", &[ACCEPT], &init_body(7, "2025-06-18")).await.unwrap();
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!((&v["error"]["code"], &v["id"]), (&json!(-32000), &json!(7)), "{v}");
+    assert_eq!(v["error"]["data"]["reason"], "session_limit");
+    assert_eq!(v["error"]["data"]["max_sessions"], 2);
+    assert!(v["error"]["message"].as_str().unwrap().contains("server.mcp_max_sessions"), "{v}");
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=300).contains(&wait), "{wait}");
+    assert!(r.header("mcp-session-id").is_none());
+    // Stateless requests need no session and are not refused.
+    let r = c
+        .send(
+            "POST",
+            "/mcp",
+            &[ACCEPT, ("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")],
+            br#"{"jsonrpc":"2.0","id":8,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    // Ending one frees its place.
+    assert_eq!(c.send("DELETE", "/mcp", &[("mcp-session-id", &first)], b"").await.unwrap().status, 202);
+    open_session(&mut c, "2025-06-18").await;
+}
+
+#[tokio::test]
+async fn http_session_opening_is_rate_limited_per_caller() {
+    let server =
+        Server::start(service_with(|c| c.server.rate_limit_per_minute = 3), Default::default()).await;
+    let mut c = server.client().await;
+    for _ in 0..3 {
+        open_session(&mut c, "2025-06-18").await;
+    }
+    let r = c.send("POST", "/mcp", &[ACCEPT], &init_body(9, "2025-06-18")).await.unwrap();
+    assert_eq!(r.status, 429);
+    let v = r.json();
+    assert_eq!((&v["error"]["code"], &v["id"]), (&json!(-32000), &json!(9)), "{v}");
+    assert_eq!(v["error"]["data"]["reason"], "rate_limited");
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=20).contains(&wait), "{wait}");
+}
+
+#[tokio::test]
+async fn http_idle_sessions_expire_and_used_ones_stay() {
+    let server = Server::start(service_with(|c| c.server.mcp_session_idle_s = 1), Default::default()).await;
+    let mut c = server.client().await;
+    let (sid, _) = open_session(&mut c, "2025-06-18").await;
+    let stream = open_stream(server.addr, &sid).await;
+    // Used every 250 ms for 1.5 s: longer than the idle time, and still open.
+    let started = std::time::Instant::now();
+    let mut last_use = started;
+    let mut n = 100;
+    while started.elapsed() < Duration::from_millis(1500) {
+        n += 1;
+        let r = in_session(&mut c, &sid, json!({"jsonrpc": "2.0", "id": n, "method": "ping"})).await;
+        assert_eq!(r.status, 200, "used sessions stay open: {}", String::from_utf8_lossy(&r.body));
+        last_use = std::time::Instant::now();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Left alone, it expires: its stream ends, its next request gets 404.
+    let rest = tokio::time::timeout(Duration::from_secs(10), stream).await.unwrap().unwrap();
+    assert!(rest.ends_with("0\r\n\r\n"), "{rest:?}");
+    assert!(last_use.elapsed() >= Duration::from_secs(1), "expired early: {:?}", last_use.elapsed());
+    let r = in_session(&mut c, &sid, json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).await;
+    assert_eq!(r.status, 404);
+    assert_eq!((r.json()["error"]["code"].clone(), r.json()["id"].clone()), (json!(-32001), json!(1)));
+}
+
+#[tokio::test]
+async fn http_a_session_belongs_to_its_caller() {
+    let env = [
+        ("FIELDGATE_TOKEN_A".to_string(), "agent:agent-a-token-0123456789".to_string()),
+        ("FIELDGATE_TOKEN_B".to_string(), "agent:agent-b-token-0123456789".to_string()),
+    ];
+    let tokens = fieldgate::transport::auth::Tokens::load(None, env).unwrap();
+    let server = Server::start(service(), tokens).await;
+    let mut a = server.client().await.with_token("agent-a-token-0123456789");
+    let mut b = server.client().await.with_token("agent-b-token-0123456789");
+    let (sid, _) = open_session(&mut a, "2025-06-18").await;
+    let r = in_session(&mut b, &sid, json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).await;
+    assert_eq!((r.status, r.json()["error"]["code"].clone()), (404, json!(-32001)));
+    assert_eq!(b.send("DELETE", "/mcp", &[("mcp-session-id", &sid)], b"").await.unwrap().status, 404);
+    let r = in_session(&mut a, &sid, json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})).await;
+    assert!(one_event(&r)["result"].is_object());
+}
+
+#[tokio::test]
+async fn http_a_cancelled_request_ends_without_an_answer() {
+    let plant = demo_plant().await;
+    plant.faults("a-line1-plc", fieldgate_sim::Faults { latency_ms: 5000, ..Default::default() });
+    let server = Server::start(plant.service.clone(), Default::default()).await;
+    let mut c = server.client().await;
+    let (sid, _) = open_session(&mut c, "2025-06-18").await;
+    let addr = server.addr;
+    let sid2 = sid.clone();
+    let started = std::time::Instant::now();
+    let slow = tokio::spawn(async move {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        in_session(
+            &mut c,
+            &sid2,
+            json!({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
+                "params": {"name": "get_sensor_reading", "arguments": {"sensor_id": "A_LINE1_001"}}}),
+        )
+        .await
+    });
+    // Cancel until the request is gone (it may not have arrived at the first notice).
+    let cancel =
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow"}});
+    while !slow.is_finished() && started.elapsed() < Duration::from_secs(4) {
+        assert_eq!(in_session(&mut c, &sid, cancel.clone()).await.status, 202);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = tokio::time::timeout(Duration::from_secs(10), slow).await.unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert_eq!((r.status, r.header("content-type")), (200, Some("text/event-stream")));
+    assert!(r.body.is_empty(), "{}", String::from_utf8_lossy(&r.body));
 }

@@ -1,11 +1,16 @@
 //! MCP: one [`rmcp::ServerHandler`] over the tool service, served on stdio
-//! (`fieldgate mcp`) and as Streamable HTTP at `/mcp`.
+//! (`fieldgate mcp`, `stdio.rs`) and as Streamable HTTP at `/mcp` (`http.rs`, with its
+//! sessions in `sessions.rs`).
 //!
 //! Protocol versions 2025-06-18, 2025-11-25 and 2026-07-28 (`server/discover`, stateless
 //! requests); rmcp runs the lifecycle and answers every method we do not handle with an
 //! immediate JSON-RPC error. Unknown tools and non-object arguments are JSON-RPC errors;
 //! every other outcome, argument errors included, is a tool result whose
 //! `structuredContent` is the envelope (`to_result`, the one mapping for MCP).
+//!
+//! Each wire frames messages itself (`jsonrpc.rs`) before rmcp reads them, so that
+//! nothing malformed goes unanswered. A process builds one [`McpServer`] (with the tool
+//! definitions) per wire; every request and session is served by clones of it.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -21,6 +26,11 @@ use serde_json::{Map, Value};
 
 use crate::tools::{CallError, Caller, Envelope, ToolService, ToolSpec};
 
+pub mod http;
+pub mod jsonrpc;
+pub mod sessions;
+mod stdio;
+
 const VERSIONS: [ProtocolVersion; 3] =
     [ProtocolVersion::V_2025_06_18, ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
 
@@ -29,11 +39,12 @@ list_sensors to find sensor IDs (PLANT_ZONE_NNN), read values with get_sensor_re
 get_sensor_readings, and follow each error's hint, retryable flag and retry_after_ms.";
 
 /// The MCP server. `caller` is the stdio caller; over HTTP the caller comes from the
-/// request (the bearer token checked by the HTTP layer).
+/// request (the bearer token checked by the HTTP layer). Cloning it is cheap (reference
+/// counts): the definitions are built once, by `new`.
 #[derive(Clone)]
 pub struct McpServer {
     tools: ToolService,
-    caller: Caller,
+    caller: Arc<Caller>,
     definitions: Arc<Vec<Tool>>,
 }
 
@@ -69,7 +80,7 @@ pub fn to_result(envelope: &Envelope) -> Result<CallToolResult, ErrorData> {
 impl McpServer {
     pub fn new(tools: ToolService, caller: Caller) -> McpServer {
         let definitions = Arc::new(tools.served().map(tool_definition).collect());
-        McpServer { tools, caller, definitions }
+        McpServer { tools, caller: Arc::new(caller), definitions }
     }
 
     fn caller_of(&self, context: &RequestContext<RoleServer>) -> Caller {
@@ -77,7 +88,7 @@ impl McpServer {
             .extensions
             .get::<axum::http::request::Parts>()
             .and_then(|p| p.extensions.get::<Caller>().cloned())
-            .unwrap_or_else(|| self.caller.clone())
+            .unwrap_or_else(|| Caller::clone(&self.caller))
     }
 }
 
@@ -102,20 +113,27 @@ impl ServerHandler for McpServer {
         Ok(ListToolsResult::with_all_items(self.definitions.as_ref().clone()))
     }
 
-    /// Requests rmcp could not parse land here: a known method with malformed parameters
-    /// (such as `tools/call` with non-object arguments) is an invalid-params error; any
-    /// other method is answered at once as not found.
+    /// Requests rmcp could not parse land here: a method we serve with malformed
+    /// parameters (such as `tools/call` with non-object arguments, or `initialize` without
+    /// a protocol version) is an invalid-params error; any other method is answered at once
+    /// as not found.
     async fn on_custom_request(
         &self,
         request: CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         let method = request.method.as_str();
-        if method == "tools/call" {
-            return Err(ErrorData::invalid_params(
-                "tools/call needs params {\"name\": string, \"arguments\": object}",
-                None,
-            ));
+        let expected = match method {
+            "tools/call" => Some("{\"name\": string, \"arguments\": object}"),
+            "initialize" => Some(
+                "{\"protocolVersion\": string, \"capabilities\": object, \"clientInfo\": {\"name\": string, \"version\": string}}",
+            ),
+            "tools/list" => Some("{\"cursor\"?: string}"),
+            "ping" | "server/discover" => Some("{\"_meta\"?: object}"),
+            _ => None,
+        };
+        if let Some(expected) = expected {
+            return Err(ErrorData::invalid_params(format!("{method} needs params {expected}"), None));
         }
         let shown: String = method.chars().take(100).collect();
         Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("Method not found: {shown}"), None))
@@ -142,18 +160,13 @@ impl ServerHandler for McpServer {
 }
 
 /// Serves MCP on stdin/stdout until the client closes stdin. Nothing but MCP messages
-/// is written to stdout.
+/// is written to stdout; what is not MCP is answered with a JSON-RPC error and logged on
+/// stderr. An error when the peer sent only what was refused (it never spoke MCP).
 pub async fn serve_stdio(tools: ToolService) -> Result<(), String> {
-    use rmcp::ServiceExt;
+    let max_line = tools.config().server.max_body_bytes as usize;
     let server = McpServer::new(tools, Caller::local());
     // Pipes are driven by the IO reactor (no blocking thread per message); anything
     // else falls back to the blocking handles.
-    let running = match server.serve(rmcp::transport::io::stdio_pipes()).await {
-        Ok(r) => r,
-        // A client that only probed (server/discover) and left is not a failure.
-        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-    };
-    running.waiting().await.map_err(|e| e.to_string())?;
-    Ok(())
+    let (read, write) = rmcp::transport::io::stdio_pipes();
+    stdio::serve_lines(server, read, write, max_line).await
 }

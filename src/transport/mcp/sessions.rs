@@ -1,0 +1,334 @@
+//! MCP sessions over Streamable HTTP (protocols 2025-06-18 and 2025-11-25), kept by
+//! fieldgate rather than by rmcp.
+//!
+//! A session is what its requests need and no more: its caller, the negotiated protocol
+//! version, when it was last used, the requests it has in flight (for
+//! `notifications/cancelled`) and a token that ends its GET streams. Requests are served
+//! by the one server instance of the process, so an idle session costs a map entry
+//! (a few hundred bytes), not a server instance with its tool definitions and a task.
+//!
+//! Opening is limited three ways: at most `server.mcp_max_sessions` open at once, a
+//! per-caller rate (`server.rate_limit_per_minute` opens per minute, like tool calls), and
+//! sessions unused for `server.mcp_session_idle_s` are closed (checked on every use and
+//! swept in the background).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::tools::limits::RateLimiter;
+
+/// One open session.
+pub struct Session {
+    /// The caller (token name) that opened it; nobody else can use it.
+    pub caller: Arc<str>,
+    /// The protocol version negotiated by its `initialize`.
+    pub version: Arc<str>,
+    last_used: Mutex<Instant>,
+    /// Requests in flight by their id as sent (raw JSON), for `notifications/cancelled`.
+    in_flight: Mutex<HashMap<String, CancellationToken>>,
+    /// Cancelled when the session ends: its GET streams end with it.
+    pub ended: CancellationToken,
+}
+
+impl Session {
+    fn idle_since(&self) -> Instant {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a request in flight; the guard removes it when the request is answered.
+    pub fn start(self: &Arc<Self>, id: &str) -> InFlight {
+        let token = self.ended.child_token();
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), token.clone());
+        InFlight { session: self.clone(), id: id.to_string(), token }
+    }
+
+    /// Cancels the request in flight with this id (raw JSON), if any.
+    pub fn cancel(&self, id: &str) -> bool {
+        let token = self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        token.map(|t| t.cancel()).is_some()
+    }
+}
+
+/// A request in flight in a session.
+pub struct InFlight {
+    session: Arc<Session>,
+    id: String,
+    pub token: CancellationToken,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut map = self.session.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(&self.id).is_some_and(|t| t == &self.token) {
+            map.remove(&self.id);
+        }
+    }
+}
+
+/// Why a session cannot be opened.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `max` sessions are open; one frees up in `retry_after` at the latest (when the
+    /// longest-idle session expires).
+    Full { max: usize, retry_after: Duration },
+    /// This caller opened sessions faster than its rate.
+    RateLimited { retry_after: Duration },
+}
+
+/// A slot reserved by an `initialize` in progress; dropped without `open`, it is freed.
+pub struct Reservation {
+    sessions: Arc<Inner>,
+    caller: Arc<str>,
+    done: bool,
+}
+
+impl Reservation {
+    /// The `initialize` succeeded: the session exists from now on. Returns its ID.
+    pub fn open(mut self, version: &str) -> Arc<str> {
+        self.done = true;
+        let id: Arc<str> = rmcp::transport::common::server_side_http::session_id().to_string().into();
+        let session = Arc::new(Session {
+            caller: self.caller.clone(),
+            version: version.into(),
+            last_used: Mutex::new(Instant::now()),
+            in_flight: Mutex::new(HashMap::new()),
+            ended: self.sessions.shutdown.child_token(),
+        });
+        let mut t = self.sessions.table();
+        t.reserved -= 1;
+        t.map.insert(id.clone(), session);
+        id
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.done {
+            self.sessions.table().reserved -= 1;
+        }
+    }
+}
+
+struct Table {
+    map: HashMap<Arc<str>, Arc<Session>>,
+    /// `initialize` requests admitted and not yet answered.
+    reserved: usize,
+    sweeper: bool,
+}
+
+struct Inner {
+    table: Mutex<Table>,
+    max: usize,
+    idle: Duration,
+    opens: RateLimiter,
+    shutdown: CancellationToken,
+}
+
+impl Inner {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Removes every session idle for `idle` or longer; returns when the next one expires.
+    fn sweep(&self, now: Instant) -> Option<Instant> {
+        let mut t = self.table();
+        let mut next: Option<Instant> = None;
+        t.map.retain(|_, s| {
+            let expires = s.idle_since() + self.idle;
+            if expires <= now {
+                s.ended.cancel();
+                false
+            } else {
+                next = Some(next.map_or(expires, |n| n.min(expires)));
+                true
+            }
+        });
+        next
+    }
+}
+
+/// The session table of the `/mcp` service.
+#[derive(Clone)]
+pub struct Sessions {
+    inner: Arc<Inner>,
+}
+
+impl Sessions {
+    pub fn new(max: usize, idle: Duration, opens_per_minute: u64, shutdown: CancellationToken) -> Sessions {
+        Sessions {
+            inner: Arc::new(Inner {
+                table: Mutex::new(Table { map: HashMap::new(), reserved: 0, sweeper: false }),
+                max: max.max(1),
+                idle,
+                opens: RateLimiter::new(opens_per_minute),
+                shutdown,
+            }),
+        }
+    }
+
+    /// Admits an `initialize` from `caller`: a slot is held until the answer is known.
+    pub fn reserve(&self, caller: &str) -> Result<Reservation, Refusal> {
+        let now = Instant::now();
+        {
+            let mut t = self.inner.table();
+            if t.map.len() + t.reserved >= self.inner.max {
+                drop(t);
+                let next = self.inner.sweep(now);
+                t = self.inner.table();
+                if t.map.len() + t.reserved >= self.inner.max {
+                    let retry_after =
+                        next.map_or(Duration::from_secs(1), |n| n - now).max(Duration::from_secs(1));
+                    return Err(Refusal::Full { max: self.inner.max, retry_after });
+                }
+            }
+            self.inner.opens.take(caller).map_err(|retry_after| Refusal::RateLimited { retry_after })?;
+            t.reserved += 1;
+            if !t.sweeper {
+                t.sweeper = true;
+                self.spawn_sweeper();
+            }
+        }
+        Ok(Reservation { sessions: self.inner.clone(), caller: caller.into(), done: false })
+    }
+
+    /// The session `id` of `caller`, marked used now. `None` when it does not exist, has
+    /// expired (it is closed now) or belongs to another caller.
+    pub fn get(&self, id: &str, caller: &str) -> Option<Arc<Session>> {
+        let now = Instant::now();
+        let mut t = self.inner.table();
+        let s = t.map.get(id)?;
+        if &*s.caller != caller {
+            return None;
+        }
+        let mut last = s.last_used.lock().unwrap_or_else(|e| e.into_inner());
+        if *last + self.inner.idle <= now {
+            drop(last);
+            if let Some(s) = t.map.remove(id) {
+                s.ended.cancel();
+            }
+            return None;
+        }
+        *last = now;
+        drop(last);
+        Some(s.clone())
+    }
+
+    /// Closes the session `id` of `caller` (DELETE). `false` when there is no such session.
+    pub fn close(&self, id: &str, caller: &str) -> bool {
+        let mut t = self.inner.table();
+        match t.map.get(id) {
+            Some(s) if &*s.caller == caller => {
+                s.ended.cancel();
+                t.map.remove(id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Sessions open now.
+    pub fn len(&self) -> usize {
+        self.inner.table().map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Closes expired sessions in the background, at the latest a quarter of the idle time
+    /// after they expire; ends with the server or when the table is dropped.
+    fn spawn_sweeper(&self) {
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let period = (self.inner.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        let shutdown = self.inner.shutdown.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = shutdown.cancelled() => break,
+                }
+                let Some(inner) = weak.upgrade() else { break };
+                inner.sweep(Instant::now());
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sessions(max: usize, idle_ms: u64) -> Sessions {
+        Sessions::new(max, Duration::from_millis(idle_ms), 1000, CancellationToken::new())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cap_counts_open_and_opening_sessions() {
+        let s = sessions(2, 60_000);
+        let a = s.reserve("c").unwrap().open("2025-06-18");
+        let pending = s.reserve("c").unwrap();
+        assert!(matches!(s.reserve("c"), Err(Refusal::Full { max: 2, .. })));
+        drop(pending);
+        let _b = s.reserve("c").unwrap().open("2025-06-18");
+        assert!(s.close(&a, "c"));
+        assert!(!s.close(&a, "c"));
+        assert!(s.reserve("c").is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_sessions_expire_and_use_keeps_them() {
+        let s = sessions(10, 1000);
+        let id = s.reserve("c").unwrap().open("2025-06-18");
+        tokio::time::advance(Duration::from_millis(900)).await;
+        assert!(s.get(&id, "c").is_some());
+        tokio::time::advance(Duration::from_millis(900)).await;
+        let session = s.get(&id, "c").unwrap();
+        assert!(s.get(&id, "other").is_none(), "another caller never sees it");
+        tokio::time::advance(Duration::from_millis(1000)).await;
+        assert!(s.get(&id, "c").is_none());
+        assert!(session.ended.is_cancelled());
+        assert!(s.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_table_names_when_a_slot_frees() {
+        let s = sessions(1, 10_000);
+        let _id = s.reserve("c").unwrap().open("2025-06-18");
+        tokio::time::advance(Duration::from_secs(4)).await;
+        match s.reserve("c") {
+            Err(Refusal::Full { retry_after, .. }) => assert_eq!(retry_after, Duration::from_secs(6)),
+            other => panic!("{:?}", other.err()),
+        }
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert!(s.reserve("c").is_ok(), "the expired session is swept on demand");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_are_rate_limited_per_caller() {
+        let s = Sessions::new(100, Duration::from_secs(60), 2, CancellationToken::new());
+        s.reserve("a").unwrap();
+        s.reserve("a").unwrap();
+        assert!(matches!(s.reserve("a"), Err(Refusal::RateLimited { .. })));
+        assert!(s.reserve("b").is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancel_reaches_the_request_in_flight() {
+        let s = sessions(10, 60_000);
+        let id = s.reserve("c").unwrap().open("2025-06-18");
+        let session = s.get(&id, "c").unwrap();
+        let f = session.start("7");
+        assert!(session.cancel("7"));
+        assert!(f.token.is_cancelled());
+        assert!(!session.cancel("7"));
+        let g = session.start("8");
+        drop(g);
+        assert!(!session.cancel("8"), "an answered request is gone");
+    }
+}
