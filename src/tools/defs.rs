@@ -196,11 +196,14 @@ pub struct GetSensorHistoryArgs {
     /// The sensor, e.g. "A_LINE1_001".
     #[schemars(regex(pattern = SENSOR_ID_PATTERN), example = &"A_LINE1_001")]
     pub sensor_id: String,
-    /// Start of the range, an RFC 3339 instant, e.g. "2026-11-29T08:00:00Z".
-    #[schemars(example = &"2026-11-29T08:00:00Z")]
+    /// Start of the range: an RFC 3339 instant ("2026-11-29T08:00:00Z"), or a time before
+    /// now ("-1h", "-15m", "-7d", ISO 8601 "PT1H", "P1D"; no months or years). The answer
+    /// states the absolute range.
+    #[schemars(example = &"-1h")]
     pub from: String,
-    /// End of the range (exclusive), an RFC 3339 instant not in the future,
-    /// e.g. "2026-11-29T09:00:00Z". Default: now.
+    /// End of the range (exclusive), not in the future: an RFC 3339 instant, "now", or a
+    /// time before now as for `from`, e.g. "2026-11-29T09:00:00Z". Default: now (pinned by
+    /// the first page's `next_cursor`).
     #[schemars(example = &"2026-11-29T09:00:00Z")]
     pub to: Option<String>,
     /// Summarise per bucket of this width instead of returning raw points: a count and
@@ -506,8 +509,8 @@ pub struct ListWorkOrdersArgs {
     /// Only work orders for this sensor, e.g. "A_LINE1_003". Default: every sensor.
     #[schemars(regex(pattern = SENSOR_ID_PATTERN), example = &"A_LINE1_003")]
     pub sensor_id: Option<String>,
-    /// Only work orders created at or after this RFC 3339 instant, e.g. "2026-11-01T00:00:00Z".
-    /// Default: no lower bound.
+    /// Only work orders created at or after this instant: RFC 3339 ("2026-11-01T00:00:00Z")
+    /// or a time before now ("-24h", "-7d", "P1D"). Default: no lower bound.
     #[schemars(example = &"2026-11-01T00:00:00Z")]
     pub since: Option<String>,
     /// Most work orders in this page, 1-500, e.g. 50. Default 50.

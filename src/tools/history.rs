@@ -2,13 +2,13 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
+use chrono::{SecondsFormat, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::defs::{Gap, GetSensorHistoryArgs, HistoryBucket, HistoryData, HistoryPoint, Quality, Value};
 use super::envelope::{ErrorCode, ToolError};
 use super::validate::registered_sensor;
-use super::{Inner, ToolResult, to_data};
+use super::{Inner, ToolResult, to_data, when};
 use crate::driver::codec::{RawValue, normalize};
 use crate::registry::{Sensor, SensorSource};
 use crate::store::gorilla::{Point, Stored};
@@ -25,8 +25,12 @@ const SKEW_MS: i64 = 5_000;
 struct Cursor {
     /// Raw: the last point's time; buckets: the last bucket's start.
     t: i64,
-    /// Fingerprint of the query.
+    /// Fingerprint of the query as written.
     f: u64,
+    /// The range the first page resolved (`to` omitted means "now", `-1h` an hour before
+    /// it): later pages keep it, so paging returns each point exactly once.
+    from: i64,
+    to: i64,
 }
 
 fn rfc3339(ms: i64) -> String {
@@ -35,18 +39,6 @@ fn rfc3339(ms: i64) -> String {
 
 fn invalid(param: &str, received: &str, expected: &str, message: String, hint: &str) -> ToolError {
     ToolError::invalid(param, Some(received), expected, message, hint)
-}
-
-fn instant(param: &str, raw: &str) -> Result<i64, ToolError> {
-    DateTime::parse_from_rfc3339(raw).map(|d| d.timestamp_millis()).map_err(|_| {
-        invalid(
-            param,
-            raw,
-            "an RFC 3339 instant with a time zone, e.g. 2026-11-29T08:00:00Z",
-            format!("`{param}` is not a real RFC 3339 instant."),
-            "Send a date and time with a zone, such as 2026-11-29T08:00:00Z.",
-        )
-    })
 }
 
 /// `30s`, `5m`, `1h`, `1d` in milliseconds.
@@ -85,7 +77,11 @@ fn value_of(sensor: &Sensor, p: &Point) -> (Option<Value>, Quality, Option<f64>)
         RawValue::Bool(b) => (Some(Value::Bool(b)), quality, Some(f64::from(u8::from(b)))),
         RawValue::Text(t) => (Some(Value::Text(t)), quality, None),
         other => match other.as_f64().filter(|f| f.is_finite()) {
-            Some(f) => (Some(Value::Number(f)), quality, Some(f)),
+            // Rounded as readings are: no binary noise of an f32 or a scale factor.
+            Some(f) => {
+                let f = super::readings::significant(sensor, f);
+                (Some(Value::Number(f)), quality, Some(f))
+            }
             None => (None, Quality::Bad, None),
         },
     }
@@ -100,11 +96,42 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
     let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
     let id = &sensor.id;
     let now = Utc::now().timestamp_millis();
-    let from = instant("from", &args.from)?;
-    let to = match &args.to {
-        Some(raw) => instant("to", raw)?,
-        None => now,
+    let f = fingerprint(&format!("{id}|{}|{:?}|{:?}", args.from, args.to, args.bucket));
+    let cursor = match &args.cursor {
+        Some(c) => {
+            let bad = |m: &str| {
+                invalid(
+                    "cursor",
+                    c,
+                    "the next_cursor of the previous page of this query",
+                    m.to_string(),
+                    "Pass next_cursor unchanged with the same arguments, or omit cursor to start over.",
+                )
+            };
+            let cur: Cursor = URL_SAFE_NO_PAD
+                .decode(c)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .ok_or_else(|| bad("`cursor` is not a cursor this service issued."))?;
+            if cur.f != f {
+                return Err(bad("`cursor` belongs to another query."));
+            }
+            Some(cur)
+        }
+        None => None,
     };
+    let (from, to) = match &cursor {
+        Some(c) => (c.from, c.to),
+        None => {
+            let from = when::instant("from", &args.from, now)?;
+            let to = match &args.to {
+                Some(raw) => when::instant("to", raw, now)?,
+                None => now,
+            };
+            (from, to)
+        }
+    };
+    let after = cursor.as_ref().map(|c| c.t);
     if to > now + SKEW_MS {
         return Err(invalid(
             "to",
@@ -157,30 +184,6 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
         _ => {}
     }
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT) as usize;
-    let f = fingerprint(&format!("{id}|{from}|{to}|{:?}", args.bucket));
-    let after = match &args.cursor {
-        Some(c) => {
-            let bad = |m: &str| {
-                invalid(
-                    "cursor",
-                    c,
-                    "the next_cursor of the previous page of this query",
-                    m.to_string(),
-                    "Pass next_cursor unchanged with the same arguments, or omit cursor to start over.",
-                )
-            };
-            let cur: Cursor = URL_SAFE_NO_PAD
-                .decode(c)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .ok_or_else(|| bad("`cursor` is not a cursor this service issued."))?;
-            if cur.f != f {
-                return Err(bad("`cursor` belongs to another query."));
-            }
-            Some(cur.t)
-        }
-        None => None,
-    };
     let Some(store) = inner.history.as_ref() else {
         return Err(ToolError::new(
             ErrorCode::Internal,
@@ -200,7 +203,8 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
         .filter(|w| w[1].t - w[0].t > gap_ms)
         .map(|w| Gap { from: rfc3339(w[0].t), to: rfc3339(w[1].t) })
         .collect();
-    let encode = |t: i64| URL_SAFE_NO_PAD.encode(serde_json::to_vec(&Cursor { t, f }).unwrap_or_default());
+    let encode =
+        |t: i64| URL_SAFE_NO_PAD.encode(serde_json::to_vec(&Cursor { t, f, from, to }).unwrap_or_default());
     let (mut raw_out, mut buckets_out, mut next) = (Vec::new(), Vec::new(), None);
     match bucket {
         None => {
@@ -226,7 +230,7 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
                 }
                 if current.as_ref().is_some_and(|c| c.0 != start) {
                     if let Some((s, b, sum, n)) = current.take() {
-                        done.push((s, finish(b, sum, n)));
+                        done.push((s, finish(sensor, b, sum, n)));
                     }
                     if done.len() == limit {
                         more = true;
@@ -260,7 +264,7 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
                 }
             }
             if !more && let Some((s, b, sum, n)) = current.take() {
-                done.push((s, finish(b, sum, n)));
+                done.push((s, finish(sensor, b, sum, n)));
             }
             if more {
                 next = done.last().map(|(s, _)| encode(*s));
@@ -286,9 +290,9 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
 }
 
 /// The average, once the bucket is complete: over its numeric values only.
-fn finish(mut b: HistoryBucket, sum: f64, numeric: u64) -> HistoryBucket {
+fn finish(sensor: &Sensor, mut b: HistoryBucket, sum: f64, numeric: u64) -> HistoryBucket {
     if numeric > 0 {
-        b.avg = Some(sum / numeric as f64);
+        b.avg = Some(super::readings::significant(sensor, sum / numeric as f64));
     }
     b
 }

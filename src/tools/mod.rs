@@ -13,6 +13,7 @@ pub mod readings;
 mod resources;
 mod status;
 pub mod validate;
+mod when;
 pub mod work_orders;
 
 use std::collections::HashMap;

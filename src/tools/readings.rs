@@ -240,6 +240,16 @@ struct Judged<'a> {
     in_range: Option<bool>,
 }
 
+/// `v`, in the sensor's units, rounded to the significant digits its type carries (as
+/// readings are): 7 for f32, 12 for scaled integers, f64 as it is.
+pub(crate) fn significant(sensor: &Sensor, v: f64) -> f64 {
+    match &sensor.source {
+        SensorSource::Modbus(p) if p.data_type == DataType::F32 => rounded(v, 7).0,
+        SensorSource::Modbus(p) if p.data_type != DataType::F64 => rounded(v, 12).0,
+        _ => v,
+    }
+}
+
 fn judge<'a>(sensor: &Sensor, sample: &'a Sample, mode: UnitMode) -> Judged<'a> {
     let (point, data_type) = match &sensor.source {
         SensorSource::Modbus(p) => ((mode == UnitMode::Normalized).then_some(p), Some(p.data_type)),

@@ -158,15 +158,8 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
     };
     let since = match &args.since {
         Some(raw) => {
-            Some(DateTime::parse_from_rfc3339(raw).map(|d| d.with_timezone(&Utc)).map_err(|_| {
-                ToolError::invalid(
-                    "since",
-                    Some(raw),
-                    "an RFC 3339 instant, e.g. 2026-11-01T00:00:00Z",
-                    "`since` is not a real RFC 3339 instant.",
-                    "Send a date and time with a zone.",
-                )
-            })?)
+            let ms = super::when::instant("since", raw, Utc::now().timestamp_millis())?;
+            Some(chrono::TimeZone::timestamp_millis_opt(&Utc, ms).single().ok_or_else(ToolError::internal)?)
         }
         None => None,
     };

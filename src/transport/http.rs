@@ -469,7 +469,9 @@ pub enum ServeError {
         "refusing to listen on {0}: a non-loopback address needs bearer tokens (auth.tokens_file or FIELDGATE_TOKEN_<NAME>)"
     )]
     OpenToNetwork(SocketAddr),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error(
+        "cannot listen on {addr}: {source} (is another program using it? choose another address with --listen or server.listen)"
+    )]
     Bind { addr: SocketAddr, source: std::io::Error },
 }
 

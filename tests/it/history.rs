@@ -363,3 +363,88 @@ async fn the_poller_does_not_poll_a_device_whose_breaker_is_open() {
         h.await.unwrap();
     }
 }
+
+/// Issue: leaving `to` out (it means "now") broke paging, since "now" moved between pages.
+/// The cursor pins the first page's range: the same arguments plus `next_cursor` continue,
+/// and every point comes exactly once, also while new points keep arriving.
+#[tokio::test]
+async fn paging_with_to_left_out_returns_every_point_exactly_once() {
+    let now = Utc::now().timestamp_millis();
+    let pts: Vec<(i64, f64)> = (0..25).map(|i| (now - 60_000 + i * 1000, i as f64)).collect();
+    let svc = with_points(&pts);
+    let mut args = json!({"sensor_id": "A_LINE1_001", "from": iso(now - 120_000), "limit": 2});
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    loop {
+        let e = history(&svc, args.clone()).await;
+        let d = e.json();
+        assert!(e.ok, "{d}");
+        if pages == 0 {
+            // A point arriving between pages is after the pinned range: not in this query.
+            let store = svc.history().unwrap();
+            store.append(
+                "A_LINE1_001",
+                &Point { t: Utc::now().timestamp_millis() + 1, value: Stored::Float(99.0), quality: 0 },
+            );
+        }
+        seen.extend(d["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()));
+        pages += 1;
+        match d["next_cursor"].as_str() {
+            Some(c) => args["cursor"] = json!(c),
+            None => break,
+        }
+        assert!(pages < 100);
+    }
+    assert_eq!(seen, (0..25).map(|i| i as f64).collect::<Vec<_>>());
+}
+
+/// Agents rarely know the time: `from`/`to` take `now` and durations before now, and the
+/// answer states the absolute range it resolved.
+#[tokio::test]
+async fn relative_ranges_resolve_against_now_and_are_stated() {
+    let now = Utc::now().timestamp_millis();
+    let svc = with_points(&[(now - 90 * 60_000, 1.0), (now - 30 * 60_000, 2.0), (now - 5 * 60_000, 3.0)]);
+    for (from, to, want) in [
+        ("-1h", None, vec![2.0, 3.0]),
+        ("PT2H", Some("-10m"), vec![1.0, 2.0]),
+        ("-2h", Some("now"), vec![1.0, 2.0, 3.0]),
+    ] {
+        let mut args = json!({"sensor_id": "A_LINE1_001", "from": from});
+        if let Some(to) = to {
+            args["to"] = json!(to);
+        }
+        let d = history(&svc, args).await.json();
+        let got: Vec<f64> =
+            d["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
+        assert_eq!(got, want, "{from} {to:?}: {d}");
+        let resolved =
+            chrono::DateTime::parse_from_rfc3339(d["from"].as_str().unwrap()).unwrap().timestamp_millis();
+        assert!((resolved - (now - if from == "-1h" { 3_600_000 } else { 7_200_000 })).abs() < 5_000, "{d}");
+    }
+    let err = history(&svc, json!({"sensor_id": "A_LINE1_001", "from": "P1M"})).await.error.unwrap();
+    assert_eq!((err.code, err.parameter.as_deref()), (ErrorCode::InvalidArgument, Some("from")));
+}
+
+/// History values are rounded like live readings: no 4.243816375732422 next to a live 4.243816.
+#[tokio::test]
+async fn history_values_and_bucket_statistics_are_rounded_like_readings() {
+    let f32_noise = f64::from(4.243_816_f32); // 4.243816375732422
+    let svc =
+        with_points(&[(T0, f32_noise), (T0 + 1000, f64::from(84.8_f32)), (T0 + 2000, f64::from(0.1_f32))]);
+    let d = history(&svc, json!({"sensor_id": "A_LINE1_001", "from": iso(T0), "to": iso(T0 + 10_000)}))
+        .await
+        .json();
+    let values: Vec<f64> =
+        d["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
+    assert_eq!(values, vec![4.243816, 84.8, 0.1], "{d}");
+    let d = history(
+        &svc,
+        json!({"sensor_id": "A_LINE1_001", "from": iso(T0), "to": iso(T0 + 10_000), "bucket": "10s"}),
+    )
+    .await
+    .json();
+    let b = &d["buckets"][0];
+    assert_eq!((b["min"].as_f64(), b["max"].as_f64()), (Some(0.1), Some(84.8)), "{b}");
+    assert_eq!(b["avg"].as_f64(), Some(29.71461), "{b}");
+    assert_eq!(b["first"].as_f64(), Some(4.243816), "{b}");
+}
