@@ -552,7 +552,10 @@ pub(crate) async fn get_many(
 ) -> ToolResult {
     let registry = &inner.registry;
     let mut sensors = Vec::with_capacity(args.sensor_ids.len());
-    let mut bad = Vec::new();
+    // Each sensor's position in the request, when some IDs are unknown.
+    let mut positions: Vec<usize> = Vec::new();
+    // Unknown (or removed) sensors fail alone, next to the readings of the others.
+    let mut unknown: Vec<(usize, FailedSensor)> = Vec::new();
     for (i, raw) in args.sensor_ids.iter().enumerate() {
         // The parameter's name is only spelled out for an error.
         let found = match registry.sensor_named(raw) {
@@ -560,13 +563,24 @@ pub(crate) async fn get_many(
             None => registered_sensor(&format!("sensor_ids/{i}"), raw, registry),
         };
         match found {
-            Ok(s) => sensors.push(s),
-            Err(e) => bad.push(e),
+            Ok(s) => {
+                sensors.push(s);
+                if !unknown.is_empty() {
+                    positions.push(i);
+                }
+            }
+            Err(error) => {
+                if unknown.is_empty() {
+                    positions.extend(0..sensors.len());
+                }
+                unknown.push((i, FailedSensor { sensor_id: super::envelope::cut(raw), error }));
+            }
         }
     }
-    if !bad.is_empty() {
-        return Err(combine(bad, "sensor IDs are invalid or unknown"));
+    if sensors.is_empty() {
+        return Err(whole_call_failure(unknown.into_iter().map(|(_, f)| f.error).collect()));
     }
+    let position = |i: usize| positions.get(i).copied().unwrap_or(i);
     let mode = args.unit.unwrap_or_default();
     let max_age = args.max_age_ms.unwrap_or(0);
     let mut slots: Vec<Slot> = Vec::with_capacity(sensors.len());
@@ -623,23 +637,29 @@ pub(crate) async fn get_many(
             };
         }
     }
-    let mut failed = Vec::new();
+    let mut failed: Vec<(usize, FailedSensor)> = Vec::new();
     for (i, slot) in slots.iter_mut().enumerate() {
         match std::mem::replace(slot, Slot::Pending) {
             Slot::Failed(mut error) => {
-                error.parameter = Some(format!("sensor_ids/{i}"));
-                failed.push(FailedSensor { sensor_id: sensors[i].id.to_string(), error: *error });
+                let at = position(i);
+                error.parameter = Some(format!("sensor_ids/{at}"));
+                failed.push((at, FailedSensor { sensor_id: sensors[i].id.to_string(), error: *error }));
             }
             Slot::Pending => return Err(ToolError::internal()),
             read => *slot = read,
         }
     }
-    if failed.len() == sensors.len() {
-        let errors = failed.into_iter().map(|f| f.error).collect();
-        return Err(combine(errors, "sensors could not be read"));
+    let read_none = failed.len() == sensors.len();
+    if !unknown.is_empty() {
+        failed.extend(unknown);
+        failed.sort_by_key(|(at, _)| *at);
+    }
+    let failed: Vec<FailedSensor> = failed.into_iter().map(|(_, f)| f).collect();
+    if read_none {
+        return Err(whole_call_failure(failed.into_iter().map(|f| f.error).collect()));
     }
     // `ReadingsData`, written directly: readings, failed, complete.
-    let mut out = String::with_capacity(64 + 256 * (sensors.len() - failed.len()));
+    let mut out = String::with_capacity(64 + 256 * sensors.len().saturating_sub(failed.len()));
     out.push_str("{\"readings\":[");
     for (n, (s, (sample, source))) in sensors
         .iter()
@@ -671,6 +691,32 @@ enum Slot {
     Pending,
     Read(Sample, ReadingSource),
     Failed(Box<ToolError>),
+}
+
+/// A batch that read no sensor at all: one error with every failure in `details`. Its code
+/// is the failures' own when they all share it; otherwise `DEVICE_UNAVAILABLE` when any is
+/// worth retrying, else `SENSOR_NOT_FOUND`.
+fn whole_call_failure(errors: Vec<ToolError>) -> ToolError {
+    let Some(first) = errors.first() else { return ToolError::internal() };
+    let same = errors.iter().all(|e| e.code == first.code);
+    let mut e = combine(errors.clone(), "sensors could not be read");
+    if !same && errors.len() > 1 {
+        let (code, hint) = if errors.iter().any(|e| e.retryable) {
+            (
+                ErrorCode::DeviceUnavailable,
+                "Some sensors may be readable later: see details; wait retry_after_ms, and fix the unknown IDs (list_sensors).",
+            )
+        } else {
+            (ErrorCode::SensorNotFound, "See details for each sensor; list_sensors shows valid IDs.")
+        };
+        let mut again = ToolError::new(code, e.message.clone(), hint);
+        again.retry_after_ms = e.retry_after_ms.filter(|_| again.retryable);
+        again.details = std::mem::take(&mut e.details);
+        again.device_id = e.device_id.take();
+        again.blameless = e.blameless;
+        e = again;
+    }
+    e
 }
 
 /// Several errors as one: the first error's code, every one in `details`.

@@ -45,6 +45,19 @@ fn json_value() -> impl Strategy<Value = Value> {
         any::<f64>().prop_map(|f| json!(f)),
         Just(json!(u64::MAX)),
         "[A-Z]{1,3}_[A-Z0-9]{1,6}_[0-9]{3}".prop_map(Value::String),
+        // Real IDs, so that mixes of known and unknown sensors are reached.
+        prop::sample::select(
+            &[
+                "A_LINE1_001",
+                "A_LINE1_015",
+                "A_UTIL_002",
+                "B_BOILER_001",
+                "B_OVEN2_003",
+                "WO-000001",
+                "a-line1-plc"
+            ][..]
+        )
+        .prop_map(|s| Value::String(s.to_string())),
         "\\PC{0,30}".prop_map(Value::String),
         Just(json!("2026-11-30T00:00:00Z")),
         Just(json!("-15m")),
@@ -95,6 +108,39 @@ proptest! {
         if let Some(err) = &e.error {
             prop_assert_ne!(err.code.as_str(), "INTERNAL", "{} {}: {:?}", tool, args, err);
             prop_assert!(!err.message.is_empty() && !err.hint.is_empty());
+        }
+    }
+
+    /// Batches mixing known and unknown sensors: every sensor is either read or in
+    /// `failed`, in request order, or (none read) the call fails with every one in details.
+    #[test]
+    fn batches_account_for_every_sensor(picks in prop::collection::vec((any::<bool>(), 0usize..44, 100u16..999), 1..12)) {
+        let (rt, plant) = shared_plant();
+        let known: Vec<String> = plant.service.registry().sensors().iter().map(|s| s.id.to_string()).collect();
+        let mut ids: Vec<String> = picks
+            .iter()
+            .map(|(real, i, n)| if *real { known[i % known.len()].clone() } else { format!("A_LINE1_{n:03}") })
+            .collect();
+        ids.dedup();
+        let mut seen = std::collections::HashSet::new();
+        ids.retain(|id| seen.insert(id.clone()));
+        let e = rt.block_on(plant.service.call("get_sensor_readings", json!({ "sensor_ids": ids }))).expect("served");
+        match &e.error {
+            None => {
+                let d = e.json();
+                let read: Vec<&str> = d["readings"].as_array().unwrap().iter().map(|r| r["sensor_id"].as_str().unwrap()).collect();
+                let failed: Vec<&str> = d["failed"].as_array().unwrap().iter().map(|f| f["sensor_id"].as_str().unwrap()).collect();
+                prop_assert_eq!(read.len() + failed.len(), ids.len(), "{}", d);
+                for (k, f) in d["failed"].as_array().unwrap().iter().enumerate() {
+                    let at = ids.iter().position(|i| i == failed[k]).unwrap();
+                    let want = format!("sensor_ids/{at}");
+                    prop_assert_eq!(f["error"]["parameter"].as_str(), Some(want.as_str()));
+                }
+            }
+            Some(err) => {
+                prop_assert_ne!(err.code.as_str(), "INTERNAL");
+                prop_assert!(ids.len() == 1 || err.details.len() == ids.len(), "{:?}", err);
+            }
         }
     }
 

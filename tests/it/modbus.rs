@@ -371,18 +371,44 @@ async fn batch_arguments_are_validated_per_item() {
     assert_eq!(err.expected.as_deref(), Some("a sensor ID PLANT_ZONE_NNN in upper case, e.g. A_LINE1_042"));
     assert_eq!(err.message, "`sensor_ids/1` is not a well-formed sensor ID.");
     assert_eq!(err.suggestions.first().map(String::as_str), Some("A_LINE1_002"));
-    // Two unknown IDs: layer 3, one detail each with its nearest IDs.
+    // Two unknown IDs next to a known one: layer 3 fails them alone, each in `failed` with
+    // its code and nearest IDs, and the known one is read.
     let e = plant
         .call("get_sensor_readings", json!({"sensor_ids": ["A_LINE1_099", "A_LINE1_001", "B_BOILER_013"]}))
         .await;
+    assert!(e.ok, "{:?}", e.error);
+    let d = e.json();
+    assert_eq!(d["readings"].as_array().unwrap().len(), 1);
+    assert_eq!(d["readings"][0]["sensor_id"], "A_LINE1_001");
+    assert_eq!(d["complete"], false);
+    let failed = d["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 2, "{d}");
+    assert_eq!(
+        (failed[0]["sensor_id"].as_str(), failed[0]["error"]["parameter"].as_str()),
+        (Some("A_LINE1_099"), Some("sensor_ids/0"))
+    );
+    assert_eq!(failed[1]["error"]["code"], "SENSOR_NOT_FOUND");
+    assert_eq!(failed[1]["error"]["parameter"], "sensor_ids/2");
+    assert_eq!(failed[1]["error"]["suggestions"][0], "B_BOILER_012");
+    // None known: the call fails as a whole, every one in details.
+    let e = plant.call("get_sensor_readings", json!({"sensor_ids": ["A_LINE1_099", "B_BOILER_013"]})).await;
     let err = e.error.unwrap();
     assert_eq!(err.code, ErrorCode::SensorNotFound);
     assert_eq!(err.details.len(), 2, "{err:?}");
-    assert_eq!(err.details[0].parameter, "sensor_ids/0");
-    assert_eq!(err.details[1].parameter, "sensor_ids/2");
-    assert_eq!(err.details[1].suggestions.first().map(String::as_str), Some("B_BOILER_012"));
+    assert_eq!(err.details[1].parameter, "sensor_ids/1");
     let e = plant.call("get_sensor_readings", json!({"sensor_ids": ["A_LINE1_099"]})).await;
     assert_eq!(e.error.unwrap().code, ErrorCode::SensorNotFound);
+    // An unknown ID and a dead device: nothing read; mixed codes, one retryable.
+    plant.faults("a-util-meter", fieldgate_sim::Faults { down: true, ..Default::default() });
+    let e = plant.call("get_sensor_readings", json!({"sensor_ids": ["A_UTIL_001", "A_LINE1_099"]})).await;
+    let err = e.error.unwrap();
+    assert_eq!(
+        (err.code, err.retryable, err.details.len()),
+        (ErrorCode::DeviceUnavailable, true, 2),
+        "{err:?}"
+    );
+    assert!(err.details[1].message.starts_with("SENSOR_NOT_FOUND"), "{err:?}");
+    plant.faults("a-util-meter", fieldgate_sim::Faults::default());
     for bad in [json!({"sensor_ids": []}), json!({"sensor_ids": ["A_LINE1_001", "A_LINE1_001"]})] {
         assert_eq!(
             plant.call("get_sensor_readings", bad).await.error.unwrap().code,
