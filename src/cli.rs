@@ -45,20 +45,12 @@ fn fail(code: u8, message: &str) -> ExitCode {
 }
 
 fn transition_of(action: &str) -> Result<Option<WorkOrderStatus>, String> {
-    use WorkOrderStatus as S;
-    Ok(match action {
-        "list" | "show" => None,
-        "approve" => Some(S::Approved),
-        "reject" => Some(S::Rejected),
-        "start" => Some(S::InProgress),
-        "complete" => Some(S::Completed),
-        "cancel" => Some(S::Cancelled),
-        other => {
-            return Err(format!(
-                "unknown action {other:?}; use list, show, approve, reject, start, complete or cancel"
-            ));
-        }
-    })
+    if matches!(action, "list" | "show") {
+        return Ok(None);
+    }
+    crate::tools::work_orders::ACTIONS.iter().find(|(a, _)| *a == action).map(|(_, s)| Some(*s)).ok_or_else(
+        || format!("unknown action {action:?}; use list, show, approve, reject, start, complete or cancel"),
+    )
 }
 
 /// `fieldgate work-orders ACTION [ID]`.

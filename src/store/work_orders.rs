@@ -34,8 +34,10 @@ pub enum WorkOrderError {
     NotFound(String),
     #[error("idempotency key reused with other arguments")]
     Conflict { existing: String },
-    #[error("a work order in state {from} cannot move to {to}")]
-    Transition { from: &'static str, to: &'static str },
+    #[error("a work order in state {} cannot move to {}", status_name(*from), status_name(*to))]
+    Transition { id: String, from: WorkOrderStatus, to: WorkOrderStatus },
+    #[error("no work order was created with this idempotency key")]
+    UnknownKey,
 }
 
 fn db<E: std::fmt::Display>(e: E) -> WorkOrderError {
@@ -113,6 +115,9 @@ fn now() -> String {
 struct KeyEntry {
     number: u64,
     fingerprint: String,
+    /// The key's first call found an open duplicate: a replay answers the same.
+    #[serde(default)]
+    duplicate: bool,
 }
 
 /// Delivery state kept in the outbox.
@@ -250,7 +255,8 @@ fn create_in(
             if k.fingerprint != fingerprint {
                 return Err(WorkOrderError::Conflict { existing: order.id });
             }
-            return Ok(Created { order, created: false, duplicate_of: None });
+            let duplicate_of = k.duplicate.then(|| order.id.clone());
+            return Ok(Created { order, created: false, duplicate_of });
         }
         let kind = type_name(draft.work_type);
         let open_number = open.get((draft.sensor_id.as_str(), kind)).map_err(db)?.map(|v| v.value());
@@ -263,6 +269,7 @@ fn create_in(
             let entry = serde_json::to_vec(&KeyEntry {
                 number: number_of(&order.id).unwrap_or(0),
                 fingerprint: fingerprint.into(),
+                duplicate: true,
             })
             .map_err(db)?;
             keys.insert(key, entry.as_slice()).map_err(db)?;
@@ -288,8 +295,12 @@ fn create_in(
                 outbox.insert(n, serde_json::to_vec(&entry).map_err(db)?.as_slice()).map_err(db)?;
             }
             orders.insert(n, serde_json::to_vec(&draft).map_err(db)?.as_slice()).map_err(db)?;
-            let entry =
-                serde_json::to_vec(&KeyEntry { number: n, fingerprint: fingerprint.into() }).map_err(db)?;
+            let entry = serde_json::to_vec(&KeyEntry {
+                number: n,
+                fingerprint: fingerprint.into(),
+                duplicate: false,
+            })
+            .map_err(db)?;
             keys.insert(key, entry.as_slice()).map_err(db)?;
             open.insert((draft.sensor_id.as_str(), kind), n).map_err(db)?;
             Created { order: draft, created: true, duplicate_of: None }
@@ -300,6 +311,18 @@ fn create_in(
 }
 
 impl WorkOrderStore {
+    /// The order an idempotency key created (or found as a duplicate).
+    pub fn by_key(&self, key: &str) -> Result<WorkOrder, WorkOrderError> {
+        let number = self.db.read(|d| {
+            let tx = d.begin_read().map_err(db)?;
+            let keys = tx.open_table(KEYS).map_err(db)?;
+            let entry = keys.get(key).map_err(db)?.ok_or(WorkOrderError::UnknownKey)?;
+            let k: KeyEntry = serde_json::from_slice(entry.value()).map_err(corrupt)?;
+            Ok(k.number)
+        })?;
+        self.get(&id_of(number))
+    }
+
     pub fn get(&self, id: &str) -> Result<WorkOrder, WorkOrderError> {
         let n = number_of(id).ok_or_else(|| WorkOrderError::NotFound(id.into()))?;
         self.db.read(|d| {
@@ -355,10 +378,7 @@ impl WorkOrderStore {
                 let mut orders = tx.open_table(ORDERS).map_err(db)?;
                 let mut order = read(&orders, n)?;
                 if !allowed(order.status, to) {
-                    return Err(WorkOrderError::Transition {
-                        from: status_name(order.status),
-                        to: status_name(to),
-                    });
+                    return Err(WorkOrderError::Transition { id: order.id.clone(), from: order.status, to });
                 }
                 let at = now();
                 order.history.push(Transition {

@@ -429,7 +429,8 @@ pub struct CreateWorkOrderArgs {
     #[schemars(length(min = 10, max = 500), example = &"Discharge pressure 2 bar above range for 3 h; inspect pump P-042 for blockage.")]
     pub summary: String,
     /// A key you choose for this request, 8-128 characters of A-Z a-z 0-9 . _ : -, e.g.
-    /// "report-2026-11-29-p042". Send the same key when retrying the same request.
+    /// "report-2026-11-29-p042". Send the same key when retrying the same request; if a
+    /// call timed out, get_work_order with this key tells whether it took effect.
     #[schemars(regex(pattern = IDEMPOTENCY_KEY_PATTERN), example = &"report-2026-11-29-p042")]
     pub idempotency_key: String,
 }
@@ -447,7 +448,8 @@ pub struct Transition {
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Delivery {
-    /// pending, delivered or failing.
+    /// pending, delivered or failing; not_configured when no webhook is set (nothing will be
+    /// delivered).
     pub state: String,
     pub attempts: u32,
     pub last_attempt_at: Option<String>,
@@ -490,9 +492,15 @@ pub struct CreateWorkOrderData {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetWorkOrderArgs {
-    /// The work order, e.g. "WO-000042".
+    /// The work order, e.g. "WO-000042". Give this or `idempotency_key`, not both.
+    /// Default: none (then `idempotency_key` is needed).
     #[schemars(regex(pattern = WORK_ORDER_ID_PATTERN), example = &"WO-000042")]
-    pub work_order_id: String,
+    pub work_order_id: Option<String>,
+    /// The `idempotency_key` of a create_work_order call, e.g. after that call timed out:
+    /// the order it created, or WORK_ORDER_NOT_FOUND when it created none (then it is safe
+    /// to send it again). Default: none (then `work_order_id` is needed).
+    #[schemars(regex(pattern = IDEMPOTENCY_KEY_PATTERN), example = &"report-2026-11-29-p042")]
+    pub idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

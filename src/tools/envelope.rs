@@ -12,6 +12,9 @@ pub enum ErrorCode {
     DeviceNotFound,
     WorkOrderNotFound,
     IdempotencyConflict,
+    /// The work order's state does not allow this change (not retryable: the state must
+    /// change first).
+    InvalidState,
     DeviceTimeout,
     DeviceUnavailable,
     DeviceBusy,
@@ -49,6 +52,7 @@ impl ErrorCode {
             ErrorCode::DeviceNotFound => "DEVICE_NOT_FOUND",
             ErrorCode::WorkOrderNotFound => "WORK_ORDER_NOT_FOUND",
             ErrorCode::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
+            ErrorCode::InvalidState => "INVALID_STATE",
             ErrorCode::DeviceTimeout => "DEVICE_TIMEOUT",
             ErrorCode::DeviceUnavailable => "DEVICE_UNAVAILABLE",
             ErrorCode::DeviceBusy => "DEVICE_BUSY",

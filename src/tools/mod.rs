@@ -325,16 +325,8 @@ impl ToolService {
         action: &str,
         note: Option<String>,
     ) -> Envelope {
-        use defs::WorkOrderStatus as S;
         let started = Instant::now();
-        let to = match action {
-            "approve" => Some(S::Approved),
-            "reject" => Some(S::Rejected),
-            "start" => Some(S::InProgress),
-            "complete" => Some(S::Completed),
-            "cancel" => Some(S::Cancelled),
-            _ => None,
-        };
+        let to = work_orders::ACTIONS.iter().find(|(a, _)| *a == action).map(|(_, s)| *s);
         let result = match (caller.role, to, self.inner.work_orders.clone()) {
             (Role::Agent, _, _) => Err(ToolError::new(
                 ErrorCode::Unauthorized,
@@ -353,7 +345,9 @@ impl ToolService {
                 let (id, by) = (id.to_string(), caller.id.clone());
                 let note = note.map(|n| envelope::cut(&n));
                 match tokio::task::spawn_blocking(move || store.transition(&id, to, &by, note)).await {
-                    Ok(Ok(order)) => to_data(&defs::WorkOrderData { work_order: order }),
+                    Ok(Ok(order)) => {
+                        to_data(&defs::WorkOrderData { work_order: work_orders::shown(&self.inner, order) })
+                    }
                     Ok(Err(e)) => Err(work_orders::store_error(e)),
                     Err(_) => Err(ToolError::internal()),
                 }

@@ -15,7 +15,7 @@ use super::envelope::{ErrorCode, ToolError};
 use super::validate::{parse_sensor_id, registered_sensor};
 use super::{Caller, Inner, ToolResult, to_data};
 use crate::resilience::repeat::call_key;
-use crate::store::work_orders::{Created, WorkOrderError, WorkOrderStore, type_name};
+use crate::store::work_orders::{Created, WorkOrderError, WorkOrderStore, allowed, status_name, type_name};
 
 /// How long the agent should wait before checking an order again.
 const NEXT_CHECK_S: u64 = 900;
@@ -36,6 +36,15 @@ fn not_found(id: &str) -> ToolError {
     e
 }
 
+/// The operators' actions and the state each moves an order to.
+pub const ACTIONS: [(&str, WorkOrderStatus); 5] = [
+    ("approve", WorkOrderStatus::Approved),
+    ("reject", WorkOrderStatus::Rejected),
+    ("start", WorkOrderStatus::InProgress),
+    ("complete", WorkOrderStatus::Completed),
+    ("cancel", WorkOrderStatus::Cancelled),
+];
+
 /// Store failures the agent can act on; anything else is a logged internal error.
 pub fn store_error(e: WorkOrderError) -> ToolError {
     match &e {
@@ -51,13 +60,31 @@ pub fn store_error(e: WorkOrderError) -> ToolError {
             err.parameter = Some("idempotency_key".into());
             err
         }
-        WorkOrderError::Transition { from, to } => ToolError::invalid(
-            "action",
-            Some(*to),
-            "a move allowed from the current state",
-            format!("A work order in state {from} cannot move to {to}."),
-            "get_work_order shows the state and its history.",
-        ),
+        WorkOrderError::Transition { id, from, to } => {
+            let actions: Vec<&str> =
+                ACTIONS.iter().filter(|(_, s)| allowed(*from, *s)).map(|(a, _)| *a).collect();
+            let allowed_now = if actions.is_empty() {
+                format!("No action is allowed on a work order that is {}.", status_name(*from))
+            } else {
+                format!("Allowed now: {}.", actions.join(", "))
+            };
+            let mut e = ToolError::new(
+                ErrorCode::InvalidState,
+                format!("Work order {id} is {}; it cannot move to {}.", status_name(*from), status_name(*to)),
+                format!("{allowed_now} get_work_order shows the state and its history."),
+            );
+            e.received = Some(status_name(*to).to_string());
+            e
+        }
+        WorkOrderError::UnknownKey => {
+            let mut e = ToolError::new(
+                ErrorCode::WorkOrderNotFound,
+                "No work order was created with this idempotency_key.",
+                "The create_work_order call with this key did not take effect: it is safe to send it again (with the same key).",
+            );
+            e.parameter = Some("idempotency_key".into());
+            e
+        }
         // Logged where it happened (the store's problem, with the file).
         WorkOrderError::Db(_) => ToolError::storage_unavailable(),
         WorkOrderError::Corrupt | WorkOrderError::Refused(_) => {
@@ -142,13 +169,38 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
         status,
         approval_required: status == WorkOrderStatus::PendingApproval,
         next_check_after_seconds: NEXT_CHECK_S,
-        work_order: order,
+        work_order: shown(inner, order),
     })
 }
 
 pub(crate) fn get(inner: &Inner, args: GetWorkOrderArgs) -> ToolResult {
-    let order = store(inner)?.get(&args.work_order_id).map_err(store_error)?;
-    to_data(&WorkOrderData { work_order: order })
+    let store = store(inner)?;
+    let order = match (&args.work_order_id, &args.idempotency_key) {
+        (Some(id), None) => store.get(id),
+        (None, Some(key)) => store.by_key(key),
+        (id, _) => {
+            return Err(ToolError::invalid(
+                if id.is_some() { "idempotency_key" } else { "work_order_id" },
+                None,
+                "exactly one of work_order_id and idempotency_key",
+                "Give exactly one of `work_order_id` and `idempotency_key`.",
+                "Look an order up by its ID, or by the idempotency_key of the create_work_order call that made it.",
+            ));
+        }
+    }
+    .map_err(store_error)?;
+    to_data(&WorkOrderData { work_order: shown(inner, order) })
+}
+
+/// An order as the agent sees it: with no webhook configured, its delivery says so
+/// instead of looking stuck at "pending".
+pub(crate) fn shown(inner: &Inner, mut order: WorkOrder) -> WorkOrder {
+    if inner.config.work_orders.webhook_url.is_empty()
+        && let Some(d) = order.delivery.as_mut()
+    {
+        d.state = "not_configured".into();
+    }
+    order
 }
 
 pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
@@ -204,5 +256,6 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
     page.truncate(limit);
     let next_cursor =
         if more { page.last().map(|o| URL_SAFE_NO_PAD.encode(format!("{}|{f}", number(o)))) } else { None };
+    let page = page.into_iter().map(|o| shown(inner, o)).collect();
     to_data(&ListWorkOrdersData { work_orders: page, total, complete: next_cursor.is_none(), next_cursor })
 }

@@ -39,7 +39,7 @@ pub fn status_of(e: &Envelope) -> StatusCode {
         ErrorCode::SensorNotFound | ErrorCode::DeviceNotFound | ErrorCode::WorkOrderNotFound => {
             StatusCode::NOT_FOUND
         }
-        ErrorCode::IdempotencyConflict => StatusCode::CONFLICT,
+        ErrorCode::IdempotencyConflict | ErrorCode::InvalidState => StatusCode::CONFLICT,
         ErrorCode::RateLimited | ErrorCode::RetryLimitReached => StatusCode::TOO_MANY_REQUESTS,
         ErrorCode::DeviceTimeout
         | ErrorCode::DeviceUnavailable

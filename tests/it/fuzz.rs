@@ -88,7 +88,10 @@ fn shared_plant() -> &'static (tokio::runtime::Runtime, Plant) {
     static PLANT: std::sync::OnceLock<(tokio::runtime::Runtime, Plant)> = std::sync::OnceLock::new();
     PLANT.get_or_init(|| {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let plant = rt.block_on(demo_plant());
+        // Every case calls it: no rate limit in the way.
+        let mut config = fieldgate::config::Config::default();
+        config.server.rate_limit_per_minute = 1_000_000;
+        let plant = rt.block_on(demo_plant_with(config));
         (rt, plant)
     })
 }

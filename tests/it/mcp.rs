@@ -486,3 +486,83 @@ async fn http_a_cancelled_request_ends_without_an_answer() {
     assert_eq!((r.status, r.header("content-type")), (200, Some("text/event-stream")));
     assert!(r.body.is_empty(), "{}", String::from_utf8_lossy(&r.body));
 }
+
+/// An answer without what differs between two calls (the envelope's call ID and duration).
+fn settled(mut v: Value) -> Value {
+    fn strip(e: &mut Value) {
+        if let Some(meta) = e.get_mut("meta").and_then(Value::as_object_mut) {
+            meta.remove("call_id");
+            meta.remove("duration_ms");
+        }
+    }
+    if let Some(result) = v.get_mut("result") {
+        if let Some(sc) = result.get_mut("structuredContent") {
+            strip(sc);
+        }
+        if let Some(text) = result.pointer_mut("/content/0/text") {
+            let mut e: Value = serde_json::from_str(text.as_str().unwrap()).unwrap();
+            strip(&mut e);
+            *text = Value::String(e.to_string());
+        }
+    }
+    v
+}
+
+#[tokio::test]
+async fn http_tools_call_answers_as_rmcp_does() {
+    // `tools/call` is answered by fieldgate's fast path unless something needs rmcp; a
+    // progress token in `_meta` is such a thing. Both answers must be the same.
+    let server = Server::start(service(), fieldgate::transport::auth::Tokens::default()).await;
+    let mut c = server.client().await;
+    let (sid, _) = open_session(&mut c, "2025-11-25").await;
+    let calls = [
+        json!({"name": "list_sensors", "arguments": {"zone": "UTIL", "limit": 1}}),
+        json!({"name": "get_sensor_reading", "arguments": {"sensor_id": "a_line1_001"}}),
+        json!({"name": "list_sensors", "arguments": null}),
+        json!({"name": "make_coffee", "arguments": {}}),
+    ];
+    for (i, params) in calls.iter().enumerate() {
+        let mut via_rmcp = params.clone();
+        via_rmcp["_meta"] = json!({"progressToken": "p"});
+        // In a session: one event each.
+        let id = json!(format!("s{i}"));
+        let fast = in_session(
+            &mut c,
+            &sid,
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}),
+        )
+        .await;
+        let slow = in_session(
+            &mut c,
+            &sid,
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": via_rmcp}),
+        )
+        .await;
+        assert_eq!(fast.status, slow.status);
+        assert_eq!(settled(one_event(&fast)), settled(one_event(&slow)), "{params}");
+        // Stateless: one JSON body each.
+        let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+        let mut stateless = params.clone();
+        stateless["_meta"] = meta.clone();
+        let mut stateless_rmcp = params.clone();
+        stateless_rmcp["_meta"] = meta;
+        stateless_rmcp["_meta"]["progressToken"] = json!("p");
+        let name = params["name"].as_str().unwrap();
+        let headers = [
+            ACCEPT,
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", name),
+        ];
+        let mut answers = Vec::new();
+        for p in [stateless, stateless_rmcp] {
+            let body =
+                serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": p}))
+                    .unwrap();
+            let r = c.send("POST", "/mcp", &headers, &body).await.unwrap();
+            assert_eq!(r.header("content-type"), Some("application/json"));
+            answers.push((r.status, settled(r.json())));
+        }
+        assert_eq!(answers[0], answers[1], "{params}");
+    }
+}

@@ -169,8 +169,13 @@ async fn operators_move_orders_and_the_agent_cannot() {
     let op = fieldgate::tools::Caller { id: "shift-lead".into(), role: fieldgate::tools::Role::Operator };
     let e = svc.act_on_work_order(&agent, &id, "approve", None).await;
     assert_eq!(e.error.unwrap().code, ErrorCode::Unauthorized);
+    // A state conflict, not a bad argument: its own code, naming the state and what is allowed.
     let e = svc.act_on_work_order(&op, &id, "start", None).await;
-    assert_eq!(e.error.unwrap().code, ErrorCode::InvalidArgument, "pending cannot start");
+    let err = e.error.unwrap();
+    assert_eq!(err.code, ErrorCode::InvalidState, "pending cannot start");
+    assert!(!err.retryable);
+    assert_eq!(err.message, format!("Work order {id} is pending_approval; it cannot move to in_progress."));
+    assert!(err.hint.starts_with("Allowed now: approve, reject."), "{}", err.hint);
     for (action, status) in [("approve", "approved"), ("start", "in_progress"), ("complete", "completed")] {
         let e = svc.act_on_work_order(&op, &id, action, Some(format!("{action}d by the test"))).await;
         assert_eq!(e.json()["work_order"]["status"], status, "{:?}", e.error);
@@ -242,11 +247,13 @@ async fn over_http_only_an_operator_token_can_approve() {
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let r = agent.get(&format!("/v1/work-orders/{id}")).await.unwrap();
     assert_eq!(r.json()["data"]["work_order"]["status"], "approved");
-    assert_eq!(r.json()["data"]["work_order"]["delivery"]["state"], "pending");
+    // No webhook is configured here: delivery says so rather than look stuck.
+    assert_eq!(r.json()["data"]["work_order"]["delivery"]["state"], "not_configured");
     let r = agent.get("/v1/work-orders?status=approved").await.unwrap();
     assert_eq!(r.json()["data"]["total"], 1);
     let r = lead.post(&format!("/v1/work-orders/{id}/approve"), b"").await.unwrap();
-    assert_eq!(r.status, 400, "approved cannot be approved again");
+    assert_eq!(r.status, 409, "approved cannot be approved again");
+    assert_eq!(r.json()["error"]["code"], "INVALID_STATE");
     let r = lead.post("/v1/work-orders/WO-009999/approve", b"").await.unwrap();
     assert_eq!(r.status, 404);
 }
@@ -542,22 +549,25 @@ async fn the_work_orders_command_agrees_with_itself_locally_and_remotely() {
     let store = std::sync::Arc::new(fieldgate::store::work_orders::WorkOrderStore::open_in(&data).unwrap());
     let svc = service().with_work_orders(store.clone());
     svc.call("create_work_order", order("A_LINE1_005", "inspection", "cli-agree-01")).await.unwrap();
-    // The service holds the store: the local command says how to ask it instead.
+    // Another process holds the store: the local command says how to ask it instead.
     let o = cli(vec!["work-orders".into(), "list".into(), "--data-dir".into(), d.clone()]).await.unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("--url http://127.0.0.1:18080"), "{err}");
-    let server = Server::start(svc, fieldgate::transport::auth::Tokens::default()).await;
+    drop(svc);
+    drop(store);
+    let local = cli(vec!["work-orders".into(), "list".into(), "--data-dir".into(), d.clone()]).await.unwrap();
+    let local_json =
+        cli(vec!["work-orders".into(), "list".into(), "--data-dir".into(), d.clone(), "--json".into()])
+            .await
+            .unwrap();
+    let store = std::sync::Arc::new(fieldgate::store::work_orders::WorkOrderStore::open_in(&data).unwrap());
+    let server =
+        Server::start(service().with_work_orders(store), fieldgate::transport::auth::Tokens::default()).await;
     let url = format!("http://{}", server.addr);
     let remote = cli(vec!["work-orders".into(), "list".into(), "--url".into(), url.clone()]).await.unwrap();
     let remote_json =
         cli(vec!["work-orders".into(), "list".into(), "--url".into(), url, "--json".into()]).await.unwrap();
-    drop(server);
-    drop(store);
-    let local = cli(vec!["work-orders".into(), "list".into(), "--data-dir".into(), d.clone()]).await.unwrap();
-    let local_json = cli(vec!["work-orders".into(), "list".into(), "--data-dir".into(), d, "--json".into()])
-        .await
-        .unwrap();
     let table = String::from_utf8_lossy(&local.stdout).to_string();
     assert!(table.starts_with("id ") && table.contains("WO-000001  pending_approval"), "{table}");
     assert_eq!(String::from_utf8_lossy(&remote.stdout), table, "one format for both");
@@ -567,4 +577,35 @@ async fn the_work_orders_command_agrees_with_itself_locally_and_remotely() {
     );
     assert_eq!(a, b);
     assert_eq!(a[0]["id"], "WO-000001");
+}
+
+/// An agent whose create_work_order timed out asks by its key whether it happened; a key
+/// that created nothing is NOT_FOUND with the hint that sending it again is safe. A replay
+/// answers exactly like the first call, duplicate_of included.
+#[tokio::test]
+async fn orders_are_found_by_their_idempotency_key_and_replays_answer_the_same() {
+    let svc = service();
+    let first =
+        svc.call("create_work_order", order("A_LINE1_009", "repair", "key-lookup-001")).await.unwrap();
+    let id = first.json()["work_order"]["id"].as_str().unwrap().to_string();
+    let by_key = svc.call("get_work_order", json!({"idempotency_key": "key-lookup-001"})).await.unwrap();
+    assert_eq!(by_key.json()["work_order"]["id"], id.as_str());
+    let e = svc.call("get_work_order", json!({"idempotency_key": "never-sent-01"})).await.unwrap();
+    let err = e.error.unwrap();
+    assert_eq!((err.code, err.parameter.as_deref()), (ErrorCode::WorkOrderNotFound, Some("idempotency_key")));
+    assert!(err.hint.contains("safe to send it again"), "{}", err.hint);
+    for both in [json!({}), json!({"work_order_id": id, "idempotency_key": "key-lookup-001"})] {
+        let err = svc.call("get_work_order", both).await.unwrap().error.unwrap();
+        assert_eq!(err.code, ErrorCode::InvalidArgument);
+    }
+    // A new key for the same open order: a duplicate; its replay says so again.
+    let dup =
+        svc.call("create_work_order", order("A_LINE1_009", "repair", "key-lookup-002")).await.unwrap().json();
+    assert_eq!((dup["created"].as_bool(), dup["duplicate_of"].as_str()), (Some(false), Some(id.as_str())));
+    let replay =
+        svc.call("create_work_order", order("A_LINE1_009", "repair", "key-lookup-002")).await.unwrap().json();
+    assert_eq!(replay, dup, "a replay answers exactly like the first call");
+    let replay =
+        svc.call("create_work_order", order("A_LINE1_009", "repair", "key-lookup-001")).await.unwrap().json();
+    assert_eq!((replay["created"].as_bool(), replay["duplicate_of"].as_str()), (Some(false), None));
 }

@@ -33,9 +33,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
 
-use super::McpServer;
 use super::jsonrpc::{self, INVALID_REQUEST, Kind, SERVER_ERROR, SESSION_NOT_FOUND};
 use super::sessions::{Refusal, Session, Sessions};
+use super::{McpServer, fast};
 use crate::tools::{Caller, ToolService};
 
 const SESSION_ID: &str = "mcp-session-id";
@@ -45,6 +45,8 @@ const EVENT_STREAM: &str = "text/event-stream";
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 struct Inner {
+    /// The server rmcp clones for every request; `tools/call` answered here uses it too.
+    server: McpServer,
     rmcp: StreamableHttpService<McpServer, NeverSessionManager>,
     sessions: Sessions,
     max_body: usize,
@@ -77,8 +79,9 @@ impl McpHttp {
             .with_json_response(true)
             .with_max_request_body_bytes(cfg.max_body_bytes as usize)
             .with_cancellation_token(shutdown.clone());
+        let factory = server.clone();
         let rmcp = StreamableHttpService::new(
-            move || Ok(server.clone()),
+            move || Ok(factory.clone()),
             Arc::new(NeverSessionManager::default()),
             config,
         );
@@ -90,6 +93,7 @@ impl McpHttp {
         );
         McpHttp {
             inner: Arc::new(Inner {
+                server,
                 rmcp,
                 sessions,
                 max_body: cfg.max_body_bytes as usize,
@@ -104,12 +108,16 @@ impl McpHttp {
     }
 
     pub async fn handle(&self, req: Request) -> Response {
-        let caller =
-            req.extensions().get::<Caller>().map_or_else(|| "anonymous".to_string(), |c| c.id.clone());
+        // Set by the application's bearer authentication in front of /mcp.
+        let caller = req
+            .extensions()
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_else(|| Caller { id: "anonymous".into(), role: crate::tools::Role::Agent });
         match *req.method() {
             Method::POST => self.post(req, &caller).await,
-            Method::GET => self.get(req.headers(), &caller),
-            Method::DELETE => self.delete(req.headers(), &caller),
+            Method::GET => self.get(req.headers(), &caller.id),
+            Method::DELETE => self.delete(req.headers(), &caller.id),
             _ => {
                 let mut res = rpc_error(
                     StatusCode::METHOD_NOT_ALLOWED,
@@ -124,7 +132,7 @@ impl McpHttp {
         }
     }
 
-    async fn post(&self, req: Request, caller: &str) -> Response {
+    async fn post(&self, req: Request, caller: &Caller) -> Response {
         let (mut parts, body) = req.into_parts();
         let bytes = match read_body(body, self.inner.max_body).await {
             Ok(b) => b,
@@ -154,10 +162,13 @@ impl McpHttp {
             );
         }
         if frame.kind == Kind::Request && frame.method == "initialize" {
-            return self.initialize(parts, bytes.clone(), id, caller).await;
+            return self.initialize(parts, bytes.clone(), id, &caller.id).await;
         }
         // 2026-07-28 (the version in every request) and discovery need no session.
         if frame.method == "server/discover" || jsonrpc::meta_protocol_version(&frame).is_some() {
+            if let Some(call) = fast::plan(&frame, &parts.headers, None) {
+                return json_answer(fast::answer(&self.inner.server, caller, call).await);
+            }
             return self.forward(parts, bytes.clone(), id).await;
         }
         let Some(sid) = parts.headers.get(SESSION_ID).and_then(|v| v.to_str().ok()) else {
@@ -169,7 +180,7 @@ impl McpHttp {
                 None,
             );
         };
-        let Some(session) = self.inner.sessions.get(sid, caller) else {
+        let Some(session) = self.inner.sessions.get(sid, &caller.id) else {
             return self.session_not_found(id);
         };
         match frame.kind {
@@ -184,26 +195,39 @@ impl McpHttp {
             // fieldgate sends no requests to clients; nothing waits for an answer.
             Kind::Response => accepted(),
             Kind::Request => {
+                let fast = fast::plan(&frame, &parts.headers, Some(&session.version));
                 if !parts.headers.contains_key(PROTOCOL_VERSION)
                     && let Ok(v) = HeaderValue::from_str(&session.version)
                 {
                     parts.headers.insert(PROTOCOL_VERSION, v);
                 }
-                self.in_session(&session, parts, bytes.clone(), id.unwrap_or("null")).await
+                self.in_session(&session, caller, fast, parts, bytes.clone(), id.unwrap_or("null")).await
             }
         }
     }
 
     /// A request of a session: one event, the stream closed after it. A request
     /// cancelled (`notifications/cancelled`, or its session closed) ends without one.
-    async fn in_session(&self, session: &Arc<Session>, parts: Parts, bytes: Bytes, id: &str) -> Response {
+    async fn in_session(
+        &self,
+        session: &Arc<Session>,
+        caller: &Caller,
+        fast: Option<fast::Call>,
+        parts: Parts,
+        bytes: Bytes,
+        id: &str,
+    ) -> Response {
         let flight = session.start(id);
-        let res = tokio::select! {
-            res = self.forward(parts, bytes, Some(id)) => res,
-            () = flight.token.cancelled() => return event_stream(Bytes::new()),
+        let answer = async {
+            match fast {
+                Some(call) => event_stream(sse_event(&fast::answer(&self.inner.server, caller, call).await)),
+                None => as_one_event(self.forward(parts, bytes, Some(id)).await).await,
+            }
         };
-        drop(flight);
-        as_one_event(res).await
+        tokio::select! {
+            res = answer => res,
+            () = flight.token.cancelled() => event_stream(Bytes::new()),
+        }
     }
 
     /// `initialize`: admitted by the session table, answered by rmcp, and a session
@@ -472,6 +496,13 @@ fn accepts(headers: &HeaderMap, mime: &str) -> bool {
 fn rpc_error(status: StatusCode, code: i32, message: &str, id: Option<&str>, data: Option<&str>) -> Response {
     let mut res = Response::new(Body::from(jsonrpc::error_json(code, message, id, data)));
     *res.status_mut() = status;
+    res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res
+}
+
+/// A JSON-RPC answer as one JSON body.
+fn json_answer(body: Vec<u8>) -> Response {
+    let mut res = Response::new(Body::from(body));
     res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     res
 }

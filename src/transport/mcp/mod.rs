@@ -26,6 +26,7 @@ use serde_json::{Map, Value};
 
 use crate::tools::{CallError, Caller, Envelope, ToolService, ToolSpec};
 
+mod fast;
 pub mod http;
 pub mod jsonrpc;
 pub mod sessions;
@@ -145,8 +146,21 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = self.caller_of(&context);
-        let args = request.arguments.map(Value::Object).unwrap_or(Value::Object(Map::new()));
-        match self.tools.call_as(&caller, &request.name, args).await {
+        self.call(&caller, &request.name, request.arguments).await
+    }
+}
+
+impl McpServer {
+    /// `tools/call`: the tool through `ToolService::call_as`, its envelope as a result.
+    /// rmcp's dispatch and the HTTP fast path (`fast.rs`) both come here.
+    pub async fn call(
+        &self,
+        caller: &Caller,
+        name: &str,
+        arguments: Option<Map<String, Value>>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = arguments.map(Value::Object).unwrap_or(Value::Object(Map::new()));
+        match self.tools.call_as(caller, name, args).await {
             Ok(envelope) => to_result(&envelope).map(CallToolResponse::from),
             Err(CallError::UnknownTool(name)) => {
                 let served: Vec<&str> = self.tools.served().map(|t| t.name).collect();
