@@ -385,6 +385,46 @@ async fn openapi() -> Response {
     json_response(StatusCode::OK, serde_json::to_vec_pretty(&super::openapi::document()).unwrap_or_default())
 }
 
+/// Every route the server answers (method, path); `/openapi.json` documents each, and a
+/// test holds the two equal and probes each one.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/"),
+    ("GET", "/v1/tools"),
+    ("POST", "/v1/tools/{name}"),
+    ("GET", "/v1/sensors"),
+    ("GET", "/v1/sensors/{id}"),
+    ("GET", "/v1/sensors/{id}/reading"),
+    ("GET", "/v1/sensors/{id}/history"),
+    ("GET", "/v1/work-orders"),
+    ("GET", "/v1/work-orders/{id}"),
+    ("POST", "/v1/work-orders/{id}/{action}"),
+    ("GET", "/v1/devices"),
+    ("GET", "/v1/devices/{id}"),
+    ("POST", "/v1/devices/{id}/probe"),
+    ("GET", "/metrics"),
+    ("POST", "/mcp"),
+    ("GET", "/mcp"),
+    ("DELETE", "/mcp"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/openapi.json"),
+];
+
+/// `GET /`: what is served here, for a person who opens the address in a browser.
+async fn index(State(st): State<AppState>) -> Response {
+    let routes: Vec<String> = ROUTES.iter().map(|(m, p)| format!("{m} {p}")).collect();
+    let body = json!({
+        "service": "fieldgate",
+        "version": env!("CARGO_PKG_VERSION"),
+        "devices": st.tools.registry().devices().len(),
+        "sensors": st.tools.registry().sensors().len(),
+        "docs": "/openapi.json",
+        "mcp": "/mcp",
+        "routes": routes,
+    });
+    json_response(StatusCode::OK, serde_json::to_vec_pretty(&body).unwrap_or_default())
+}
+
 async fn not_found() -> Response {
     refusal(
         StatusCode::NOT_FOUND,
@@ -447,6 +487,7 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken)
         .route_service("/mcp", mcp)
         .layer(middleware::from_fn_with_state(st.clone(), authenticate));
     Router::new()
+        .route("/", get(index))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))

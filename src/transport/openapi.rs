@@ -26,11 +26,14 @@ fn envelope_responses(op: OperationBuilder, schema: &str) -> OperationBuilder {
         ("401", "UNAUTHORIZED: missing or wrong bearer token"),
         ("403", "foreign Host or Origin"),
         ("404", "SENSOR_NOT_FOUND, DEVICE_NOT_FOUND, WORK_ORDER_NOT_FOUND"),
-        ("409", "IDEMPOTENCY_CONFLICT"),
+        ("409", "IDEMPOTENCY_CONFLICT, INVALID_STATE"),
         ("413", "request body over the limit"),
         ("429", "RATE_LIMITED or RETRY_LIMIT_REACHED, with Retry-After"),
         ("502", "DEVICE_REJECTED: a configuration fault"),
-        ("503", "DEVICE_TIMEOUT, DEVICE_UNAVAILABLE, DEVICE_BUSY, CIRCUIT_OPEN, with Retry-After"),
+        (
+            "503",
+            "DEVICE_TIMEOUT, DEVICE_UNAVAILABLE, DEVICE_BUSY, CIRCUIT_OPEN, DEVICE_PROTOCOL_ERROR, STORAGE_UNAVAILABLE, with Retry-After",
+        ),
     ] {
         let r = ResponseBuilder::new()
             .description(text)
@@ -137,9 +140,91 @@ pub fn document() -> Value {
         "/v1/devices/{id}",
         PathItem::new(HttpMethod::Get, envelope_responses(device, "envelope").build()),
     );
+    let mut history = OperationBuilder::new()
+        .tag("resources")
+        .operation_id(Some("get_sensor_history_resource"))
+        .summary(Some(
+            "Stored values of one sensor, as get_sensor_history (query parameters are its arguments)",
+        ))
+        .parameter(string_param("id", ParameterIn::Path, true, "Sensor ID, e.g. A_LINE1_001"));
+    for (p, required) in
+        [("from", true), ("to", false), ("bucket", false), ("limit", false), ("cursor", false)]
+    {
+        history = history.parameter(string_param(
+            p,
+            ParameterIn::Query,
+            required,
+            "As the get_sensor_history argument of the same name.",
+        ));
+    }
+    paths = paths.path(
+        "/v1/sensors/{id}/history",
+        PathItem::new(HttpMethod::Get, envelope_responses(history, "get_sensor_history.output").build()),
+    );
+    let mut orders = OperationBuilder::new()
+        .tag("work orders")
+        .operation_id(Some("get_work_orders"))
+        .summary(Some("Work orders, newest first, as list_work_orders (query parameters are its arguments)"));
+    for p in ["status", "sensor_id", "since", "limit", "cursor"] {
+        orders = orders.parameter(string_param(
+            p,
+            ParameterIn::Query,
+            false,
+            "As the list_work_orders argument of the same name.",
+        ));
+    }
+    paths = paths.path(
+        "/v1/work-orders",
+        PathItem::new(HttpMethod::Get, envelope_responses(orders, "list_work_orders.output").build()),
+    );
+    let order = OperationBuilder::new()
+        .tag("work orders")
+        .operation_id(Some("get_work_order_resource"))
+        .summary(Some("One work order with its history, as get_work_order"))
+        .parameter(string_param("id", ParameterIn::Path, true, "Work order ID, e.g. WO-000001"));
+    paths = paths.path(
+        "/v1/work-orders/{id}",
+        PathItem::new(HttpMethod::Get, envelope_responses(order, "get_work_order.output").build()),
+    );
+    let decide = OperationBuilder::new()
+        .tag("work orders")
+        .operation_id(Some("act_on_work_order"))
+        .summary(Some("An operator's decision: approve, reject, start, complete or cancel (operator token; body {\"note\": \"...\"} optional)"))
+        .parameter(string_param("id", ParameterIn::Path, true, "Work order ID, e.g. WO-000001"))
+        .parameter(string_param("action", ParameterIn::Path, true, "approve, reject, start, complete or cancel"))
+        .request_body(Some(
+            RequestBodyBuilder::new()
+                .required(Some(Required::False))
+                .content(
+                    "application/json",
+                    Content::new(Some(
+                        ObjectBuilder::new()
+                            .property("note", ObjectBuilder::new().schema_type(Type::String))
+                            .build(),
+                    )),
+                )
+                .build(),
+        ));
+    paths = paths.path(
+        "/v1/work-orders/{id}/{action}",
+        PathItem::new(HttpMethod::Post, envelope_responses(decide, "get_work_order.output").build()),
+    );
+    let probe = OperationBuilder::new()
+        .tag("resources")
+        .operation_id(Some("probe_device"))
+        .summary(Some(
+            "An operator's probe of the device, at once, whatever its breaker says (operator token)",
+        ))
+        .parameter(string_param("id", ParameterIn::Path, true, "Device ID, e.g. a-line1-plc"));
+    paths = paths.path(
+        "/v1/devices/{id}/probe",
+        PathItem::new(HttpMethod::Post, envelope_responses(probe, "envelope").build()),
+    );
     for (path, id, summary) in [
+        ("/", "index", "What is served here"),
+        ("/openapi.json", "openapi", "This document"),
         ("/healthz", "healthz", "The process is alive"),
-        ("/readyz", "readyz", "The registry is loaded and the store is open"),
+        ("/readyz", "readyz", "Ready to serve readings; status degraded while storage fails"),
         ("/metrics", "metrics", "Prometheus metrics"),
         ("/mcp", "mcp", "MCP over Streamable HTTP (JSON-RPC)"),
     ] {
@@ -147,6 +232,14 @@ pub fn document() -> Value {
         let op = op.response("200", ResponseBuilder::new().description(summary).build());
         let method = if path == "/mcp" { HttpMethod::Post } else { HttpMethod::Get };
         paths = paths.path(path, PathItem::new(method, op.build()));
+    }
+    for (method, id, summary) in [
+        (HttpMethod::Get, "mcp_stream", "MCP: a session's server-sent event stream"),
+        (HttpMethod::Delete, "mcp_end", "MCP: end a session"),
+    ] {
+        let op = OperationBuilder::new().tag("service").operation_id(Some(id)).summary(Some(summary));
+        let op = op.response("200", ResponseBuilder::new().description(summary).build());
+        paths = paths.path("/mcp", PathItem::new(method, op.build()));
     }
 
     let api = OpenApiBuilder::new()

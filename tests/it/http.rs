@@ -329,3 +329,57 @@ async fn mcp_over_http_both_lifecycles() {
     let v: Value = serde_json::from_str(data).unwrap();
     assert_eq!(v["result"]["protocolVersion"], "2025-06-18");
 }
+
+/// Every route the server answers is in `/openapi.json` with its method, and every route
+/// of the document is answered by a handler (not the "no such route" fallback).
+#[tokio::test]
+async fn every_route_is_documented_and_every_documented_route_is_served() {
+    let (_plant, server) = plant_server().await;
+    let mut c = server.client().await;
+    let doc = c.get("/openapi.json").await.unwrap().json();
+    let mut documented: Vec<(String, String)> = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            if ["get", "post", "put", "delete", "patch"].contains(&method.as_str()) {
+                documented.push((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    let mut served: Vec<(String, String)> =
+        fieldgate::transport::http::ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+    let tool_paths: Vec<(String, String)> = fieldgate::tools::TOOLS
+        .iter()
+        .filter(|t| t.served)
+        .map(|t| ("POST".to_string(), format!("/v1/tools/{}", t.name)))
+        .collect();
+    // The document names each tool's route; the router has one route for all of them.
+    served.retain(|r| r.1 != "/v1/tools/{name}");
+    served.extend(tool_paths);
+    documented.sort();
+    served.sort();
+    assert_eq!(documented, served, "the router's routes and /openapi.json differ");
+    for (method, path) in &served {
+        let concrete = path
+            .replace("/v1/sensors/{id}", "/v1/sensors/A_LINE1_001")
+            .replace("/v1/devices/{id}", "/v1/devices/a-line1-plc")
+            .replace("/v1/work-orders/{id}", "/v1/work-orders/WO-000001")
+            .replace("{action}", "approve");
+        let query = if concrete.ends_with("/history") { "?from=-1h" } else { "" };
+        let r = c
+            .send(method, &format!("{concrete}{query}"), &[("content-type", "application/json")], b"{}")
+            .await
+            .unwrap();
+        let body = String::from_utf8_lossy(&r.body).to_string();
+        assert!(!body.contains("No such route."), "{method} {concrete} fell through to the fallback: {body}");
+    }
+}
+
+#[tokio::test]
+async fn the_root_says_what_is_served_here() {
+    let (_plant, server) = plant_server().await;
+    let r = server.client().await.get("/").await.unwrap();
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["service"], "fieldgate");
+    assert!(v["routes"].as_array().unwrap().iter().any(|r| r == "POST /v1/devices/{id}/probe"), "{v}");
+}
