@@ -424,3 +424,36 @@ async fn discover_modbus_accepts_a_host_name() {
         stderr(&o)
     );
 }
+
+/// Day one: run from the wrong folder, or with the port taken, and the message says
+/// where it looked and which flag changes it.
+#[test]
+fn start_up_failures_say_what_to_change() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["check"])
+        .current_dir(elsewhere.path())
+        .env_clear()
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot read the devices folder")
+            && err.contains("looked in")
+            && err.contains("--devices"),
+        "{err}"
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["serve", "--devices", demo_dir().to_str().unwrap()])
+        .env_clear()
+        .env("FIELDGATE_SERVER_LISTEN", taken.local_addr().unwrap().to_string())
+        .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot listen on") && err.contains("--listen"), "{err}");
+}
