@@ -10,6 +10,8 @@
 //!   rate-limited, expiring when idle) and names it in `Mcp-Session-Id`; its requests are
 //!   served statelessly by rmcp with the session's protocol version. GET opens an idle
 //!   event stream that ends with the session; DELETE closes it (404 when there is none).
+//! - **`tools/call` without rmcp's per-request service** when nothing about it needs rmcp
+//!   (`fast.rs`): the same answer, at about the cost of the HTTP API.
 //! - **Single responses are complete at once**: a stateless (2026-07-28) answer is a JSON
 //!   body; an answer inside a session is one server-sent event in a body of known length,
 //!   the stream closed right after it. Headers and answer leave in one write, so Nagle's

@@ -10,7 +10,9 @@
 //!
 //! Each wire frames messages itself (`jsonrpc.rs`) before rmcp reads them, so that
 //! nothing malformed goes unanswered. A process builds one [`McpServer`] (with the tool
-//! definitions) per wire; every request and session is served by clones of it.
+//! definitions) per wire; every request and session is served by clones of it. Over HTTP,
+//! a plain `tools/call` skips rmcp's per-request service and is answered by `fast.rs`
+//! through the same [`McpServer::call`], exactly as rmcp would answer it.
 
 use std::borrow::Cow;
 use std::sync::Arc;
