@@ -256,6 +256,9 @@ async fn http_answers_malformed_messages_with_json_rpc_errors() {
     assert_eq!(r.json()["error"]["code"], -32600);
     let r = c.send("GET", "/mcp", &[("accept", "application/json")], b"").await.unwrap();
     assert_eq!((r.status, r.json()["error"]["code"].clone()), (406, json!(-32600)));
+    // No stream without a session: 405, as Streamable HTTP lets a server say.
+    let r = c.send("GET", "/mcp", &[("accept", "text/event-stream")], b"").await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["code"].clone()), (405, json!(-32600)));
     let r = c.send("DELETE", "/mcp", &[], b"").await.unwrap();
     assert_eq!((r.status, r.json()["error"]["code"].clone()), (400, json!(-32600)));
     // A method we serve with malformed params: invalid params, with its id, and no session.

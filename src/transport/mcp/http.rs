@@ -366,7 +366,17 @@ impl McpHttp {
             );
         }
         let Some(sid) = headers.get(SESSION_ID).and_then(|v| v.to_str().ok()) else {
-            return Self::session_required();
+            // Streamable HTTP: no stream offered here is 405 (without a session, answers
+            // come only in POST responses).
+            let mut res = rpc_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                INVALID_REQUEST,
+                "Method Not Allowed: an event stream belongs to a session (send Mcp-Session-Id); without one, answers come in the POST responses",
+                None,
+                None,
+            );
+            res.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+            return res;
         };
         let Some(session) = self.inner.sessions.get(sid, caller) else {
             return self.session_not_found(None);
