@@ -266,9 +266,12 @@ async fn run() {
 
     // MCP over stdio through the real binary (release build when run by cargo bench).
     let bin = env!("CARGO_BIN_EXE_fieldgate");
+    let mcp_data = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(bin)
         .args(["mcp", "--devices", devices_dir.to_str().unwrap()])
         .env("FIELDGATE_SERVER_RATE_LIMIT_PER_MINUTE", "1000000")
+        .env("FIELDGATE_STORAGE_DATA_DIR", mcp_data.path())
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -238,3 +238,141 @@ pub async fn devices_remote(url: &str, token: Option<String>, action: &str, id: 
         Err((code, message)) => fail(code, &message),
     }
 }
+
+/// `fieldgate mcp`: the whole service with MCP on stdio, or a relay to the running
+/// fieldgate that holds the data directory (or to `--url`), or, when neither can be had,
+/// a JSON-RPC error for every request saying which process holds the directory and what
+/// to run instead.
+pub async fn mcp(
+    config: crate::config::Config,
+    registry: crate::registry::Registry,
+    tokens: std::sync::Arc<crate::transport::auth::Tokens>,
+    url: Option<String>,
+    token: Option<String>,
+) -> ExitCode {
+    use crate::app::{Options, StartError};
+    use crate::transport::bridge;
+    if let Some(url) = url {
+        return exit_of(bridge::bridge_stdio(&url, token).await);
+    }
+    let options = Options { listen: Some(config.server.listen), listen_required: false, tokens, mode: "mcp" };
+    match crate::app::start(config, registry, options).await {
+        Ok(running) => {
+            match running.addr {
+                Some(a) => tracing::info!(addr = %a, "also serving the HTTP API and MCP at /mcp"),
+                None => tracing::info!("serving MCP over stdio only"),
+            }
+            let served = tokio::select! {
+                r = crate::transport::mcp::serve_stdio(running.tools.clone()) => r,
+                () = stop_signal() => Ok(()),
+            };
+            let _ = running.stop().await;
+            exit_of(served)
+        }
+        Err(StartError::Held { owner: Some(crate::app::Owner { url: Some(url), .. }), .. }) => {
+            exit_of(bridge::bridge_stdio(&url, token).await)
+        }
+        Err(e @ StartError::Held { .. }) => {
+            let message = e.to_string();
+            tracing::error!(error = %message, "cannot serve MCP");
+            exit_of(bridge::refuse_stdio(&message).await)
+        }
+        Err(e) => fail(1, &e.to_string()),
+    }
+}
+
+fn exit_of(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(1, &format!("MCP over stdio stopped: {e}")),
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(mut term), Ok(mut int)) =
+            (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+        {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// `fieldgate call TOOL ARGS`: one tool call over the data directory's stores, or through
+/// the running fieldgate that holds them (or `--url`). Never an answer made up from a store
+/// that could not be opened: a held directory with no reachable owner is a structured,
+/// retryable error saying which process holds it.
+pub async fn call(
+    config: crate::config::Config,
+    registry: crate::registry::Registry,
+    tool: &str,
+    args: Value,
+    url: Option<String>,
+    token: Option<String>,
+) -> ExitCode {
+    use crate::app::StartError;
+    let url = match url {
+        Some(u) => Some(u),
+        None => {
+            let dir = crate::app::absolute(&config.storage.data_dir);
+            match crate::app::open_stores(&config, &dir) {
+                Ok((history, orders)) => {
+                    let service = crate::tools::ToolService::with_history(
+                        std::sync::Arc::new(registry),
+                        config,
+                        Some(std::sync::Arc::new(history)),
+                    )
+                    .with_work_orders(std::sync::Arc::new(orders));
+                    return match service.call(tool, args).await {
+                        Ok(envelope) => print_envelope(&serde_json::to_value(&envelope).unwrap_or_default()),
+                        Err(e) => {
+                            let served: Vec<_> = service.served().map(|t| t.name).collect();
+                            fail(2, &format!("{e}; tools served: {}", served.join(", ")))
+                        }
+                    };
+                }
+                Err(StartError::Held { owner: Some(crate::app::Owner { url: Some(url), .. }), .. }) => {
+                    Some(url)
+                }
+                Err(e @ StartError::Held { .. }) => {
+                    let mut err = crate::tools::ToolError::storage_unavailable();
+                    err.message = format!("{}.", e.to_string().split(';').next().unwrap_or_default());
+                    err.hint = "Run this call against that service with --url http://HOST:PORT, or stop it and call again.".into();
+                    let meta = crate::tools::Meta {
+                        call_id: String::new(),
+                        tool: tool.to_string(),
+                        duration_ms: 0.0,
+                        attempts: 0,
+                    };
+                    let envelope = crate::tools::Envelope::failure(err, meta);
+                    return print_envelope(&serde_json::to_value(&envelope).unwrap_or_default());
+                }
+                Err(e) => return fail(1, &e.to_string()),
+            }
+        }
+    };
+    let Some(url) = url else { return fail(1, "no service to ask") };
+    let mut client = match connect(&url, token).await {
+        Ok(c) => c,
+        Err((code, message)) => return fail(code, &message),
+    };
+    let body = serde_json::to_vec(&args).unwrap_or_default();
+    match client.post(&format!("/v1/tools/{tool}"), &body).await {
+        Ok(r) if r.json().get("ok").is_some() => print_envelope(&r.json()),
+        Ok(r) => fail(2, &format!("{url} answered HTTP {} without an envelope", r.status)),
+        Err(e) => fail(1, &format!("cannot reach {url}: {e}")),
+    }
+}
+
+fn print_envelope(v: &Value) -> ExitCode {
+    out(&serde_json::to_string_pretty(v).unwrap_or_default());
+    if v["ok"] == true { ExitCode::SUCCESS } else { ExitCode::from(2) }
+}

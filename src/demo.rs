@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use fieldgate_sim::{Bind, Faults, Scenario, Simulator};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::registry::Registry;
@@ -25,9 +24,7 @@ pub struct Demo {
     pub control: SocketAddr,
     control_task: tokio::task::JoinHandle<()>,
     pub data_dir: PathBuf,
-    shutdown: CancellationToken,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
-    polling: Vec<tokio::task::JoinHandle<()>>,
+    running: crate::app::Running,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -89,41 +86,25 @@ impl Demo {
             }
         }
         let mut config = config;
-        config.server.listen = listen;
         config.storage.data_dir = data_dir.clone();
-        let tokens = Arc::new(Tokens::default());
-        let listener = http::bind(listen, &tokens).await?;
-        let addr = listener.local_addr().map_err(|source| http::ServeError::Bind { addr: listen, source })?;
-        config.server.listen = addr;
-        let store = crate::store::HistoryStore::open_in(&data_dir)
-            .map_err(|e| DemoError::Sim(e.to_string()))?
-            .with_limits(crate::store::history::Limits::of(&config.storage));
-        let orders = Arc::new(
-            crate::store::work_orders::WorkOrderStore::open_in(&data_dir)
-                .map_err(|e| DemoError::Sim(e.to_string()))?,
-        );
-        let (webhook, ttl) = (config.work_orders.webhook_url.clone(), config.work_orders.pending_ttl_hours);
-        let tools = ToolService::with_history(Arc::new(registry), config, Some(Arc::new(store)))
-            .with_work_orders(orders.clone());
-        let shutdown = CancellationToken::new();
-        let mut polling = crate::poller::start(&tools, shutdown.clone());
-        polling.push(crate::delivery::start(orders, &webhook, ttl, shutdown.clone()));
-        let app = http::app(tools.clone(), tokens, shutdown.clone());
-        let stop = shutdown.clone();
-        let grace = std::time::Duration::from_millis(tools.config().server.shutdown_grace_ms);
-        let server = tokio::spawn(http::serve(
-            listener,
-            app,
-            async move { stop.cancelled().await },
-            grace,
-            shutdown.clone(),
-        ));
+        let options = crate::app::Options {
+            listen: Some(listen),
+            listen_required: true,
+            tokens: Arc::new(Tokens::default()),
+            mode: "demo",
+        };
+        let running = crate::app::start(config, registry, options).await.map_err(|e| match e {
+            crate::app::StartError::Serve(e) => DemoError::Serve(e),
+            other => DemoError::Sim(other.to_string()),
+        })?;
+        let addr = running.addr.unwrap_or(listen);
+        let tools = running.tools.clone();
         let sim = Arc::new(sim);
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let (control, control_task) = fieldgate_sim::control::serve(sim.clone(), loopback)
             .await
             .map_err(|e| DemoError::Sim(format!("control API: {}", e.kind())))?;
-        Ok(Demo { sim, tools, addr, control, control_task, data_dir, shutdown, server, polling, _temp: temp })
+        Ok(Demo { sim, tools, addr, control, control_task, data_dir, running, _temp: temp })
     }
 
     /// What a person needs to start using it.
@@ -156,11 +137,7 @@ impl Demo {
     pub async fn stop(self) {
         self.control_task.abort();
         let _ = self.control_task.await;
-        self.shutdown.cancel();
-        let _ = self.server.await;
-        for h in self.polling {
-            let _ = h.await;
-        }
+        let _ = self.running.stop().await;
         if let Ok(sim) = Arc::try_unwrap(self.sim) {
             sim.shutdown().await;
         }

@@ -2,6 +2,7 @@
 //!
 //! See ARCHITECTURE.md for the codemap and the invariants.
 
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod delivery;

@@ -4,15 +4,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use fieldgate::config::Config;
 use fieldgate::registry::Registry;
 use fieldgate::toml_reader::Problem;
 use fieldgate::tools::{Caller, ToolService};
-use fieldgate::transport::{auth::Tokens, http, mcp};
-use tokio_util::sync::CancellationToken;
+use fieldgate::transport::auth::Tokens;
 
 // Measured (benches/transport.rs): the tool path allocates many small, short-lived
 // buffers; mimalloc keeps them off glibc's consolidation path.
@@ -53,11 +51,27 @@ enum Command {
         tool: String,
         /// Arguments as a JSON object, e.g. '{"zone":"LINE1"}'. Default: {}.
         args: Option<String>,
+        /// Ask a running service instead (default: the one holding the data directory,
+        /// if any), e.g. http://127.0.0.1:8080.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        /// Bearer token for --url (or FIELDGATE_CLI_TOKEN).
+        #[arg(long, env = "FIELDGATE_CLI_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Serve the HTTP API and MCP over Streamable HTTP (at /mcp) until SIGTERM or Ctrl-C.
     Serve,
-    /// Serve MCP on stdin/stdout (logs go to stderr).
-    Mcp,
+    /// Serve MCP on stdin/stdout (logs go to stderr): the whole service (data directory,
+    /// polling, history, work orders, and the HTTP API on loopback when the port is free),
+    /// or, when a running fieldgate holds the data directory, a relay to its /mcp.
+    Mcp {
+        /// Relay to this running service instead, e.g. http://127.0.0.1:8080.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        /// Bearer token for --url (or FIELDGATE_CLI_TOKEN).
+        #[arg(long, env = "FIELDGATE_CLI_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
     /// Work orders in the data directory (when no service holds it): list, show, and the
     /// operator's decisions approve, reject, start, complete, cancel.
     WorkOrders {
@@ -270,7 +284,7 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Call { tool, args } => {
+        Command::Call { tool, args, url, token } => {
             let args = match args.as_deref().map(serde_json::from_str::<serde_json::Value>) {
                 None => serde_json::Value::Object(Default::default()),
                 Some(Ok(v)) => v,
@@ -285,70 +299,18 @@ fn main() -> ExitCode {
                 Ok(v) => v,
                 Err(code) => return code,
             };
-            // History from the data directory when there is one (and no running service
-            // holds it); otherwise an empty store in memory.
-            let file = config.storage.data_dir.join("history.redb");
-            let store = if file.exists() {
-                match fieldgate::store::HistoryStore::open(&file) {
-                    Ok(s) => Some(Arc::new(s)),
-                    Err(e) => {
-                        eprintln!(
-                            "note: history not available here ({e}); query a running service over HTTP instead"
-                        );
-                        fieldgate::store::HistoryStore::in_memory().ok().map(Arc::new)
-                    }
-                }
-            } else {
-                fieldgate::store::HistoryStore::in_memory().ok().map(Arc::new)
-            };
-            let orders_dir = config.storage.data_dir.clone();
-            let mut service = ToolService::with_history(Arc::new(registry), config, store);
-            // Work orders made from the command line are kept in the data directory.
-            if tool.contains("work_order") {
-                match fieldgate::store::work_orders::WorkOrderStore::open_in(&orders_dir) {
-                    Ok(s) => service = service.with_work_orders(Arc::new(s)),
-                    Err(e) => {
-                        eprintln!(
-                            "error: {e} (a running service holds the data directory: call it over HTTP instead)"
-                        );
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
-            match runtime.block_on(service.call(&tool, args)) {
-                Ok(envelope) => {
-                    out(&serde_json::to_string_pretty(&envelope).unwrap_or_default());
-                    if envelope.ok { ExitCode::SUCCESS } else { ExitCode::from(2) }
-                }
-                Err(e) => {
-                    let served: Vec<_> = service.served().map(|t| t.name).collect();
-                    eprintln!("error: {e}; tools served: {}", served.join(", "));
-                    ExitCode::from(2)
-                }
-            }
+            runtime.block_on(fieldgate::cli::call(config, registry, &tool, args, url, token))
         }
-        Command::Mcp => {
+        Command::Mcp { url, token } => {
             let (config, registry) = match load(&cli.config, &cli.devices) {
                 Ok(v) => v,
                 Err(code) => return code,
             };
-            let service = ToolService::new(Arc::new(registry), config);
-            // One client on one pipe: a single thread answers sooner than a pool that
-            // hands every message between threads.
-            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
+            let tokens = match Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars()) {
+                Ok(t) => Arc::new(t),
+                Err(problems) => return report(&problems),
             };
-            match runtime.block_on(mcp::serve_stdio(service)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: MCP over stdio stopped: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            runtime.block_on(fieldgate::cli::mcp(config, registry, tokens, url, token))
         }
         Command::Serve => {
             let (config, registry) = match load(&cli.config, &cli.devices) {
@@ -421,46 +383,29 @@ fn main() -> ExitCode {
 }
 
 async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> ExitCode {
-    let listener = match http::bind(config.server.listen, &tokens).await {
-        Ok(l) => l,
+    let options = fieldgate::app::Options {
+        listen: Some(config.server.listen),
+        listen_required: true,
+        tokens,
+        mode: "serve",
+    };
+    let running = match fieldgate::app::start(config, registry, options).await {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-    let grace = Duration::from_millis(config.server.shutdown_grace_ms);
-    let limits = fieldgate::store::history::Limits::of(&config.storage);
-    let store = match fieldgate::store::HistoryStore::open_in(&config.storage.data_dir) {
-        Ok(s) => Arc::new(s.with_limits(limits)),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let orders = match fieldgate::store::work_orders::WorkOrderStore::open_in(&config.storage.data_dir) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let (webhook, ttl) = (config.work_orders.webhook_url.clone(), config.work_orders.pending_ttl_hours);
-    let service =
-        ToolService::with_history(Arc::new(registry), config, Some(store)).with_work_orders(orders.clone());
-    let shutdown = CancellationToken::new();
-    let mut polling = fieldgate::poller::start(&service, shutdown.clone());
-    polling.push(fieldgate::delivery::start(orders, &webhook, ttl, shutdown.clone()));
-    let app = http::app(service, tokens, shutdown.clone());
+    let addr = running.addr.map(|a| a.to_string()).unwrap_or_default();
     tracing::info!(%addr, "serving the HTTP API and MCP at /mcp");
     eprintln!("fieldgate listening on http://{addr} (MCP at /mcp)");
-    let served = http::serve(listener, app, stop_signal(), grace, shutdown.clone()).await;
-    // Stop polling and make the last history points durable before exiting.
-    shutdown.cancel();
-    for h in polling {
-        let _ = h.await;
+    let stopped = running.shutdown();
+    tokio::select! {
+        () = fieldgate::cli::stop_signal() => {}
+        () = stopped.cancelled() => {}
     }
-    match served {
+    // Stop accepting, let requests finish, and make the last history points durable.
+    match running.stop().await {
         Ok(()) => {
             tracing::info!("stopped");
             ExitCode::SUCCESS
@@ -495,32 +440,9 @@ async fn demo(
     }
     out(&demo.banner());
     out("Ctrl-C stops the demo.");
-    stop_signal().await;
+    fieldgate::cli::stop_signal().await;
     demo.stop().await;
     ExitCode::SUCCESS
-}
-
-/// Completes on SIGTERM or SIGINT.
-async fn stop_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 /// Configuration and registry, or every problem printed and exit code 1.

@@ -538,6 +538,10 @@ pub async fn serve(
         shutdown.cancel();
         let _ = stopped_tx.send(());
     };
+    // Small answers go out at once (no Nagle delay behind a client's delayed ACK).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
+        let _ = s.set_nodelay(true);
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(signal);
     let deadline = async move {
         let _ = stopped_rx.await;

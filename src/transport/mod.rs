@@ -5,6 +5,7 @@
 //! wire in exactly one place: `mcp::to_result` and `http::status_of`.
 
 pub mod auth;
+pub mod bridge;
 pub mod client;
 pub mod http;
 pub mod mcp;

@@ -16,6 +16,7 @@ mod registry;
 mod schemas;
 mod serve;
 mod stall;
+mod stdio_service;
 mod storage;
 mod support;
 mod validation;

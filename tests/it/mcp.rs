@@ -19,13 +19,19 @@ struct McpChild {
     lines: Lines<BufReader<ChildStdout>>,
     /// Responses read while waiting for another id.
     pending: HashMap<String, Value>,
+    _data: tempfile::TempDir,
 }
 
 impl McpChild {
     fn spawn() -> McpChild {
+        // Hermetic: its own data directory, and an HTTP listener on a free port.
+        let data = tempfile::tempdir().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
             .arg("mcp")
             .current_dir(root())
+            .env_clear()
+            .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+            .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
             .env("FIELDGATE_LOG", "info")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -35,7 +41,7 @@ impl McpChild {
             .unwrap();
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        McpChild { child, stdin, lines, pending: HashMap::new() }
+        McpChild { child, stdin, lines, pending: HashMap::new(), _data: data }
     }
 
     async fn send(&mut self, msg: Value) {

@@ -103,6 +103,7 @@ impl StdioMcp {
             .args(["mcp", "--devices", demo_dir().to_str().unwrap()])
             .env_clear()
             .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+            .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
             .env("FIELDGATE_LOG", "warn")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

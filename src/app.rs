@@ -1,0 +1,206 @@
+//! The one wiring point of a running fieldgate: `serve`, `mcp` and `demo` start here.
+//!
+//! [`start`] opens the data directory (history and work orders; only one process may hold
+//! it), builds the tool service over them, starts polling, fieldgate's own probes, the
+//! flush task and webhook delivery, serves the HTTP API (with MCP at `/mcp`) when asked,
+//! and writes an owner file into the data directory saying which process holds it and
+//! where it listens, so that other commands (`mcp`, `call`) can go through it instead.
+//! [`Running::stop`] undoes it in order: stop accepting, let requests finish, stop the
+//! tasks (the last history flush included) and remove the owner file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::registry::Registry;
+use crate::store::HistoryStore;
+use crate::store::history::Limits;
+use crate::store::work_orders::{WorkOrderError, WorkOrderStore};
+use crate::tools::ToolService;
+use crate::transport::auth::Tokens;
+use crate::transport::http;
+
+/// The file a running fieldgate writes into its data directory.
+pub const OWNER_FILE: &str = "fieldgate.owner.json";
+
+/// Who holds a data directory, as its owner file says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub pid: u32,
+    /// `serve`, `mcp` or `demo`.
+    pub mode: String,
+    /// Where its HTTP API (and `/mcp`) listens, if it does.
+    pub url: Option<String>,
+    pub started_at: String,
+}
+
+/// How to start.
+pub struct Options {
+    /// Serve the HTTP API and MCP at `/mcp` here; `None`: no listener.
+    pub listen: Option<SocketAddr>,
+    /// A listener that cannot bind stops the start (`serve`, `demo`), or is only logged
+    /// (`mcp`, whose clients talk over stdio anyway).
+    pub listen_required: bool,
+    pub tokens: Arc<Tokens>,
+    /// What the owner file says this process is.
+    pub mode: &'static str,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Another fieldgate holds the data directory.
+    #[error("{}", held_message(.dir, .owner.as_ref()))]
+    Held { dir: PathBuf, owner: Option<Owner> },
+    #[error("{0}")]
+    Store(String),
+    #[error("{0}")]
+    Serve(#[from] http::ServeError),
+}
+
+/// Says who holds `dir` and what to run instead.
+pub fn held_message(dir: &Path, owner: Option<&Owner>) -> String {
+    match owner {
+        Some(Owner { pid, mode, url: Some(url), .. }) => format!(
+            "the data directory {} is held by a running fieldgate ({mode}, process {pid}) at {url}; ask it instead (--url {url}), or stop it",
+            dir.display()
+        ),
+        Some(Owner { pid, mode, url: None, .. }) => format!(
+            "the data directory {} is held by a running fieldgate ({mode}, process {pid}) that serves no HTTP; stop it, or give this command another data directory",
+            dir.display()
+        ),
+        None => format!(
+            "the data directory {} is held by another fieldgate process; stop it, pass --url of a running service, or give this command another data directory",
+            dir.display()
+        ),
+    }
+}
+
+/// A running fieldgate.
+pub struct Running {
+    pub tools: ToolService,
+    /// Where the HTTP API listens, when it does.
+    pub addr: Option<SocketAddr>,
+    pub data_dir: PathBuf,
+    shutdown: CancellationToken,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+    tasks: Vec<JoinHandle<()>>,
+    owner_file: PathBuf,
+}
+
+/// The owner file of `dir`, if a process left one that parses.
+pub fn owner_of(dir: &Path) -> Option<Owner> {
+    let text = crate::toml_reader::read_text_file(&dir.join(OWNER_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// `dir` made absolute (clients start `fieldgate mcp` in folders of their choosing).
+pub fn absolute(dir: &Path) -> PathBuf {
+    std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// The history and work-order stores of `dir`, or who holds them.
+pub fn open_stores(config: &Config, dir: &Path) -> Result<(HistoryStore, WorkOrderStore), StartError> {
+    let held = |e: &str| e.contains("in use by another fieldgate process");
+    let history = HistoryStore::open_in(dir).map_err(|e| {
+        let e = e.to_string();
+        if held(&e) {
+            StartError::Held { dir: dir.to_path_buf(), owner: owner_of(dir) }
+        } else {
+            StartError::Store(e)
+        }
+    })?;
+    let orders = WorkOrderStore::open_in(dir).map_err(|e| match e {
+        WorkOrderError::Refused(m) if held(&m) => {
+            StartError::Held { dir: dir.to_path_buf(), owner: owner_of(dir) }
+        }
+        e => StartError::Store(e.to_string()),
+    })?;
+    Ok((history.with_limits(Limits::of(&config.storage)), orders))
+}
+
+/// Starts fieldgate over `registry` as `config` and `options` say.
+pub async fn start(mut config: Config, registry: Registry, options: Options) -> Result<Running, StartError> {
+    let data_dir = absolute(&config.storage.data_dir);
+    if data_dir != config.storage.data_dir {
+        tracing::info!(data_dir = %data_dir.display(), "data directory (resolved from a relative path)");
+    }
+    config.storage.data_dir = data_dir.clone();
+    let (history, orders) = open_stores(&config, &data_dir)?;
+    let orders = Arc::new(orders);
+    let listener = match options.listen {
+        Some(addr) => match http::bind(addr, &options.tokens).await {
+            Ok(l) => Some(l),
+            Err(e) if options.listen_required => return Err(e.into()),
+            Err(error) => {
+                tracing::warn!(%error, "no HTTP API in this process (MCP over stdio only)");
+                None
+            }
+        },
+        None => None,
+    };
+    let addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+    if let Some(a) = addr {
+        config.server.listen = a;
+    }
+    let (webhook, ttl) = (config.work_orders.webhook_url.clone(), config.work_orders.pending_ttl_hours);
+    let grace = Duration::from_millis(config.server.shutdown_grace_ms);
+    let tools = ToolService::with_history(Arc::new(registry), config, Some(Arc::new(history)))
+        .with_work_orders(orders.clone());
+    let shutdown = CancellationToken::new();
+    let mut tasks = crate::poller::start(&tools, shutdown.clone());
+    tasks.push(crate::delivery::start(orders, &webhook, ttl, shutdown.clone()));
+    let server = listener.map(|listener| {
+        let app = http::app(tools.clone(), options.tokens.clone(), shutdown.clone());
+        let stop = shutdown.clone();
+        tokio::spawn(http::serve(
+            listener,
+            app,
+            async move { stop.cancelled().await },
+            grace,
+            shutdown.clone(),
+        ))
+    });
+    let owner = Owner {
+        pid: std::process::id(),
+        mode: options.mode.to_string(),
+        url: addr.map(|a| format!("http://{a}")),
+        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    };
+    let owner_file = data_dir.join(OWNER_FILE);
+    if let Err(error) = std::fs::write(&owner_file, serde_json::to_vec_pretty(&owner).unwrap_or_default()) {
+        tracing::warn!(file = %owner_file.display(), error = %error.kind(), "cannot write the owner file; other commands will not find this process");
+    }
+    Ok(Running { tools, addr, data_dir, shutdown, server, tasks, owner_file })
+}
+
+impl Running {
+    /// Cancelled when the service stops (also by a request's failure to serve).
+    pub fn shutdown(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Stops accepting, lets requests in flight finish (within the grace period), stops
+    /// polling and delivery after a last history flush, and removes the owner file.
+    /// Returns the HTTP server's outcome.
+    pub async fn stop(self) -> std::io::Result<()> {
+        self.shutdown.cancel();
+        let served = match self.server {
+            Some(s) => s.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        };
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        // Only our own: a later owner may have replaced it.
+        if owner_of(&self.data_dir).is_some_and(|o| o.pid == std::process::id()) {
+            let _ = std::fs::remove_file(&self.owner_file);
+        }
+        served
+    }
+}

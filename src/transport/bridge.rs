@@ -1,0 +1,178 @@
+//! `fieldgate mcp` when another fieldgate holds the data directory: MCP messages from
+//! stdin go to that service's `/mcp` (Streamable HTTP) and its answers back to stdout, so
+//! several desktop clients share one running service. When the service is gone, every
+//! request still gets an answer: a JSON-RPC error saying so. When no service can be
+//! reached at all, [`refuse_stdio`] answers every request with why and what to run.
+
+use std::net::SocketAddr;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use super::client::{HttpClient, HttpResponse};
+
+/// JSON-RPC "server error" for a request the bridge could not deliver.
+const UNAVAILABLE: i64 = -32000;
+
+fn error_line(id: &Value, message: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": UNAVAILABLE, "message": message}}).to_string()
+}
+
+/// The id of a request line (`None` for notifications and what does not parse).
+fn request_id(line: &str) -> Option<Value> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    v.get("method")?;
+    v.get("id").cloned()
+}
+
+/// The JSON-RPC messages of a `/mcp` response: a JSON body, or the `data` of each
+/// server-sent event.
+fn messages(r: &HttpResponse) -> Vec<String> {
+    let body = String::from_utf8_lossy(&r.body);
+    if r.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")) {
+        let mut out = Vec::new();
+        let mut data = String::new();
+        for line in body.lines() {
+            if let Some(d) = line.strip_prefix("data:") {
+                data.push_str(d.trim_start());
+            } else if line.is_empty() && !data.is_empty() {
+                out.push(std::mem::take(&mut data));
+            }
+        }
+        if !data.is_empty() {
+            out.push(data);
+        }
+        out
+    } else if body.trim().is_empty() {
+        Vec::new()
+    } else {
+        vec![body.trim().to_string()]
+    }
+}
+
+/// Relays stdin to `url`'s `/mcp` until stdin closes.
+pub async fn bridge_stdio(url: &str, token: Option<String>) -> Result<(), String> {
+    let authority = url
+        .strip_prefix("http://")
+        .map(|r| r.trim_end_matches('/'))
+        .ok_or("--url must be http://host:port")?;
+    let addr: SocketAddr = tokio::net::lookup_host(authority)
+        .await
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("cannot resolve {authority}"))?;
+    tracing::info!(%url, "relaying MCP over stdio to the running fieldgate");
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut stdout = tokio::io::stdout();
+    let mut client: Option<HttpClient> = None;
+    let mut session: Option<String> = None;
+    let mut version: Option<String> = None;
+    while let Ok(Some(line)) = lines.next_line().await {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let id = request_id(&line);
+        let mut headers: Vec<(&str, &str)> =
+            vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
+        if let Some(s) = &session {
+            headers.push(("mcp-session-id", s));
+        }
+        if let Some(v) = &version {
+            headers.push(("mcp-protocol-version", v));
+        }
+        // One reconnect: a keep-alive connection the service closed meanwhile.
+        let mut answer = None;
+        for _ in 0..2 {
+            if client.is_none() {
+                client = HttpClient::connect(addr).await.ok().map(|c| match &token {
+                    Some(t) => c.with_token(t),
+                    None => c,
+                });
+            }
+            let Some(c) = client.as_mut() else { break };
+            match c.send("POST", "/mcp", &headers, line.as_bytes()).await {
+                Ok(r) => {
+                    answer = Some(r);
+                    break;
+                }
+                Err(_) => client = None,
+            }
+        }
+        let out: Vec<String> = match answer {
+            Some(r) => {
+                if let Some(s) = r.header("mcp-session-id") {
+                    session = Some(s.to_string());
+                }
+                let msgs = messages(&r);
+                for m in &msgs {
+                    if let Some(v) = serde_json::from_str::<Value>(m).ok().and_then(|v| {
+                        v.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_string)
+                    }) {
+                        version = Some(v);
+                    }
+                }
+                msgs
+            }
+            None => match &id {
+                Some(id) => vec![error_line(
+                    id,
+                    &format!(
+                        "the fieldgate service at {url} is gone; restart `fieldgate mcp` (the next one started owns the data directory)"
+                    ),
+                )],
+                None => Vec::new(),
+            },
+        };
+        for m in out {
+            if stdout.write_all(format!("{m}\n").as_bytes()).await.is_err() {
+                return Ok(());
+            }
+        }
+        let _ = stdout.flush().await;
+    }
+    Ok(())
+}
+
+/// Answers every request on stdin with `message` (a JSON-RPC error) until stdin closes:
+/// a client that cannot be served is told why instead of waiting.
+pub async fn refuse_stdio(message: &str) -> Result<(), String> {
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut stdout = tokio::io::stdout();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(id) = request_id(&line) {
+            if stdout.write_all(format!("{}\n", error_line(&id, message)).as_bytes()).await.is_err() {
+                break;
+            }
+            let _ = stdout.flush().await;
+        }
+    }
+    Err(message.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(content_type: &str, body: &str) -> HttpResponse {
+        HttpResponse {
+            status: 200,
+            headers: vec![("content-type".into(), content_type.into())],
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn answers_come_from_json_bodies_and_event_streams() {
+        assert_eq!(messages(&response("application/json", "{\"id\":1}\n")), vec!["{\"id\":1}"]);
+        let sse = "event: message\ndata: {\"id\":2}\n\nevent: message\ndata: {\"id\":3}\n\n";
+        assert_eq!(messages(&response("text/event-stream", sse)), vec!["{\"id\":2}", "{\"id\":3}"]);
+        assert!(messages(&response("application/json", "")).is_empty());
+    }
+
+    #[test]
+    fn only_requests_get_an_error_back() {
+        assert_eq!(request_id(r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#), Some(json!(7)));
+        assert_eq!(request_id(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), None);
+        assert_eq!(request_id("not json"), None);
+    }
+}

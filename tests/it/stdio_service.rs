@@ -1,0 +1,223 @@
+//! `fieldgate mcp` is a whole fieldgate: what it is given is kept in the data directory,
+//! it polls into history, and when a running fieldgate already holds the data directory it
+//! relays to it (and `call` asks it) instead of pretending.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use super::support::*;
+
+/// A `fieldgate mcp` process over the simulator, spoken to over stdio.
+struct StdioClient {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    next: u64,
+}
+
+fn fieldgate(devices: &std::path::Path, data: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fieldgate"));
+    c.arg("--devices")
+        .arg(devices)
+        .env_clear()
+        .env("FIELDGATE_STORAGE_DATA_DIR", data)
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
+        .env("FIELDGATE_STORAGE_FLUSH_INTERVAL_MS", "100")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    c
+}
+
+impl StdioClient {
+    async fn start(devices: &std::path::Path, data: &std::path::Path, extra: &[&str]) -> StdioClient {
+        let mut child = fieldgate(devices, data).arg("mcp").args(extra).spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut s = StdioClient { child, stdin, lines, next: 1 };
+        let init = s
+            .request(
+                "initialize",
+                json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+            )
+            .await;
+        assert!(init["result"]["protocolVersion"].is_string(), "{init}");
+        s.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        s
+    }
+
+    async fn send(&mut self, msg: Value) {
+        self.stdin.write_all(format!("{msg}\n").as_bytes()).await.unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(20), self.lines.next_line())
+                .await
+                .expect("an answer within 20 s")
+                .unwrap()
+                .expect("stdout open");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == json!(id) {
+                return v;
+            }
+        }
+    }
+
+    /// A tool's envelope.
+    async fn call(&mut self, tool: &str, args: Value) -> Value {
+        let r = self.request("tools/call", json!({"name": tool, "arguments": args})).await;
+        r["result"]["structuredContent"].clone()
+    }
+
+    /// Closes stdin, as a client does when it quits, and waits for the exit.
+    async fn close(mut self) -> std::process::ExitStatus {
+        drop(self.stdin);
+        tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await.expect("exits").unwrap()
+    }
+}
+
+fn order(key: &str) -> Value {
+    json!({"sensor_id": "A_LINE1_001", "type": "inspection", "priority": "medium",
+           "summary": "Discharge pressure above range for an hour; inspect the pump.", "idempotency_key": key})
+}
+
+/// The simulator on the demo devices and device files pointed at it.
+async fn plant() -> (fieldgate_sim::Simulator, tempfile::TempDir) {
+    let sim = sim_for(&demo_dir()).await;
+    let dir = tempfile::tempdir().unwrap();
+    for path in fieldgate::registry::device_files(&demo_dir()).unwrap() {
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        let id =
+            text.lines().find_map(|l| l.strip_prefix("id = \"")).unwrap().trim_end_matches('"').to_string();
+        let declared = text
+            .lines()
+            .find_map(|l| l.strip_prefix("endpoint = \""))
+            .unwrap()
+            .trim_end_matches('"')
+            .to_string();
+        if let Some(addr) = sim.addr(&id) {
+            text = text.replace(&declared, &addr.to_string());
+        } else if let Some(url) = sim.opcua_urls().get(&id) {
+            text = text.replace(&declared, url);
+        }
+        std::fs::write(dir.path().join(path.file_name().unwrap()), text).unwrap();
+    }
+    (sim, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_orders_made_over_stdio_survive_the_session_and_history_fills_meanwhile() {
+    let (sim, devices) = plant().await;
+    let data = tempfile::tempdir().unwrap();
+    let mut s = StdioClient::start(devices.path(), data.path(), &[]).await;
+    let created = s.call("create_work_order", order("stdio-keeps-01")).await;
+    assert_eq!(created["ok"], true, "{created}");
+    let id = created["data"]["work_order"]["id"].as_str().unwrap().to_string();
+    // The poller runs in this process: history fills while the session is open.
+    let since = chrono::Utc::now().timestamp_millis() - 60_000;
+    let from = chrono::Utc.timestamp_millis_opt(since).unwrap().to_rfc3339();
+    let until = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let h = s.call("get_sensor_history", json!({"sensor_id": "A_LINE1_001", "from": from})).await;
+        assert_eq!(h["ok"], true, "{h}");
+        if !h["data"]["points"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "no history after 15 s: {h}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(s.close().await.success());
+    assert!(!data.path().join(fieldgate::app::OWNER_FILE).exists(), "the owner file is removed at exit");
+    // A new session, a new process: the order is still there.
+    let mut s = StdioClient::start(devices.path(), data.path(), &[]).await;
+    let got = s.call("get_work_order", json!({"work_order_id": id})).await;
+    assert_eq!(got["data"]["work_order"]["id"], id.as_str(), "{got}");
+    let h = s.call("get_sensor_history", json!({"sensor_id": "A_LINE1_001", "from": from})).await;
+    assert!(!h["data"]["points"].as_array().unwrap().is_empty(), "history kept across sessions: {h}");
+    assert!(s.close().await.success());
+    sim.shutdown().await;
+}
+
+use chrono::TimeZone as _;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_serve_holds_the_data_directory_mcp_relays_and_call_asks_it() {
+    let (sim, devices) = plant().await;
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = fieldgate(devices.path(), data.path()).arg("serve").spawn().unwrap();
+    let mut err = BufReader::new(serve.stderr.take().unwrap()).lines();
+    let addr: std::net::SocketAddr = loop {
+        let line =
+            tokio::time::timeout(Duration::from_secs(20), err.next_line()).await.unwrap().unwrap().unwrap();
+        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    let owner = fieldgate::app::owner_of(data.path()).expect("serve wrote its owner file");
+    assert_eq!(owner.url.as_deref(), Some(format!("http://{addr}").as_str()));
+    // A stdio client relays to the running service: its order lands there.
+    let mut s = StdioClient::start(devices.path(), data.path(), &[]).await;
+    let created = s.call("create_work_order", order("relayed-0001")).await;
+    assert_eq!(created["ok"], true, "{created}");
+    let id = created["data"]["work_order"]["id"].as_str().unwrap().to_string();
+    let mut http = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
+    let seen = http.get(&format!("/v1/work-orders/{id}")).await.unwrap().json();
+    assert_eq!(seen["data"]["work_order"]["id"], id.as_str(), "{seen}");
+    // `call` answers through it too.
+    let o = fieldgate(devices.path(), data.path())
+        .args(["call", "get_work_order", &json!({"work_order_id": id}).to_string()])
+        .output()
+        .await
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["data"]["work_order"]["id"], id.as_str());
+    // Without the owner file, nothing says where the holder listens: a structured,
+    // retryable error naming the holder, never an answer made up from no store.
+    std::fs::remove_file(data.path().join(fieldgate::app::OWNER_FILE)).unwrap();
+    let o = fieldgate(devices.path(), data.path())
+        .args(["call", "list_work_orders", "{}"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["ok"].as_bool(), v["error"]["code"].as_str()),
+        (Some(false), Some("STORAGE_UNAVAILABLE")),
+        "{v}"
+    );
+    assert_eq!(v["error"]["retryable"], true);
+    assert!(v["error"]["message"].as_str().unwrap().contains("held by another fieldgate process"), "{v}");
+    let mut refused = StdioClient::start_raw(devices.path(), data.path()).await;
+    let r = refused.request("tools/list", json!({})).await;
+    assert_eq!(r["error"]["code"], -32000, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("held by another fieldgate process"), "{r}");
+    // The service stops: the relayed client's next request is told so, not left waiting.
+    let _ = std::process::Command::new("kill").args(["-TERM", &serve.id().unwrap().to_string()]).status();
+    let _ = tokio::time::timeout(Duration::from_secs(20), serve.wait()).await;
+    let r = s.request("tools/list", json!({})).await;
+    assert_eq!(r["error"]["code"], -32000, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("is gone"), "{r}");
+    sim.shutdown().await;
+}
+
+impl StdioClient {
+    /// Started without the MCP handshake (for a process that refuses every request).
+    async fn start_raw(devices: &std::path::Path, data: &std::path::Path) -> StdioClient {
+        let mut child = fieldgate(devices, data).arg("mcp").spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        StdioClient { child, stdin, lines, next: 1 }
+    }
+}
