@@ -14,7 +14,7 @@ use crate::transport::client::{HttpClient, HttpResponse};
 /// Where a command runs.
 pub enum Target {
     /// The data directory, opened by this process.
-    Local { data_dir: PathBuf, listen: std::net::SocketAddr },
+    Local { data_dir: PathBuf, webhook_configured: bool },
     /// A running service.
     Remote { url: String, token: Option<String> },
 }
@@ -63,7 +63,9 @@ pub async fn work_orders(target: Target, cmd: WorkOrderCommand) -> ExitCode {
         return fail(2, &format!("{} needs a work order ID, e.g. WO-000001", cmd.action));
     }
     let answer = match target {
-        Target::Local { data_dir, listen } => local(&data_dir, listen, &cmd, to),
+        Target::Local { data_dir, webhook_configured } => {
+            local(&data_dir, &cmd, to).map(|a| without_webhook(a, webhook_configured))
+        }
         Target::Remote { url, token } => remote_work_orders(&url, token, &cmd).await,
     };
     match answer {
@@ -75,9 +77,22 @@ pub async fn work_orders(target: Target, cmd: WorkOrderCommand) -> ExitCode {
     }
 }
 
+/// With no webhook configured, delivery says so (as the tools do) instead of "pending".
+fn without_webhook(a: Answer, configured: bool) -> Answer {
+    let fix = |mut o: WorkOrder| {
+        if !configured && let Some(d) = o.delivery.as_mut() {
+            d.state = "not_configured".into();
+        }
+        o
+    };
+    match a {
+        Answer::List(l) => Answer::List(l.into_iter().map(fix).collect()),
+        Answer::One(o) => Answer::One(Box::new(fix(*o))),
+    }
+}
+
 fn local(
     data_dir: &Path,
-    listen: std::net::SocketAddr,
     cmd: &WorkOrderCommand,
     to: Option<WorkOrderStatus>,
 ) -> Result<Answer, (u8, String)> {
@@ -93,14 +108,17 @@ fn local(
         };
     }
     let store = WorkOrderStore::open_in(data_dir).map_err(|e| match &e {
-        WorkOrderError::Refused(m) if m.contains("in use by another fieldgate process") => (
-            1,
-            format!(
-                "{} is held by a running fieldgate; ask it instead: fieldgate work-orders {} --url http://{listen} (with an operator token in FIELDGATE_CLI_TOKEN)",
-                file.display(),
-                cmd.action
-            ),
-        ),
+        WorkOrderError::Refused(m) if m.contains("in use by another fieldgate process") => {
+            let id = cmd.id.as_deref().map(|i| format!(" {i}")).unwrap_or_default();
+            let hint = match crate::app::owner_of(data_dir).and_then(|o| o.url) {
+                Some(url) => format!(
+                    "ask it instead: fieldgate work-orders {}{id} --url {url} (deciding needs an operator token in FIELDGATE_CLI_TOKEN)",
+                    cmd.action
+                ),
+                None => "ask it with --url http://HOST:PORT (where it listens), or stop it".to_string(),
+            };
+            (1, format!("{} is held by a running fieldgate; {hint}", file.display()))
+        }
         _ => (1, e.to_string()),
     })?;
     let id = cmd.id.clone().unwrap_or_default();
@@ -138,7 +156,11 @@ fn data_of(r: std::io::Result<HttpResponse>) -> Result<Value, (u8, String)> {
     let e = &v["error"];
     match (e["code"].as_str(), e["message"].as_str()) {
         (Some(code), Some(message)) => {
-            let hint = e["hint"].as_str().map(|h| format!(" {h}")).unwrap_or_default();
+            let hint = match code {
+                // The agent's words are not the right ones for a person at the command line.
+                "UNAUTHORIZED" => " This needs an operator token: pass it with --token or FIELDGATE_CLI_TOKEN (the service knows it from FIELDGATE_TOKEN_<NAME>=operator:<token> or its tokens file).".to_string(),
+                _ => e["hint"].as_str().map(|h| format!(" {h}")).unwrap_or_default(),
+            };
             Err((2, format!("{message} ({code}).{hint}")))
         }
         _ => Err((1, format!("unexpected answer (HTTP {})", r.status))),

@@ -87,10 +87,13 @@ impl Demo {
         }
         let mut config = config;
         config.storage.data_dir = data_dir.clone();
+        // The demo honours configured tokens, so an operator can approve work orders in it.
+        let tokens = Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars())
+            .map_err(|p| DemoError::Sim(p.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
         let options = crate::app::Options {
             listen: Some(listen),
             listen_required: true,
-            tokens: Arc::new(Tokens::default()),
+            tokens: Arc::new(tokens),
             mode: "demo",
         };
         let running = crate::app::start(config, registry, options).await.map_err(|e| match e {

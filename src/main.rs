@@ -55,16 +55,33 @@ enum Command {
         /// if any), e.g. http://127.0.0.1:8080.
         #[arg(long, value_name = "URL")]
         url: Option<String>,
+        /// The data directory (default: storage.data_dir).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
         /// Bearer token for --url (or FIELDGATE_CLI_TOKEN).
         #[arg(long, env = "FIELDGATE_CLI_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
     /// Serve the HTTP API and MCP over Streamable HTTP (at /mcp) until SIGTERM or Ctrl-C.
-    Serve,
+    Serve {
+        /// Where the HTTP API listens (default: server.listen).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// The data directory (default: storage.data_dir).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
     /// Serve MCP on stdin/stdout (logs go to stderr): the whole service (data directory,
     /// polling, history, work orders, and the HTTP API on loopback when the port is free),
     /// or, when a running fieldgate holds the data directory, a relay to its /mcp.
     Mcp {
+        /// Where this process's HTTP API listens when it owns the data directory (default:
+        /// server.listen).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// The data directory (default: storage.data_dir).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
         /// Relay to this running service instead, e.g. http://127.0.0.1:8080.
         #[arg(long, value_name = "URL")]
         url: Option<String>,
@@ -158,7 +175,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("FIELDGATE_LOG").unwrap_or_else(|_| {
         // Serving logs one event per call by default; one-shot commands stay quiet.
-        let level = if matches!(cli.command, Command::Serve | Command::Demo { tour: false, .. }) {
+        // Serving, and every tool call in every mode, logs one event per call by default;
+        // the other one-shot commands stay quiet.
+        let level = if matches!(
+            cli.command,
+            Command::Serve { .. } | Command::Mcp { .. } | Command::Call { .. } | Command::Demo { tour: false, .. }
+        ) {
             "info"
         } else {
             "warn"
@@ -168,10 +190,12 @@ fn main() -> ExitCode {
         // own text for refusals fieldgate reports itself (untrusted certificate, user
         // refused); FIELDGATE_LOG=opcua_client=debug,opcua_types=debug brings them back.
         tracing_subscriber::EnvFilter::new(format!(
-            "{level},opcua_server=error,opcua_client=off,opcua_crypto=off,opcua_types=off,opcua_core::comms::secure_channel=off"
+            "{level},rmcp=warn,opcua_server=error,opcua_client=off,opcua_crypto=off,opcua_types=off,opcua_core::comms::secure_channel=off"
         ))
     });
-    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    // Colour only for a person at a terminal, and never when NO_COLOR is set.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
+    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(ansi).with_env_filter(filter);
     match cli.log_format {
         LogFormat::Json => logs.json().init(),
         LogFormat::Text => logs.init(),
@@ -284,7 +308,7 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Call { tool, args, url, token } => {
+        Command::Call { tool, args, url, data_dir, token } => {
             let args = match args.as_deref().map(serde_json::from_str::<serde_json::Value>) {
                 None => serde_json::Value::Object(Default::default()),
                 Some(Ok(v)) => v,
@@ -299,9 +323,10 @@ fn main() -> ExitCode {
                 Ok(v) => v,
                 Err(code) => return code,
             };
+            let config = with_overrides(config, None, data_dir);
             runtime.block_on(fieldgate::cli::call(config, registry, &tool, args, url, token))
         }
-        Command::Mcp { url, token } => {
+        Command::Mcp { url, token, listen, data_dir } => {
             let (config, registry) = match load(&cli.config, &cli.devices) {
                 Ok(v) => v,
                 Err(code) => return code,
@@ -310,9 +335,10 @@ fn main() -> ExitCode {
                 Ok(t) => Arc::new(t),
                 Err(problems) => return report(&problems),
             };
+            let config = with_overrides(config, listen, data_dir);
             runtime.block_on(fieldgate::cli::mcp(config, registry, tokens, url, token))
         }
-        Command::Serve => {
+        Command::Serve { listen, data_dir } => {
             let (config, registry) = match load(&cli.config, &cli.devices) {
                 Ok(v) => v,
                 Err(code) => return code,
@@ -321,6 +347,7 @@ fn main() -> ExitCode {
                 Ok(t) => Arc::new(t),
                 Err(problems) => return report(&problems),
             };
+            let config = with_overrides(config, listen, data_dir);
             runtime.block_on(serve(config, registry, tokens))
         }
         Command::WorkOrders { action, id, note, by, url, token, data_dir, json } => {
@@ -329,7 +356,7 @@ fn main() -> ExitCode {
                 None => match Config::load(cli.config.as_deref(), std::env::vars()) {
                     Ok(c) => fieldgate::cli::Target::Local {
                         data_dir: data_dir.unwrap_or(c.storage.data_dir),
-                        listen: c.server.listen,
+                        webhook_configured: !c.work_orders.webhook_url.is_empty(),
                     },
                     Err(e) => return report(&e.0),
                 },
@@ -380,6 +407,17 @@ fn main() -> ExitCode {
             runtime.block_on(demo(config, registry, listen, data_dir, tour))
         }
     }
+}
+
+/// The command line's `--listen` and `--data-dir` over the configuration.
+fn with_overrides(mut config: Config, listen: Option<SocketAddr>, data_dir: Option<PathBuf>) -> Config {
+    if let Some(l) = listen {
+        config.server.listen = l;
+    }
+    if let Some(d) = data_dir {
+        config.storage.data_dir = d;
+    }
+    config
 }
 
 async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> ExitCode {

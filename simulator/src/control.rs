@@ -29,11 +29,16 @@ fn not_found(what: &str) -> Response {
 }
 
 async fn devices(State(sim): State<Sim>) -> Json<serde_json::Value> {
-    let list: Vec<_> = sim
+    let mut list: Vec<_> = sim
         .addrs()
         .into_iter()
         .map(|(id, addr)| json!({ "id": id, "addr": addr, "faults": sim.faults(&id), "stats": sim.stats(&id) }))
         .collect();
+    list.extend(
+        sim.opcua_urls()
+            .into_iter()
+            .map(|(id, url)| json!({ "id": id, "url": url, "protocol": "opcua", "faults": sim.faults(&id) })),
+    );
     Json(json!({ "devices": list, "skipped": sim.skipped(), "time_s": sim.now() }))
 }
 

@@ -457,3 +457,20 @@ fn start_up_failures_say_what_to_change() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("cannot listen on") && err.contains("--listen"), "{err}");
 }
+
+/// Logs piped to a file carry no colour codes, and every tool call is one event, in
+/// `call` as in `serve`.
+#[test]
+fn logs_to_a_pipe_have_no_escape_codes_and_one_event_per_call() {
+    let data = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["call", "list_sensors", r#"{"zone":"UTIL","limit":1}"#, "--devices", demo_dir().to_str().unwrap()])
+        .env_clear()
+        .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(!err.contains('\u{1b}'), "escape codes in piped logs: {err:?}");
+    assert_eq!(err.matches("tool call").count(), 1, "{err}");
+}

@@ -226,6 +226,13 @@ async fn the_demo_prints_its_fault_control_and_a_fault_set_there_shows_in_the_se
     let mut sim = HttpClient::connect(control).await.unwrap();
     let index = sim.get("/").await.unwrap().json();
     assert!(index["routes"]["PATCH /devices/{id}/faults"].is_string(), "{index}");
+    let devices = sim.get("/devices").await.unwrap().json();
+    let ids: Vec<&str> =
+        devices["devices"].as_array().unwrap().iter().filter_map(|d| d["id"].as_str()).collect();
+    assert!(
+        ids.contains(&"b-oven2-opcua") && ids.contains(&"a-util-meter"),
+        "every device can be broken: {ids:?}"
+    );
     let r = sim
         .send(
             "PATCH",

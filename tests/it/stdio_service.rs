@@ -221,3 +221,31 @@ impl StdioClient {
         StdioClient { child, stdin, lines, next: 1 }
     }
 }
+
+/// The held-store hint of `work-orders` names where the holder really listens (from its
+/// owner file) and the whole command, ID included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_store_points_at_the_holders_real_address() {
+    let (sim, devices) = plant().await;
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = fieldgate(devices.path(), data.path()).arg("serve").spawn().unwrap();
+    let mut err = BufReader::new(serve.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line =
+            tokio::time::timeout(Duration::from_secs(20), err.next_line()).await.unwrap().unwrap().unwrap();
+        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    let o = fieldgate(devices.path(), data.path())
+        .args(["work-orders", "approve", "WO-000007", "--data-dir"])
+        .arg(data.path())
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains(&format!("fieldgate work-orders approve WO-000007 --url http://{addr}")), "{text}");
+    let _ = serve.kill().await;
+    sim.shutdown().await;
+}
