@@ -158,7 +158,7 @@ fn data_of(r: std::io::Result<HttpResponse>) -> Result<Value, (u8, String)> {
         (Some(code), Some(message)) => {
             let hint = match code {
                 // The agent's words are not the right ones for a person at the command line.
-                "UNAUTHORIZED" => " This needs an operator token: pass it with --token or FIELDGATE_CLI_TOKEN (the service knows it from FIELDGATE_TOKEN_<NAME>=operator:<token> or its tokens file).".to_string(),
+                "UNAUTHORIZED" | "FORBIDDEN" => " This needs an operator token: pass it with --token or FIELDGATE_CLI_TOKEN (the service knows it from FIELDGATE_TOKEN_<NAME>=operator:<token> or its tokens file).".to_string(),
                 _ => e["hint"].as_str().map(|h| format!(" {h}")).unwrap_or_default(),
             };
             Err((2, format!("{message} ({code}).{hint}")))

@@ -9,6 +9,7 @@ pub mod delivery;
 pub mod demo;
 pub mod driver;
 pub mod ids;
+pub mod logs;
 pub mod metrics;
 pub mod poller;
 pub mod registry;

@@ -197,7 +197,7 @@ fn main() -> ExitCode {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
     let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(ansi).with_env_filter(filter);
     match cli.log_format {
-        LogFormat::Json => logs.json().init(),
+        LogFormat::Json => logs.event_format(fieldgate::logs::JsonEvents).init(),
         LogFormat::Text => logs.init(),
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

@@ -219,6 +219,8 @@ async fn subscribe_device(
     // What get_device_status shows: the device was heard from, or its session was lost.
     let health = inner.resilience.guard(&d.id).map(|g| &g.health);
     let mut was_live = false;
+    // A subscription that never comes up is a failure too, not silence.
+    let mut never_live_ticks = 0u32;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
@@ -241,6 +243,14 @@ async fn subscribe_device(
                 }
                 if let (true, false, Some(h)) = (was_live, live, health) {
                     h.lost(crate::driver::DriverError::Unavailable { retry_after: None });
+                }
+                if live {
+                    never_live_ticks = u32::MAX;
+                } else if never_live_ticks < u32::MAX {
+                    never_live_ticks += 1;
+                    if never_live_ticks == 5 && let Some(h) = health {
+                        h.lost(crate::driver::DriverError::Unavailable { retry_after: None });
+                    }
                 }
                 was_live = live;
             }

@@ -35,6 +35,83 @@ pub fn closest<'c>(input: &str, candidates: impl IntoIterator<Item = &'c str>) -
         .map(|(_, c)| c)
 }
 
+/// Names agents give parameters that fieldgate calls otherwise, each with the parameters
+/// it may mean, most likely first (only those of the tool at hand are offered).
+const PARAMETER_SYNONYMS: &[(&str, &[&str])] = &[
+    ("start", &["from", "since"]),
+    ("start_time", &["from", "since"]),
+    ("begin", &["from", "since"]),
+    ("after", &["since", "from"]),
+    ("end", &["to"]),
+    ("end_time", &["to"]),
+    ("until", &["to"]),
+    ("stop", &["to"]),
+    ("before", &["to"]),
+    ("id", &["sensor_id", "work_order_id", "device_id"]),
+    ("sensor", &["sensor_id", "sensor_ids"]),
+    ("sensors", &["sensor_ids"]),
+    ("ids", &["sensor_ids"]),
+    ("order_id", &["work_order_id"]),
+    ("key", &["idempotency_key"]),
+    ("max", &["limit"]),
+    ("count", &["limit"]),
+    ("size", &["limit"]),
+    ("page_size", &["limit"]),
+    ("max_results", &["limit"]),
+    ("top", &["limit"]),
+    ("page", &["cursor"]),
+    ("page_token", &["cursor"]),
+    ("next_cursor", &["cursor"]),
+    ("offset", &["cursor"]),
+    ("interval", &["bucket"]),
+    ("resolution", &["bucket"]),
+    ("granularity", &["bucket"]),
+    ("step", &["bucket"]),
+    ("window", &["bucket"]),
+    ("mode", &["unit"]),
+    ("max_age", &["max_age_ms"]),
+    ("state", &["status"]),
+    ("query", &["text"]),
+    ("search", &["text"]),
+    ("q", &["text"]),
+    ("category", &["kind"]),
+    ("severity", &["priority"]),
+    ("description", &["summary"]),
+    ("reason", &["summary"]),
+    ("work_type", &["type"]),
+];
+
+/// The parameter an unknown argument name most likely meant, among `params`: the same
+/// name in snake case (`sensorId`), a synonym (`start` → `from`), or the nearest by edit
+/// distance (`zonee` → `zone`).
+pub fn closest_parameter<'c>(input: &str, params: &[&'c str]) -> Option<&'c str> {
+    let mut snake = String::with_capacity(input.len() + 4);
+    let mut after_lower = false;
+    for c in input.trim().chars() {
+        match c {
+            '-' | ' ' | '.' => snake.push('_'),
+            // camelCase and sensorID: a word starts at an upper-case letter after a lower one.
+            c if c.is_ascii_uppercase() => {
+                if after_lower {
+                    snake.push('_');
+                }
+                snake.push(c.to_ascii_lowercase());
+            }
+            c => snake.push(c),
+        }
+        after_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+    }
+    if let Some(same) = params.iter().find(|p| **p == snake) {
+        return Some(same);
+    }
+    // A known synonym before edit distance, which finds `to` two edits from `id`.
+    PARAMETER_SYNONYMS
+        .iter()
+        .find(|(alias, _)| *alias == snake)
+        .and_then(|(_, meant)| meant.iter().find_map(|m| params.iter().find(|p| *p == m).copied()))
+        .or_else(|| closest(&snake, params.iter().copied()))
+}
+
 /// What a person probably meant by a malformed sensor ID: upper case, `_` for other
 /// separators, and a number padded to three digits (`a-line1-42` → `A_LINE1_042`).
 pub fn normalize_sensor_id(input: &str) -> String {
@@ -107,6 +184,23 @@ mod tests {
         assert_eq!(closest("wordorder", keys), Some("word_order"));
         assert_eq!(closest("timeout", keys), Some("timeout_ms"));
         assert_eq!(closest("zzzzzzzz", keys), None);
+    }
+
+    #[test]
+    fn closest_parameter_knows_case_typos_and_synonyms() {
+        let history = ["sensor_id", "from", "to", "bucket", "limit", "cursor"];
+        assert_eq!(closest_parameter("start", &history), Some("from"));
+        assert_eq!(closest_parameter("end", &history), Some("to"));
+        assert_eq!(closest_parameter("sensorId", &history), Some("sensor_id"));
+        assert_eq!(closest_parameter("sensorID", &history), Some("sensor_id"));
+        assert_eq!(closest_parameter("ID", &history), Some("sensor_id"));
+        assert_eq!(closest_parameter("limt", &history), Some("limit"));
+        assert_eq!(closest_parameter("interval", &history), Some("bucket"));
+        // A synonym only names parameters the tool has.
+        let orders = ["status", "sensor_id", "since", "limit", "cursor"];
+        assert_eq!(closest_parameter("start", &orders), Some("since"));
+        assert_eq!(closest_parameter("end", &orders), None);
+        assert_eq!(closest_parameter("zzzzzzzz", &orders), None);
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub enum ProbeOutcome {
 
 /// The breaker and health of one device.
 pub struct Guard {
+    /// The device, for the log.
+    pub id: DeviceId,
     pub breaker: Breaker,
     pub health: Health,
 }
@@ -98,7 +100,12 @@ impl Resilience {
     fn for_devices(devices: &[DeviceId], settings: BreakerSettings, config: &Config) -> Resilience {
         let guards = devices
             .iter()
-            .map(|d| (d.clone(), Guard { breaker: Breaker::new(settings), health: Health::default() }))
+            .map(|d| {
+                (
+                    d.clone(),
+                    Guard { id: d.clone(), breaker: Breaker::new(settings), health: Health::default() },
+                )
+            })
             .collect();
         let retry = RetryPolicy {
             max_retries: config.calls.max_retries,
@@ -119,7 +126,11 @@ impl Resilience {
             .map(|d| {
                 (
                     d.id.clone(),
-                    Guard { breaker: Breaker::new(breaker_settings(config, d)), health: Health::default() },
+                    Guard {
+                        id: d.id.clone(),
+                        breaker: Breaker::new(breaker_settings(config, d)),
+                        health: Health::default(),
+                    },
                 )
             })
             .collect();
@@ -268,6 +279,7 @@ async fn attempt(
     options: ReadOptions,
 ) -> Vec<Result<Sample, DriverError>> {
     let started = Instant::now();
+    let before = (guard.breaker.snapshot().state, guard.health.failing_since());
     let results = driver.read(sensors, options).await;
     let took = started.elapsed();
     let any_ok = results.iter().any(Result::is_ok);
@@ -289,7 +301,29 @@ async fn attempt(
         // Dropped unrecorded: a probe's slot is freed for the next one.
         (false, None, None) => drop(permit),
     }
+    log_changes(guard, before);
     results
+}
+
+/// One line when a device goes down (its breaker opens: with why) and one when it comes
+/// back (its breaker closes: with how long it was down), not one per failed read: what a
+/// person on an edge box needs to see.
+fn log_changes(guard: &Guard, (state, failing): (breaker::SnapshotState, Option<(DateTime<Utc>, Duration)>)) {
+    use breaker::SnapshotState::{Closed, HalfOpen, Open};
+    let device = guard.id.as_str();
+    let after = guard.breaker.snapshot().state;
+    match (state, after) {
+        (Closed, Open) => {
+            let reason = guard.health.snapshot().last_error.map(|(e, _)| e.to_string()).unwrap_or_default();
+            tracing::info!(device, %reason, "device down: circuit breaker open");
+        }
+        (HalfOpen | Open, Closed) => {
+            let down = failing.map_or(0, |(_, d)| d.as_secs());
+            tracing::info!(device, down_for_s = down, "device up again: circuit breaker closed");
+        }
+        (HalfOpen, Open) => tracing::debug!(device, "probe failed: circuit breaker open again"),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

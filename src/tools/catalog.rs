@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::defs::*;
 use super::envelope::Envelope;
@@ -90,19 +90,181 @@ fn flatten_descriptions(v: &mut Value) {
     }
 }
 
-/// The input schema of an argument type.
+/// Calls `f` on every schema object of `v`: the root and every subschema, but never on
+/// instance data (`examples`, `default`, `enum`, `const`) or on the maps that hold
+/// subschemas by name (`properties`: a parameter may be called `format`).
+fn each_schema(v: &mut Value, f: &mut dyn FnMut(&mut Map<String, Value>)) {
+    let Value::Object(map) = v else { return };
+    f(map);
+    for (keyword, child) in map.iter_mut() {
+        match (keyword.as_str(), child) {
+            (
+                "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas",
+                Value::Object(named),
+            ) => named.values_mut().for_each(|s| each_schema(s, f)),
+            ("anyOf" | "oneOf" | "allOf" | "prefixItems" | "items", Value::Array(list)) => {
+                list.iter_mut().for_each(|s| each_schema(s, f))
+            }
+            (
+                "items"
+                | "additionalProperties"
+                | "unevaluatedProperties"
+                | "unevaluatedItems"
+                | "contains"
+                | "propertyNames"
+                | "not"
+                | "if"
+                | "then"
+                | "else",
+                s,
+            ) => each_schema(s, f),
+            _ => {}
+        }
+    }
+}
+
+/// The `format`s JSON Schema 2020-12 defines (validation vocabulary, §7.3).
+const STANDARD_FORMATS: [&str; 19] = [
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// The bounds an integer `format` of schemars implies. Bounds beyond 2^53 (64-bit and
+/// pointer-sized integers) are left out: a JSON number there is not exact in most clients,
+/// and no value of ours comes near.
+fn implied_bounds(format: &str) -> (Option<i64>, Option<i64>) {
+    match format {
+        "uint8" => (Some(0), Some(u8::MAX.into())),
+        "uint16" => (Some(0), Some(u16::MAX.into())),
+        "uint32" => (Some(0), Some(u32::MAX.into())),
+        "uint" | "uint64" | "uint128" => (Some(0), None),
+        "int8" => (Some(i8::MIN.into()), Some(i8::MAX.into())),
+        "int16" => (Some(i16::MIN.into()), Some(i16::MAX.into())),
+        "int32" => (Some(i32::MIN.into()), Some(i32::MAX.into())),
+        _ => (None, None),
+    }
+}
+
+/// Replaces schemars' non-standard `format`s (`uint32`, `uint64`, `double`, ...), which
+/// validators warn about, by the `minimum` and `maximum` they imply: the bound already
+/// there (a `range` attribute) is kept when it is tighter.
+fn standard_formats(v: &mut Value) {
+    each_schema(v, &mut |schema| {
+        let format = match schema.get("format") {
+            Some(Value::String(f)) if !STANDARD_FORMATS.contains(&f.as_str()) => f.clone(),
+            _ => return,
+        };
+        schema.shift_remove("format");
+        let (min, max) = implied_bounds(&format);
+        let tighter = |keyword: &str, bound: i64, schema: &Map<String, Value>| match schema
+            .get(keyword)
+            .and_then(Value::as_f64)
+        {
+            None => true,
+            Some(have) if keyword == "minimum" => (bound as f64) > have,
+            Some(have) => (bound as f64) < have,
+        };
+        for (keyword, bound) in [("minimum", min), ("maximum", max)] {
+            if let Some(bound) = bound
+                && tighter(keyword, bound, schema)
+            {
+                schema.insert(keyword.into(), Value::from(bound));
+            }
+        }
+    });
+}
+
+/// Whether `v` is the schema `{"type": "null"}`.
+fn is_null_schema(v: &Value) -> bool {
+    v.as_object().is_some_and(|o| o.len() == 1 && o.get("type").is_some_and(|t| t == "null"))
+}
+
+/// Publishes each optional parameter as its plain type: `["integer", "null"]` becomes
+/// `"integer"`, a `null` among the `enum` values goes, and an `anyOf` of a schema and
+/// `{"type": "null"}` becomes that schema. Some clients refuse type arrays (the MCP
+/// Inspector turned `limit=2` into a string); fieldgate still takes `null` for "the
+/// default" (`validate.rs`).
+fn without_null(schema: &mut Value) {
+    let required: Vec<String> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else { return };
+    for (name, p) in props.iter_mut() {
+        let Some(p) = p.as_object_mut().filter(|_| !required.contains(name)) else { continue };
+        if let Some(Value::Array(types)) = p.get_mut("type") {
+            types.retain(|t| t != "null");
+            if types.len() == 1 {
+                let only = types.remove(0);
+                p.insert("type".into(), only);
+            }
+        }
+        if let Some(Value::Array(values)) = p.get_mut("enum") {
+            values.retain(|v| !v.is_null());
+        }
+        for keyword in ["anyOf", "oneOf"] {
+            let Some(Value::Array(alts)) = p.get_mut(keyword) else { continue };
+            alts.retain(|a| !is_null_schema(a));
+            if alts.len() == 1 {
+                // The one schema left takes the alternatives' place; the parameter's own
+                // description, examples and default come first.
+                if let Some(Value::Object(only)) =
+                    p.shift_remove(keyword).and_then(|mut a| a.as_array_mut()?.pop())
+                {
+                    for (k, v) in only {
+                        p.entry(k).or_insert(v);
+                    }
+                }
+            }
+        }
+        // Alternatives of one type (`unit`: the constants "normalized" and "raw") state it
+        // once more on the parameter, for clients that read nothing else.
+        if !p.contains_key("type")
+            && let Some(Value::Array(alts)) = p.get("oneOf").or_else(|| p.get("anyOf"))
+            && let Some(first) = alts.first().and_then(|a| a.get("type")).filter(|t| t.is_string())
+            && alts.iter().all(|a| a.get("type") == Some(first))
+        {
+            let t = first.clone();
+            p.insert("type".into(), t);
+        }
+    }
+}
+
+/// The input schema of an argument type, as clients see it.
 pub fn input_schema<T: JsonSchema>() -> Value {
     let schema = settings().into_generator().into_root_schema_for::<T>();
     let mut v = serde_json::to_value(schema).unwrap_or(Value::Null);
     flatten_descriptions(&mut v);
+    without_null(&mut v);
+    standard_formats(&mut v);
     v
 }
 
-/// The output schema: the envelope around `T`.
+/// The output schema: the envelope around `T`. Fields that can be `null` keep saying so:
+/// results are checked against it.
 pub fn output_schema<T: JsonSchema>() -> Value {
     let schema = settings().into_generator().into_root_schema_for::<Envelope<T>>();
     let mut v = serde_json::to_value(schema).unwrap_or(Value::Null);
     flatten_descriptions(&mut v);
+    standard_formats(&mut v);
     if let Some(o) = v.as_object_mut() {
         o.insert(
             "title".into(),
@@ -247,5 +409,6 @@ pub fn device_file_schema() -> Value {
         .into_root_schema_for::<crate::registry::file_schema::DeviceFile>();
     let mut v = serde_json::to_value(schema).unwrap_or(Value::Null);
     flatten_descriptions(&mut v);
+    standard_formats(&mut v);
     v
 }

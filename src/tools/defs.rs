@@ -39,7 +39,7 @@ pub struct ListSensorsArgs {
     #[schemars(length(min = 1, max = 100), example = &"pump discharge")]
     pub text: Option<String>,
     /// Most sensors to return in this page, 1-1000. Default 100.
-    #[schemars(range(min = 1, max = 1000), example = 100)]
+    #[schemars(range(min = 1, max = 1000), example = 100, extend("default" = super::list_sensors::DEFAULT_LIMIT))]
     pub limit: Option<u32>,
     /// `next_cursor` from the previous page, to continue the same listing. Default: first page.
     #[schemars(length(min = 1, max = 200), example = &"eyJhIjoiQV9MSU5FMV8wMjAifQ")]
@@ -100,11 +100,11 @@ pub struct GetSensorReadingArgs {
     pub sensor_id: String,
     /// "normalized" (engineering units) or "raw" (the decoded device value before scale and
     /// offset), e.g. "raw". Default "normalized".
-    #[schemars(example = &"normalized")]
+    #[schemars(example = &"normalized", extend("default" = "normalized"))]
     pub unit: Option<UnitMode>,
     /// Accept a value read at most this many milliseconds ago instead of asking the device,
     /// 0-86400000, e.g. 5000. Default 0: always ask the device.
-    #[schemars(range(min = 0, max = 86_400_000), example = 5000)]
+    #[schemars(range(min = 0, max = 86_400_000), example = 5000, extend("default" = 0))]
     pub max_age_ms: Option<u64>,
 }
 
@@ -118,10 +118,10 @@ pub struct GetSensorReadingsArgs<'a> {
     #[serde(borrow)]
     pub sensor_ids: Vec<&'a str>,
     /// "normalized" or "raw", for every sensor, e.g. "raw". Default "normalized".
-    #[schemars(example = &"normalized")]
+    #[schemars(example = &"normalized", extend("default" = "normalized"))]
     pub unit: Option<UnitMode>,
     /// Accept values read at most this many milliseconds ago, 0-86400000, e.g. 5000. Default 0.
-    #[schemars(range(min = 0, max = 86_400_000), example = 5000)]
+    #[schemars(range(min = 0, max = 86_400_000), example = 5000, extend("default" = 0))]
     pub max_age_ms: Option<u64>,
 }
 
@@ -211,7 +211,7 @@ pub struct GetSensorHistoryArgs {
     #[schemars(regex(pattern = BUCKET_PATTERN), example = &"5m")]
     pub bucket: Option<String>,
     /// Most points or buckets in this page, 1-5000, e.g. 500. Default 500.
-    #[schemars(range(min = 1, max = 5000), example = 500)]
+    #[schemars(range(min = 1, max = 5000), example = 500, extend("default" = super::history::DEFAULT_LIMIT))]
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page. Default: first page.
     #[schemars(length(min = 1, max = 200), example = &"eyJ0IjoxNzY0MDAwMDAwMDAwfQ")]
@@ -280,6 +280,8 @@ pub struct GetDeviceStatusArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceState {
+    /// Never heard from yet (no read or probe has reached it).
+    Unknown,
     Up,
     Degraded,
     Down,
@@ -330,6 +332,9 @@ pub struct DeviceStatus {
     pub last_error: Option<LastError>,
     /// While the device is down: the first failure since its last success (RFC 3339).
     pub down_since: Option<String>,
+    /// When the state was last confirmed by the device itself: its last answer while up,
+    /// its last failure while down or degraded; null while unknown.
+    pub confirmed_at: Option<String>,
     /// Reads the device failed (no reply, refused or dropped connection, malformed reply,
     /// busy) since fieldgate started; one stalled request is one failure.
     pub failures: u64,
@@ -522,7 +527,7 @@ pub struct ListWorkOrdersArgs {
     #[schemars(example = &"2026-11-01T00:00:00Z")]
     pub since: Option<String>,
     /// Most work orders in this page, 1-500, e.g. 50. Default 50.
-    #[schemars(range(min = 1, max = 500), example = 50)]
+    #[schemars(range(min = 1, max = 500), example = 50, extend("default" = super::work_orders::DEFAULT_LIMIT))]
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page. Default: first page.
     #[schemars(length(min = 1, max = 200), example = &"eyJpZCI6Ik")]

@@ -27,6 +27,18 @@ pub enum ErrorCode {
     RateLimited,
     RetryLimitReached,
     Unauthorized,
+    /// A known caller without the role for this, or a refused `Host`/`Origin`.
+    Forbidden,
+    /// No tool of that name is served.
+    UnknownTool,
+    /// No such route (HTTP).
+    NotFound,
+    /// The HTTP method is not served on this route.
+    MethodNotAllowed,
+    /// The request did not complete within the server's time limit.
+    RequestTimeout,
+    /// The request body is over the server's limit.
+    PayloadTooLarge,
     Internal,
 }
 
@@ -63,6 +75,12 @@ impl ErrorCode {
             ErrorCode::RateLimited => "RATE_LIMITED",
             ErrorCode::RetryLimitReached => "RETRY_LIMIT_REACHED",
             ErrorCode::Unauthorized => "UNAUTHORIZED",
+            ErrorCode::Forbidden => "FORBIDDEN",
+            ErrorCode::UnknownTool => "UNKNOWN_TOOL",
+            ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            ErrorCode::RequestTimeout => "REQUEST_TIMEOUT",
+            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             ErrorCode::Internal => "INTERNAL",
         }
     }

@@ -329,7 +329,7 @@ impl ToolService {
         let to = work_orders::ACTIONS.iter().find(|(a, _)| *a == action).map(|(_, s)| *s);
         let result = match (caller.role, to, self.inner.work_orders.clone()) {
             (Role::Agent, _, _) => Err(ToolError::new(
-                ErrorCode::Unauthorized,
+                ErrorCode::Forbidden,
                 "Only an operator can change a work order's state.",
                 "A person approves or rejects work orders; check it later with get_work_order.",
             )),
@@ -362,7 +362,7 @@ impl ToolService {
         let started = Instant::now();
         let result = match caller.role {
             Role::Agent => Err(ToolError::new(
-                ErrorCode::Unauthorized,
+                ErrorCode::Forbidden,
                 "Only an operator can probe a device.",
                 "fieldgate probes failing devices itself; get_device_status shows when next.",
             )),
@@ -520,12 +520,14 @@ fn redact(args: &Value) -> String {
             }
         }
     }
-    envelope::cut(&v.to_string())
+    // Whole (so that JSON logs carry it as an object) unless it is long.
+    let text = v.to_string();
+    if text.len() <= 2048 { text } else { envelope::cut(&text) }
 }
 
 /// `c_` + 13 hex digits of milliseconds + 8 of a process-wide sequence mixed with a
 /// per-process random seed: unique, sortable by time.
-fn new_call_id() -> String {
+pub(crate) fn new_call_id() -> String {
     use std::hash::{BuildHasher, RandomState};
     static SEQ: AtomicU64 = AtomicU64::new(0);
     static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();

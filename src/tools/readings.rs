@@ -59,6 +59,72 @@ impl Cache {
         let age = (now - s.at).num_milliseconds();
         (age >= 0 && age as u64 <= max_age_ms).then(|| s.clone())
     }
+
+    /// How old the cached sample is at `now`, if there is one (and not from a clock that
+    /// stepped back since).
+    pub fn age_ms(&self, sensor: &Sensor, now: DateTime<Utc>) -> Option<u64> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let s = slots.get(sensor.place.sensor)?.as_ref()?;
+        u64::try_from((now - s.at).num_milliseconds()).ok()
+    }
+}
+
+/// The largest `max_age_ms` the input schemas accept.
+const MAX_AGE_MS: u64 = 86_400_000;
+
+/// Whether an error is a device failure worth waiting out, so that the last value read
+/// is worth offering meanwhile.
+fn passing_device_failure(e: &ToolError) -> bool {
+    matches!(
+        e.code,
+        ErrorCode::DeviceTimeout
+            | ErrorCode::DeviceUnavailable
+            | ErrorCode::DeviceBusy
+            | ErrorCode::CircuitOpen
+            | ErrorCode::DeviceProtocolError
+    )
+}
+
+/// " The last value read, 42 s old, is available: call again with max_age_ms of at least
+/// 42000 (e.g. 60000) to get it." for a cached value `age_ms` old; for a batch that read
+/// nothing, `of` counts the sensors with a cached value and `age_ms` is the oldest one's.
+/// Nothing when `max_age_ms` cannot reach back that far. The example leaves the agent time
+/// before its next call, while the value grows older.
+fn cached_note(age_ms: u64, of: Option<usize>) -> String {
+    let secs = age_ms.div_ceil(1000).max(1);
+    let at_least = secs * 1000;
+    if at_least > MAX_AGE_MS {
+        return String::new();
+    }
+    let age = match secs {
+        0..120 => format!("{secs} s"),
+        120..7200 => format!("{} min", secs / 60),
+        _ => format!("{} h", secs / 3600),
+    };
+    let example = (at_least + 10_000).div_ceil(60_000).saturating_mul(60_000).min(MAX_AGE_MS);
+    let example = if example > at_least { format!(" (e.g. {example})") } else { String::new() };
+    let call = format!("call again with max_age_ms of at least {at_least}{example}");
+    match of {
+        None => format!(" The last value read, {age} old, is available: {call} to get it."),
+        Some(1) => {
+            format!(
+                " The last value read of one of these sensors, {age} old, is available: {call} to get it."
+            )
+        }
+        Some(n) => format!(
+            " The last values read of {n} of these sensors are available, the oldest {age} old: {call} to get them."
+        ),
+    }
+}
+
+/// A device failure of `sensor`, with the cached value the agent can have instead.
+fn offer_cached(mut e: ToolError, cache: &Cache, sensor: &Sensor) -> ToolError {
+    if passing_device_failure(&e)
+        && let Some(age) = cache.age_ms(sensor, Utc::now())
+    {
+        e.hint.push_str(&cached_note(age, None));
+    }
+    e
 }
 
 /// Formats timestamps and ages, once per distinct instant (a batch shares a few).
@@ -540,7 +606,7 @@ pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts:
             stamps.refresh();
             to_data(&reading(sensor, &sample, mode, ReadingSource::Live, &mut stamps))
         }
-        Some(Err(e)) => Err(device_error(&e, device, sensor)),
+        Some(Err(e)) => Err(offer_cached(device_error(&e, device, sensor), &inner.cache, sensor)),
         None => Err(ToolError::internal()),
     }
 }
@@ -638,11 +704,18 @@ pub(crate) async fn get_many(
         }
     }
     let mut failed: Vec<(usize, FailedSensor)> = Vec::new();
+    // Where in `failed` a device failure has a cached value to offer, and its age.
+    let mut cached: Vec<(usize, u64)> = Vec::new();
     for (i, slot) in slots.iter_mut().enumerate() {
         match std::mem::replace(slot, Slot::Pending) {
             Slot::Failed(mut error) => {
                 let at = position(i);
                 error.parameter = Some(format!("sensor_ids/{at}"));
+                if passing_device_failure(&error)
+                    && let Some(age) = inner.cache.age_ms(sensors[i], stamps.now)
+                {
+                    cached.push((failed.len(), age));
+                }
                 failed.push((at, FailedSensor { sensor_id: sensors[i].id.to_string(), error: *error }));
             }
             Slot::Pending => return Err(ToolError::internal()),
@@ -650,13 +723,28 @@ pub(crate) async fn get_many(
         }
     }
     let read_none = failed.len() == sensors.len();
+    // Each failed sensor offers its own; a call that read nothing offers them once (below).
+    if !read_none {
+        for &(k, age) in &cached {
+            if let Some((_, f)) = failed.get_mut(k) {
+                f.error.hint.push_str(&cached_note(age, None));
+            }
+        }
+    }
     if !unknown.is_empty() {
         failed.extend(unknown);
         failed.sort_by_key(|(at, _)| *at);
     }
     let failed: Vec<FailedSensor> = failed.into_iter().map(|(_, f)| f).collect();
     if read_none {
-        return Err(whole_call_failure(failed.into_iter().map(|f| f.error).collect()));
+        let several = failed.len() > 1;
+        let mut e = whole_call_failure(failed.into_iter().map(|f| f.error).collect());
+        if let Some(oldest) = cached.iter().map(|(_, age)| *age).max()
+            && e.retryable
+        {
+            e.hint.push_str(&cached_note(oldest, several.then_some(cached.len())));
+        }
+        return Err(e);
     }
     // `ReadingsData`, written directly: readings, failed, complete.
     let mut out = String::with_capacity(64 + 256 * sensors.len().saturating_sub(failed.len()));
@@ -932,6 +1020,33 @@ mod tests {
     }
 
     #[test]
+    fn the_cached_value_is_offered_with_a_max_age_ms_that_reaches_it() {
+        assert_eq!(
+            cached_note(41_234, None),
+            " The last value read, 42 s old, is available: call again with max_age_ms of at least 42000 (e.g. 60000) to get it."
+        );
+        // Just read: one second, never "0 s".
+        assert!(
+            cached_note(0, None).contains(", 1 s old, ") && cached_note(0, None).contains("at least 1000 ")
+        );
+        // Longer ages in larger units; the example stays ahead of the age.
+        let note = cached_note(55_000, Some(1));
+        assert!(note.starts_with(" The last value read of one of these sensors, 55 s old"), "{note}");
+        assert!(note.contains("at least 55000 (e.g. 120000)"), "{note}");
+        let note = cached_note(3_600_000, Some(3));
+        assert!(
+            note.starts_with(
+                " The last values read of 3 of these sensors are available, the oldest 60 min old"
+            )
+        );
+        assert!(note.ends_with("at least 3600000 (e.g. 3660000) to get them."), "{note}");
+        assert!(cached_note(10 * 3_600_000, None).contains(", 10 h old, "));
+        // Up to the largest max_age_ms, and nothing beyond.
+        assert!(cached_note(86_399_500, None).contains("at least 86400000 to get it."));
+        assert_eq!(cached_note(86_400_001, None), "");
+    }
+
+    #[test]
     fn the_cache_keeps_the_newest_sample_at_the_sensor_place() {
         let cache = Cache::new(3);
         let mut s = sensor(SensorSource::OpcUa { node_id: "ns=2;s=X".into() }, "bar".into(), None);
@@ -951,9 +1066,13 @@ mod tests {
         assert!(cache.fresh(&s, 400, at(2_500)).is_none());
         assert!(cache.fresh(&s, 10_000, at(1_999)).is_none());
         assert!(cache.fresh(&s, 0, at(2_000)).is_none());
+        // Its age, for a failed read's hint; none from before it was read.
+        assert_eq!(cache.age_ms(&s, at(2_500)), Some(500));
+        assert_eq!(cache.age_ms(&s, at(1_999)), None);
         // Other places are untouched.
         s.place.sensor = 0;
         assert!(cache.fresh(&s, 10_000, at(2_500)).is_none());
+        assert_eq!(cache.age_ms(&s, at(2_500)), None);
     }
 
     #[test]

@@ -22,9 +22,18 @@ fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
     };
     let (state, breaker) = match breaker {
         Some(b) => {
+            // Evidence, not a default: a device never heard from is unknown, one that
+            // never answered but failed is down, one whose last word was a failure is
+            // degraded (its breaker still closed).
             let state = match b.state {
                 SnapshotState::Open | SnapshotState::HalfOpen => DeviceState::Down,
-                SnapshotState::Closed if b.consecutive_failures > 0 || b.window_failures > 0 => {
+                SnapshotState::Closed if health.last_success.is_none() && health.last_error.is_none() => {
+                    DeviceState::Unknown
+                }
+                SnapshotState::Closed if health.last_success.is_none() && health.failing_since.is_some() => {
+                    DeviceState::Down
+                }
+                SnapshotState::Closed if health.failing_since.is_some() || b.consecutive_failures > 0 => {
                     DeviceState::Degraded
                 }
                 SnapshotState::Closed => DeviceState::Up,
@@ -45,7 +54,7 @@ fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
             (state, bs)
         }
         None => (
-            DeviceState::Up,
+            DeviceState::Unknown,
             BreakerStatus {
                 state: BreakerState::Closed,
                 consecutive_failures: 0,
@@ -74,6 +83,12 @@ fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
             .failing_since
             .filter(|_| state == DeviceState::Down)
             .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true)),
+        confirmed_at: match state {
+            DeviceState::Unknown => None,
+            DeviceState::Up => health.last_success,
+            _ => health.last_error.as_ref().map(|(_, at)| *at),
+        }
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true)),
         failures: health.failures,
         latency: health.latency.map(|(p50, p99, n)| Latency {
             p50_ms: (p50.as_secs_f64() * 1e6).round() / 1e3,

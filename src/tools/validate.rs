@@ -1,5 +1,9 @@
 //! Layer 1 of argument validation: the arguments against the tool's input schema.
 //!
+//! The schema is the one clients see. It types optional parameters without `null` (some
+//! clients refuse `["integer", "null"]`), yet `null` means "the default": an optional
+//! parameter sent as `null` is left out before the schema judges the arguments.
+//!
 //! Layer 2 (domain: ID grammar, dates, bounds) and layer 3 (the referenced thing exists)
 //! live with each tool, through the helpers at the end of this file.
 
@@ -15,6 +19,8 @@ pub struct InputValidator {
     validator: jsonschema::Validator,
     /// Top-level parameter names, for "unknown parameter" suggestions.
     params: Vec<String>,
+    /// The parameters not in `required`: `null` for one of them means "the default".
+    optional: Vec<String>,
     /// Allowed values of enum-like parameters (`unit`: normalized, raw).
     choices: std::collections::HashMap<String, Vec<String>>,
 }
@@ -202,11 +208,17 @@ impl InputValidator {
             .with_pattern_options(jsonschema::PatternOptions::regex())
             .build(schema)
             .map_err(|e| e.to_string())?;
-        let params = schema
+        let params: Vec<String> = schema
             .get("properties")
             .and_then(Value::as_object)
             .map(|p| p.keys().cloned().collect())
             .unwrap_or_default();
+        let required: Vec<&str> = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let optional = params.iter().filter(|p| !required.contains(&p.as_str())).cloned().collect();
         let mut choices = std::collections::HashMap::new();
         if let Some(props) = schema.get("properties").and_then(Value::as_object) {
             for (name, p) in props {
@@ -217,18 +229,36 @@ impl InputValidator {
                 }
             }
         }
-        Ok(InputValidator { validator, params, choices })
+        Ok(InputValidator { validator, params, optional, choices })
+    }
+
+    /// The arguments without the optional parameters sent as `null`, when there are any.
+    fn without_nulls(&self, args: &Value) -> Option<Value> {
+        let map = args.as_object()?;
+        let null_optional = |(k, v): (&String, &Value)| v.is_null() && self.optional.contains(k);
+        if !map.iter().any(null_optional) {
+            return None;
+        }
+        Some(Value::Object(
+            map.iter().filter(|kv| !null_optional(*kv)).map(|(k, v)| (k.clone(), v.clone())).collect(),
+        ))
     }
 
     /// Every schema violation, as one `INVALID_ARGUMENT` (with `details` when several).
     ///
     /// `suggest(parameter, received)` offers close valid values for a malformed string.
     pub fn check(&self, args: &Value, suggest: &dyn Fn(&str, &str) -> Vec<String>) -> Result<(), ToolError> {
+        // `null` for an optional parameter: as if it were left out.
+        let stripped = self.without_nulls(args);
+        let args = stripped.as_ref().unwrap_or(args);
         // The common case, without collecting errors; the same schema decides both.
         if self.validator.is_valid(args) {
             return Ok(());
         }
         let mut details = Vec::new();
+        // Unknown parameters and the real ones they most likely meant, for the hint.
+        let mut meant: Vec<(String, String)> = Vec::new();
+        let mut unknown = false;
         for error in self.validator.iter_errors(args) {
             let path = error.instance_path().to_string();
             let parameter = path.trim_start_matches('/').to_string();
@@ -248,8 +278,20 @@ impl InputValidator {
                     d(name.clone(), None, "a value".into(), format!("`{name}` is required."));
                 }
                 ValidationErrorKind::AdditionalProperties { unexpected } => {
+                    // Parameters the call already gives are not what another name meant.
+                    let given = args.as_object();
+                    let open: Vec<&str> = self
+                        .params
+                        .iter()
+                        .filter(|p| given.is_none_or(|g| !g.contains_key(*p)))
+                        .map(String::as_str)
+                        .collect();
                     for name in unexpected {
-                        let near = crate::suggest::closest(name, self.params.iter().map(String::as_str));
+                        unknown = true;
+                        let near = crate::suggest::closest_parameter(name, &open);
+                        if let Some(n) = near {
+                            meant.push((cut(name), n.to_string()));
+                        }
                         details.push(Detail {
                             parameter: name.clone(),
                             received: None,
@@ -384,7 +426,18 @@ impl InputValidator {
             0 => Ok(()),
             1 => {
                 let d = details.remove(0);
-                let hint = hint_for(&d.parameter);
+                let hint = match meant.first() {
+                    Some((name, near)) => {
+                        format!("Did you mean `{near}`? Call again with `{near}` instead of `{name}`.")
+                    }
+                    None if unknown => {
+                        format!(
+                            "Remove `{}` and call again; expected lists the tool's parameters.",
+                            cut(&d.parameter)
+                        )
+                    }
+                    None => hint_for(&d.parameter),
+                };
                 let mut e =
                     ToolError::invalid(d.parameter, None, d.expected.unwrap_or_default(), d.message, hint);
                 e.received = d.received;
@@ -392,11 +445,17 @@ impl InputValidator {
                 Err(e)
             }
             n => {
-                let mut e = ToolError::new(
-                    ErrorCode::InvalidArgument,
-                    format!("{n} arguments are invalid."),
-                    "Fix every parameter listed in details and call again; the tool's inputSchema lists what is allowed.",
-                );
+                let mut hint = String::from("Fix every parameter listed in details and call again");
+                if !meant.is_empty() {
+                    let renames: Vec<String> =
+                        meant.iter().map(|(name, near)| format!("`{near}` instead of `{name}`")).collect();
+                    hint.push_str(&format!("; did you mean {}?", renames.join(", ")));
+                    hint.push_str(" The tool's inputSchema lists what is allowed.");
+                } else {
+                    hint.push_str("; the tool's inputSchema lists what is allowed.");
+                }
+                let mut e =
+                    ToolError::new(ErrorCode::InvalidArgument, format!("{n} arguments are invalid."), hint);
                 e.details = details;
                 Err(e)
             }

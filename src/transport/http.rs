@@ -49,6 +49,11 @@ pub fn status_of(e: &Envelope) -> StatusCode {
         | ErrorCode::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::DeviceRejected => StatusCode::BAD_GATEWAY,
         ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+        ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+        ErrorCode::UnknownTool | ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+        ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -72,17 +77,35 @@ fn envelope_response(e: &Envelope) -> Response {
     res
 }
 
-/// An error that is not the answer of a tool (authentication, origin, routing).
-fn refusal(status: StatusCode, error: ToolError) -> Response {
-    let body = serde_json::to_vec(&json!({ "ok": false, "error": error })).unwrap_or_default();
-    json_response(status, body)
+/// An error that is not the answer of a tool (authentication, origin, routing, limits):
+/// still an envelope with `meta`, its status from [`status_of`].
+fn refusal(error: ToolError) -> Response {
+    let meta = crate::tools::Meta {
+        call_id: crate::tools::new_call_id(),
+        tool: "http".into(),
+        duration_ms: 0.0,
+        attempts: 0,
+    };
+    envelope_response(&Envelope::failure(error, meta))
+}
+
+/// A refusal after which the request's body may still be unread: the connection is closed
+/// (and says so), so that a keep-alive client does not send its next request into it.
+fn closing(mut res: Response) -> Response {
+    res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res
+}
+
+fn forbidden(message: &str, hint: &str) -> Response {
+    refusal(ToolError::new(ErrorCode::Forbidden, message, hint))
 }
 
 fn unauthorized(message: &str) -> Response {
-    let mut res = refusal(
-        StatusCode::UNAUTHORIZED,
-        ToolError::new(ErrorCode::Unauthorized, message, "Send the header Authorization: Bearer <token>."),
-    );
+    let mut res = refusal(ToolError::new(
+        ErrorCode::Unauthorized,
+        message,
+        "Send the header Authorization: Bearer <token>.",
+    ));
     res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     res
 }
@@ -109,38 +132,53 @@ fn host_name(authority: &str) -> String {
     }
 }
 
-/// Refuses requests for foreign `Host` names (DNS rebinding) and from foreign `Origin`s.
+/// Refuses requests for foreign `Host` names (DNS rebinding) and from foreign `Origin`s:
+/// a request without exactly one `Host`, with two `Origin`s, or whose absolute-form URI
+/// names another host is refused too.
 async fn check_origin(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let headers = req.headers();
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    if let Some(host) = host {
-        let name = host_name(host);
-        let whole = host.trim().to_ascii_lowercase();
-        if !st.hosts.iter().any(|h| *h == name || *h == whole) {
-            return refusal(
-                StatusCode::FORBIDDEN,
-                ToolError::new(
-                    ErrorCode::Unauthorized,
-                    "This Host name is not served here.",
-                    "Use the server's configured address, or add the name to server.allowed_hosts.",
-                ),
+    let hosts: Vec<&str> = headers.get_all(header::HOST).iter().filter_map(|h| h.to_str().ok()).collect();
+    let served = |authority: &str| {
+        let name = host_name(authority);
+        let whole = authority.trim().to_ascii_lowercase();
+        st.hosts.iter().any(|h| *h == name || *h == whole)
+    };
+    let host = match hosts.as_slice() {
+        [one] if served(one) => *one,
+        [_] => {
+            return forbidden(
+                "This Host name is not served here.",
+                "Use the server's configured address, or add the name to server.allowed_hosts.",
             );
         }
+        [] => {
+            return forbidden(
+                "The request has no Host header.",
+                "Send the Host header (HTTP/1.1 requires it).",
+            );
+        }
+        _ => return forbidden("The request has more than one Host header.", "Send exactly one Host header."),
+    };
+    if let Some(authority) = req.uri().authority()
+        && !served(authority.as_str())
+    {
+        return forbidden(
+            "The request URI names a host not served here.",
+            "Send the request for this server's own address.",
+        );
     }
-    if let Some(origin) = headers.get(header::ORIGIN) {
+    let origins: Vec<_> = headers.get_all(header::ORIGIN).iter().collect();
+    if origins.len() > 1 {
+        return forbidden("The request has more than one Origin header.", "Send at most one Origin header.");
+    }
+    if let Some(origin) = origins.first() {
         let origin = origin.to_str().unwrap_or("").trim_end_matches('/').to_ascii_lowercase();
-        let same_origin = host.is_some_and(|h| {
-            let h = h.trim().to_ascii_lowercase();
-            origin == format!("http://{h}") || origin == format!("https://{h}")
-        });
+        let h = host.trim().to_ascii_lowercase();
+        let same_origin = origin == format!("http://{h}") || origin == format!("https://{h}");
         if !same_origin && !st.origins.iter().any(|o| o.trim_end_matches('/').eq_ignore_ascii_case(&origin)) {
-            return refusal(
-                StatusCode::FORBIDDEN,
-                ToolError::new(
-                    ErrorCode::Unauthorized,
-                    "Requests from this Origin are not allowed.",
-                    "Add the origin to server.allowed_origins if this page should reach fieldgate.",
-                ),
+            return forbidden(
+                "Requests from this Origin are not allowed.",
+                "Add the origin to server.allowed_origins if this page should reach fieldgate.",
             );
         }
     }
@@ -157,7 +195,9 @@ async fn authenticate(State(st): State<AppState>, mut req: Request, next: Next) 
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+            // The scheme is case-insensitive (RFC 9110 §11.1).
+            .and_then(|v| v.split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer")))
+            .map(|(_, token)| token);
         match presented.and_then(|t| st.tokens.authenticate(t.trim())) {
             Some(c) => c,
             None if presented.is_none() => return unauthorized("A bearer token is required."),
@@ -178,19 +218,16 @@ async fn call_tool(
     let args: Value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Object(Default::default())
     } else {
-        match serde_json::from_slice(&body) {
+        match super::json_body::parse(&body) {
             Ok(v) => v,
-            Err(e) => {
-                return refusal(
-                    StatusCode::BAD_REQUEST,
-                    ToolError::invalid(
-                        "body",
-                        None,
-                        "a JSON object of arguments",
-                        format!("The body is not valid JSON (line {}, column {}).", e.line(), e.column()),
-                        "Send the tool's arguments as a JSON object, e.g. {\"zone\": \"LINE1\"}.",
-                    ),
-                );
+            Err(why) => {
+                return refusal(ToolError::invalid(
+                    "body",
+                    None,
+                    "a JSON object of arguments, each name once",
+                    format!("The body is not valid JSON: {why}."),
+                    "Send the tool's arguments as a JSON object, e.g. {\"zone\": \"LINE1\"}.",
+                ));
             }
         }
     };
@@ -198,14 +235,15 @@ async fn call_tool(
         Ok(e) => envelope_response(&e),
         Err(e) => {
             let served: Vec<&str> = st.tools.served().map(|t| t.name).collect();
-            refusal(
-                StatusCode::NOT_FOUND,
-                ToolError::new(
-                    ErrorCode::InvalidArgument,
-                    e.to_string(),
-                    format!("GET /v1/tools lists the tools: {}.", served.join(", ")),
-                ),
-            )
+            let mut err = ToolError::new(
+                ErrorCode::UnknownTool,
+                e.to_string(),
+                format!("GET /v1/tools lists the tools: {}.", served.join(", ")),
+            );
+            err.suggestions = crate::suggest::closest(&name, served.iter().copied())
+                .map(|s| vec![s.to_string()])
+                .unwrap_or_default();
+            refusal(err)
         }
     }
 }
@@ -230,14 +268,10 @@ fn query_args(q: HashMap<String, String>) -> Value {
     Value::Object(map)
 }
 
-async fn sensors(
-    State(st): State<AppState>,
-    Extension(c): Extension<Caller>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
+async fn sensors(State(st): State<AppState>, Extension(c): Extension<Caller>, Params(q): Params) -> Response {
     match st.tools.call_as(&c, "list_sensors", query_args(q)).await {
         Ok(e) => envelope_response(&e),
-        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+        Err(_) => refusal(ToolError::internal()),
     }
 }
 
@@ -253,7 +287,7 @@ async fn reading(
     State(st): State<AppState>,
     Extension(c): Extension<Caller>,
     Path(id): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params,
 ) -> Response {
     sensor_tool(&st, &c, "get_sensor_reading", id, q).await
 }
@@ -262,7 +296,7 @@ async fn history(
     State(st): State<AppState>,
     Extension(c): Extension<Caller>,
     Path(id): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params,
 ) -> Response {
     sensor_tool(&st, &c, "get_sensor_history", id, q).await
 }
@@ -281,18 +315,18 @@ async fn sensor_tool(
     }
     match st.tools.call_as(c, tool, args).await {
         Ok(e) => envelope_response(&e),
-        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+        Err(_) => refusal(ToolError::internal()),
     }
 }
 
 async fn list_work_orders(
     State(st): State<AppState>,
     Extension(c): Extension<Caller>,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params,
 ) -> Response {
     match st.tools.call_as(&c, "list_work_orders", query_args(q)).await {
         Ok(e) => envelope_response(&e),
-        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+        Err(_) => refusal(ToolError::internal()),
     }
 }
 
@@ -303,7 +337,7 @@ async fn get_work_order(
 ) -> Response {
     match st.tools.call_as(&c, "get_work_order", json!({ "work_order_id": id })).await {
         Ok(e) => envelope_response(&e),
-        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+        Err(_) => refusal(ToolError::internal()),
     }
 }
 
@@ -317,11 +351,7 @@ async fn act_on_work_order(
     let note =
         serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["note"].as_str().map(str::to_string));
     let e = st.tools.act_on_work_order(&c, &id, &action, note).await;
-    let mut res = envelope_response(&e);
-    if e.error.as_ref().is_some_and(|err| err.code == ErrorCode::Unauthorized) {
-        *res.status_mut() = StatusCode::FORBIDDEN;
-    }
-    res
+    envelope_response(&e)
 }
 
 /// `POST /v1/devices/{id}/probe`: an operator's probe of the device, at once.
@@ -331,17 +361,13 @@ async fn probe_device(
     Path(id): Path<String>,
 ) -> Response {
     let e = st.tools.probe_device(&c, &id).await;
-    let mut res = envelope_response(&e);
-    if e.error.as_ref().is_some_and(|err| err.code == ErrorCode::Unauthorized) {
-        *res.status_mut() = StatusCode::FORBIDDEN;
-    }
-    res
+    envelope_response(&e)
 }
 
 async fn devices(State(st): State<AppState>, Extension(c): Extension<Caller>) -> Response {
     match st.tools.call_as(&c, "get_device_status", json!({})).await {
         Ok(e) => envelope_response(&e),
-        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+        Err(_) => refusal(ToolError::internal()),
     }
 }
 
@@ -352,7 +378,7 @@ async fn device(
 ) -> Response {
     match st.tools.call_as(&c, "get_device_status", json!({ "device_id": id })).await {
         Ok(e) => envelope_response(&e),
-        Err(_) => refusal(StatusCode::INTERNAL_SERVER_ERROR, ToolError::internal()),
+        Err(_) => refusal(ToolError::internal()),
     }
 }
 
@@ -426,32 +452,86 @@ async fn index(State(st): State<AppState>) -> Response {
 }
 
 async fn not_found() -> Response {
-    refusal(
-        StatusCode::NOT_FOUND,
-        ToolError::new(
-            ErrorCode::InvalidArgument,
-            "No such route.",
-            "GET /openapi.json describes every route.",
-        ),
-    )
+    refusal(ToolError::new(
+        ErrorCode::NotFound,
+        "No such route.",
+        "GET / and GET /openapi.json list every route.",
+    ))
 }
 
-/// Rejects oversized bodies with a JSON error instead of a bare 413.
+async fn method_not_allowed() -> Response {
+    closing(refusal(ToolError::new(
+        ErrorCode::MethodNotAllowed,
+        "This method is not served on this route.",
+        "GET /openapi.json lists each route's methods.",
+    )))
+}
+
+/// Reads the body up to `server.max_body_bytes` (whether its length was declared or it is
+/// chunked) and refuses one over the limit with a JSON error, closing the connection.
 async fn limit_body(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let max = st.tools.config().server.max_body_bytes;
+    let too_large = || {
+        closing(refusal(ToolError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("Request bodies are limited to {max} bytes."),
+            "Send fewer arguments per call.",
+        )))
+    };
     let declared =
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max) {
-        return refusal(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ToolError::new(
-                ErrorCode::InvalidArgument,
-                format!("Request bodies are limited to {max} bytes."),
-                "Send fewer arguments per call.",
-            ),
-        );
+        return too_large();
     }
-    next.run(req).await
+    // A GET stream of /mcp has no body to read; everything else is read here, once.
+    if req.method() == axum::http::Method::GET {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, max as usize).await {
+        Ok(bytes) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Err(_) => too_large(),
+    }
+}
+
+/// Every request has a server-side time limit (`server.request_timeout_ms`).
+async fn request_timeout(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = std::time::Duration::from_millis(st.tools.config().server.request_timeout_ms);
+    // A GET stream (MCP) lives as long as its session, not as one request.
+    if req.uri().path() == "/mcp" && req.method() == axum::http::Method::GET {
+        return next.run(req).await;
+    }
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(res) => res,
+        Err(_) => closing(refusal(ToolError::new(
+            ErrorCode::RequestTimeout,
+            format!("The request did not complete within {} ms.", limit.as_millis()),
+            "Try again; if it keeps happening, tell an operator (server.request_timeout_ms).",
+        ))),
+    }
+}
+
+/// Query parameters, or a JSON refusal when they do not decode (e.g. bad percent-encoding).
+struct Params(HashMap<String, String>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Params {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match Query::<HashMap<String, String>>::from_request_parts(parts, state).await {
+            Ok(Query(q)) => Ok(Params(q)),
+            Err(_) => Err(refusal(ToolError::invalid(
+                "query",
+                None,
+                "name=value pairs, percent-encoded",
+                "The query string does not decode.",
+                "Percent-encode the query parameters (e.g. %2B for +).",
+            ))),
+        }
+    }
 }
 
 /// The whole application: API, MCP, health and metrics.
@@ -493,13 +573,11 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken)
         .route("/openapi.json", get(openapi))
         .merge(protected)
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(st.clone(), check_origin))
         .layer(middleware::from_fn_with_state(st.clone(), limit_body))
-        .layer(DefaultBodyLimit::max(cfg.max_body_bytes as usize))
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            Duration::from_millis(cfg.request_timeout_ms),
-        ))
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(st.clone(), request_timeout))
         .with_state(st)
 }
 

@@ -8,5 +8,6 @@ pub mod auth;
 pub mod bridge;
 pub mod client;
 pub mod http;
+mod json_body;
 pub mod mcp;
 pub mod openapi;

@@ -464,7 +464,13 @@ fn start_up_failures_say_what_to_change() {
 fn logs_to_a_pipe_have_no_escape_codes_and_one_event_per_call() {
     let data = tempfile::tempdir().unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
-        .args(["call", "list_sensors", r#"{"zone":"UTIL","limit":1}"#, "--devices", demo_dir().to_str().unwrap()])
+        .args([
+            "call",
+            "list_sensors",
+            r#"{"zone":"UTIL","limit":1}"#,
+            "--devices",
+            demo_dir().to_str().unwrap(),
+        ])
         .env_clear()
         .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
         .output()

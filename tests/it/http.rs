@@ -243,7 +243,9 @@ async fn bodies_over_64_kib_are_refused() {
     let big = format!("{{\"text\":\"{}\"}}", "x".repeat(70 * 1024));
     let r = c.post("/v1/tools/list_sensors", big.as_bytes()).await.unwrap();
     assert_eq!(r.status, 413);
-    assert_eq!(r.json()["error"]["code"], "INVALID_ARGUMENT");
+    assert_eq!(r.json()["error"]["code"], "PAYLOAD_TOO_LARGE");
+    assert!(r.json()["meta"]["call_id"].is_string());
+    assert_eq!(r.header("connection"), Some("close"), "the unread body ends the connection, and says so");
     let mut c = server.client().await;
     let r = c
         .send("POST", "/mcp", &[("accept", "application/json, text/event-stream")], big.as_bytes())
@@ -382,4 +384,118 @@ async fn the_root_says_what_is_served_here() {
     let v = r.json();
     assert_eq!(v["service"], "fieldgate");
     assert!(v["routes"].as_array().unwrap().iter().any(|r| r == "POST /v1/devices/{id}/probe"), "{v}");
+}
+
+/// One request written by hand, the answer read to its end (the server closes or sends
+/// Content-Length).
+async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let Ok(n) = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk)).await else { break };
+        let n = n.unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len = head.lines().find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+            });
+            if len.is_some_and(|n| body.len() >= n) {
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head.to_ascii_lowercase(), serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+/// Every answer of the HTTP API is a JSON envelope with `meta`, each refusal with its own
+/// code, and the headers that a careful client or proxy sends are checked, not assumed.
+#[tokio::test]
+async fn refusals_are_envelopes_with_their_own_codes_and_headers_are_checked() {
+    let (_plant, server) = plant_server().await;
+    let a = server.addr;
+    let host = format!("Host: {a}\r\n");
+    let cases: Vec<(String, u16, &str)> = vec![
+        (
+            format!("DELETE /v1/sensors HTTP/1.1\r\n{host}Content-Length: 2\r\n\r\n{{}}"),
+            405,
+            "METHOD_NOT_ALLOWED",
+        ),
+        (format!("GET /v1/nothing HTTP/1.1\r\n{host}\r\n"), 404, "NOT_FOUND"),
+        (
+            format!("POST /v1/tools/list_sensor HTTP/1.1\r\n{host}Content-Length: 2\r\n\r\n{{}}"),
+            404,
+            "UNKNOWN_TOOL",
+        ),
+        ("GET /v1/sensors HTTP/1.1\r\n\r\n".to_string(), 403, "FORBIDDEN"),
+        (format!("GET /v1/sensors HTTP/1.1\r\n{host}Host: evil.example\r\n\r\n"), 403, "FORBIDDEN"),
+        (format!("GET http://evil.example/v1/sensors HTTP/1.1\r\n{host}\r\n"), 403, "FORBIDDEN"),
+        (
+            format!(
+                "GET /v1/sensors HTTP/1.1\r\n{host}Origin: http://{a}\r\nOrigin: http://evil.example\r\n\r\n"
+            ),
+            403,
+            "FORBIDDEN",
+        ),
+        (format!("GET /v1/sensors?zone=%ZZ HTTP/1.1\r\n{host}\r\n"), 400, "INVALID_ARGUMENT"),
+        (
+            format!(
+                "POST /v1/tools/list_sensors HTTP/1.1\r\n{host}Content-Length: 24\r\n\r\n{{\"limit\": 1, \"limit\": 9}}"
+            ),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            format!(
+                "POST /v1/tools/list_sensors HTTP/1.1\r\n{host}Transfer-Encoding: chunked\r\n\r\n11000\r\n{}\r\n0\r\n\r\n",
+                "x".repeat(0x11000)
+            ),
+            413,
+            "PAYLOAD_TOO_LARGE",
+        ),
+    ];
+    for (request, status, code) in cases {
+        let (got, head, body) = raw(a, request.as_bytes()).await;
+        let first = request.lines().next().unwrap_or_default().to_string();
+        assert_eq!((got, body["error"]["code"].as_str()), (status, Some(code)), "{first}: {head} {body}");
+        assert!(body["meta"]["call_id"].is_string(), "{first}: no meta: {body}");
+        if status == 405 || status == 413 {
+            assert!(head.contains("connection: close"), "{first}: {head}");
+        }
+    }
+    let (_, _, body) = raw(
+        a,
+        format!("POST /v1/tools/list_sensor HTTP/1.1\r\n{host}Content-Length: 2\r\n\r\n{{}}").as_bytes(),
+    )
+    .await;
+    assert_eq!(body["error"]["suggestions"][0], "list_sensors", "{body}");
+    let (_, _, body) = raw(a, format!("POST /v1/tools/list_sensors HTTP/1.1\r\n{host}Content-Length: 24\r\n\r\n{{\"limit\": 1, \"limit\": 9}}").as_bytes()).await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("\"limit\" appears twice"), "{body}");
+}
+
+/// The bearer scheme is case-insensitive; 401 and 403 are envelopes with meta.
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let plant = demo_plant().await;
+    let server = Server::start(plant.service.clone(), tokens()).await;
+    let a = server.addr;
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let (status, _, body) =
+            raw(a, format!("GET /v1/sensors HTTP/1.1\r\nHost: {a}\r\nAuthorization: {scheme} agent-token-0123456789\r\n\r\n").as_bytes()).await;
+        assert_eq!(status, 200, "{scheme}: {body}");
+    }
+    let (status, _, body) = raw(a, format!("GET /v1/sensors HTTP/1.1\r\nHost: {a}\r\n\r\n").as_bytes()).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (401, Some("UNAUTHORIZED")));
+    assert!(body["meta"]["call_id"].is_string(), "{body}");
 }

@@ -1,5 +1,6 @@
 //! Integration tests: one binary, modules per area.
 
+mod agent_contract;
 mod chaos;
 mod cli;
 mod docs_links;

@@ -249,3 +249,110 @@ async fn a_held_store_points_at_the_holders_real_address() {
     let _ = serve.kill().await;
     sim.shutdown().await;
 }
+
+/// Device state is evidence: a device nobody has reached is unknown, one whose connect
+/// failed is down, and an OPC UA server that never existed is not up.
+#[tokio::test]
+async fn device_state_is_evidence_not_a_default() {
+    // A port that refuses: a listener bound and closed again is good enough here, since
+    // only "nothing answers" matters (a race would make it answer, not hang).
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let file = GOOD.replace("127.0.0.1:5020", &closed.to_string());
+    let ua = GOOD
+        .replace("t-plc", "t-ua")
+        .replace("T_ZONE1_001", "T_ZONE2_001")
+        .replace("zone = \"ZONE1\"", "zone = \"ZONE2\"")
+        .replace("protocol = \"modbus-tcp\"", "protocol = \"opcua\"")
+        .replace("endpoint = \"127.0.0.1:5020\"", &format!("endpoint = \"opc.tcp://{closed}/none\""))
+        .replace("table = \"holding\"\naddress = 0\ntype = \"f32\"", "node_id = \"ns=2;s=x\"");
+    let dir = device_dir(&[("t.toml", &file), ("u.toml", &ua)]);
+    let registry = fieldgate::registry::Registry::load(dir.path()).unwrap();
+    let svc = fieldgate::tools::ToolService::new(
+        std::sync::Arc::new(registry),
+        fieldgate::config::Config::default(),
+    );
+    let state = |svc: &fieldgate::tools::ToolService, id: &str| {
+        let svc = svc.clone();
+        let id = id.to_string();
+        async move {
+            svc.call("get_device_status", json!({"device_id": id})).await.unwrap().json()["devices"][0]
+                .clone()
+        }
+    };
+    let before = state(&svc, "t-plc").await;
+    assert_eq!(
+        (before["state"].as_str(), before["confirmed_at"].as_str()),
+        (Some("unknown"), None),
+        "{before}"
+    );
+    let _ = svc.call("get_sensor_reading", json!({"sensor_id": "T_ZONE1_001"})).await;
+    let after = state(&svc, "t-plc").await;
+    assert_eq!(after["state"], "down", "{after}");
+    assert!(after["confirmed_at"].is_string() && after["last_error"]["code"].is_string(), "{after}");
+    let _ = svc.call("get_sensor_reading", json!({"sensor_id": "T_ZONE2_001"})).await;
+    let ua = state(&svc, "t-ua").await;
+    assert_ne!(ua["state"], "up", "{ua}");
+}
+
+/// A device killed and brought back gives exactly one "down" line and one "up" line in
+/// the log, however many reads failed in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_device_is_one_down_line_and_one_up_line() {
+    let (sim, devices) = plant().await;
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = fieldgate(devices.path(), data.path())
+        .arg("serve")
+        .env("FIELDGATE_LOG", "info")
+        .env("FIELDGATE_BREAKER_OPEN_MS", "300")
+        .env("FIELDGATE_BREAKER_MAX_OPEN_MS", "600")
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(serve.stderr.take().unwrap()).lines();
+    async fn next(err: &mut Lines<BufReader<tokio::process::ChildStderr>>) -> String {
+        tokio::time::timeout(Duration::from_secs(30), err.next_line())
+            .await
+            .expect("a log line within 30 s")
+            .unwrap()
+            .unwrap()
+    }
+    loop {
+        if next(&mut err).await.contains("fieldgate listening on") {
+            break;
+        }
+    }
+    sim.set_faults("a-line1-plc", fieldgate_sim::Faults { down: true, ..Default::default() }).unwrap();
+    let (mut down, mut up) = (0, 0);
+    loop {
+        let line = next(&mut err).await;
+        if line.contains("a-line1-plc") && line.contains("device down") {
+            down += 1;
+            break;
+        }
+    }
+    // Down a while: probes fail and reopen the breaker, without more "down" lines.
+    let until = tokio::time::Instant::now() + Duration::from_millis(2500);
+    while tokio::time::Instant::now() < until {
+        if let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_millis(200), err.next_line()).await {
+            down += usize::from(line.contains("a-line1-plc") && line.contains("device down"));
+        }
+    }
+    sim.set_faults("a-line1-plc", fieldgate_sim::Faults::default()).unwrap();
+    loop {
+        let line = next(&mut err).await;
+        down += usize::from(line.contains("a-line1-plc") && line.contains("device down"));
+        if line.contains("a-line1-plc") && line.contains("device up again") {
+            up += 1;
+            break;
+        }
+    }
+    let _ = std::process::Command::new("kill").args(["-TERM", &serve.id().unwrap().to_string()]).status();
+    while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_secs(10), err.next_line()).await {
+        down += usize::from(line.contains("a-line1-plc") && line.contains("device down"));
+        up += usize::from(line.contains("a-line1-plc") && line.contains("device up again"));
+    }
+    assert_eq!((down, up), (1, 1));
+    sim.shutdown().await;
+}

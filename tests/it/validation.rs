@@ -50,6 +50,37 @@ async fn unknown_field_is_rejected_with_the_nearest_parameter() {
 }
 
 #[tokio::test]
+async fn an_unknown_parameter_names_the_one_meant_in_the_hint() {
+    // Alone: the suggestion and a hint that says it.
+    let err = call("list_sensors", json!({"zonee": "LINE1"})).await.error.unwrap();
+    assert_eq!(err.suggestions, ["zone"]);
+    assert!(err.hint.contains("Did you mean `zone`?"), "{}", err.hint);
+    // Names that are no typo of a parameter, but another word for one.
+    let err = call("list_sensors", json!({"max": 5})).await.error.unwrap();
+    assert_eq!(
+        (err.parameter.as_deref(), err.suggestions.as_slice()),
+        (Some("max"), &["limit".to_string()][..])
+    );
+    assert!(err.hint.contains("Did you mean `limit`?"), "{}", err.hint);
+    // `start` for `from`: the required `from` is missing too; the hint joins the two.
+    let e = call("get_sensor_history", json!({"sensor_id": "A_LINE1_001", "start": "-1h"})).await;
+    let err = e.error.unwrap();
+    assert_eq!(err.details.len(), 2, "{err:?}");
+    let start = err.details.iter().find(|d| d.parameter == "start").unwrap();
+    assert_eq!(start.suggestions, ["from"]);
+    assert!(err.hint.contains("did you mean `from` instead of `start`?"), "{}", err.hint);
+    // camelCase, and a synonym among the tool's own parameters only.
+    let err = call("get_sensor_reading", json!({"sensorId": "A_LINE1_001"})).await.error.unwrap();
+    assert!(err.hint.contains("`sensor_id` instead of `sensorId`"), "{}", err.hint);
+    let err = call("list_work_orders", json!({"start": "-1h"})).await.error.unwrap();
+    assert_eq!(err.suggestions, ["since"]);
+    // Nothing close: no guess, and the hint says to remove it.
+    let err = call("list_sensors", json!({"bogus": 1})).await.error.unwrap();
+    assert!(err.suggestions.is_empty());
+    assert!(err.hint.contains("Remove `bogus`"), "{}", err.hint);
+}
+
+#[tokio::test]
 async fn out_of_bounds_values_are_rejected() {
     for (args, expected) in [
         (json!({"limit": 0}), ">= 1"),

@@ -168,7 +168,7 @@ async fn operators_move_orders_and_the_agent_cannot() {
     let agent = fieldgate::tools::Caller { id: "reporter".into(), role: fieldgate::tools::Role::Agent };
     let op = fieldgate::tools::Caller { id: "shift-lead".into(), role: fieldgate::tools::Role::Operator };
     let e = svc.act_on_work_order(&agent, &id, "approve", None).await;
-    assert_eq!(e.error.unwrap().code, ErrorCode::Unauthorized);
+    assert_eq!(e.error.unwrap().code, ErrorCode::Forbidden);
     // A state conflict, not a bad argument: its own code, naming the state and what is allowed.
     let e = svc.act_on_work_order(&op, &id, "start", None).await;
     let err = e.error.unwrap();
@@ -511,10 +511,7 @@ async fn the_cli_decides_through_a_running_service_with_an_operator_token() {
     let agent = run("bot-token-0123456789").await.unwrap();
     assert_eq!(agent.status.code(), Some(2));
     let refused = String::from_utf8_lossy(&agent.stderr);
-    assert!(
-        refused.starts_with("error: Only an operator") && refused.contains("(UNAUTHORIZED)"),
-        "{refused}"
-    );
+    assert!(refused.starts_with("error: Only an operator") && refused.contains("(FORBIDDEN)"), "{refused}");
     assert!(
         refused.contains("needs an operator token") && refused.contains("FIELDGATE_CLI_TOKEN"),
         "{refused}"
