@@ -212,6 +212,10 @@ fn main() -> ExitCode {
             let timeout = std::time::Duration::from_millis(timeout_ms.max(1));
             let found = match protocol.as_str() {
                 "modbus" => {
+                    if let Err(e) = fieldgate::driver::discover::check_modbus_args(&plant, &zone, unit) {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(2);
+                    }
                     let addr =
                         match runtime.block_on(fieldgate::driver::discover::resolve(&endpoint, timeout)) {
                             Ok(a) => a,

@@ -198,14 +198,17 @@ async fn probe_table(
 }
 
 /// Probes the device and returns the device file text.
+/// The arguments that need no device: checked before anything is contacted.
+pub fn check_modbus_args(plant: &str, zone: &str, unit: u8) -> Result<(), DiscoverError> {
+    let mut bad = check_names(plant, zone);
+    if !(1..=247).contains(&unit) {
+        bad.push(format!("--unit: must be 1-247, found {unit}"));
+    }
+    if bad.is_empty() { Ok(()) } else { Err(DiscoverError::Invalid(bad.join("; "))) }
+}
+
 pub async fn discover_modbus(p: &ModbusProbe) -> Result<String, DiscoverError> {
-    let mut bad = check_names(&p.plant, &p.zone);
-    if !(1..=247).contains(&p.unit) {
-        bad.push(format!("--unit: must be 1-247, found {}", p.unit));
-    }
-    if !bad.is_empty() {
-        return Err(DiscoverError::Invalid(bad.join("; ")));
-    }
+    check_modbus_args(&p.plant, &p.zone, p.unit)?;
     let stream = tokio::time::timeout(p.timeout, tokio::net::TcpStream::connect(p.addr))
         .await
         .map_err(|_| DiscoverError::Connect(p.addr.to_string()))?
