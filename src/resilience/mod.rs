@@ -98,40 +98,23 @@ impl Resilience {
     /// Guards for `devices` with one breaker setting (unit tests of the read loop).
     #[cfg(test)]
     fn for_devices(devices: &[DeviceId], settings: BreakerSettings, config: &Config) -> Resilience {
-        let guards = devices
-            .iter()
-            .map(|d| {
-                (
-                    d.clone(),
-                    Guard { id: d.clone(), breaker: Breaker::new(settings), health: Health::default() },
-                )
-            })
-            .collect();
-        let retry = RetryPolicy {
-            max_retries: config.calls.max_retries,
-            first_backoff: Duration::from_millis(config.calls.retry_backoff_ms),
-        };
-        Resilience {
-            guards,
-            retry,
-            report_after: Duration::from_secs(config.breaker.report_down_after_s),
-            deadline: Duration::from_millis(config.calls.deadline_ms),
-        }
+        Resilience::with_guards(devices.iter().map(|d| (d.clone(), settings)), config)
     }
 
     pub fn new(registry: &Registry, config: &Config) -> Resilience {
-        let guards = registry
-            .devices()
-            .iter()
-            .map(|d| {
-                (
-                    d.id.clone(),
-                    Guard {
-                        id: d.id.clone(),
-                        breaker: Breaker::new(breaker_settings(config, d)),
-                        health: Health::default(),
-                    },
-                )
+        let devices = registry.devices().iter().map(|d| (d.id.clone(), breaker_settings(config, d)));
+        Resilience::with_guards(devices, config)
+    }
+
+    fn with_guards(
+        devices: impl Iterator<Item = (DeviceId, BreakerSettings)>,
+        config: &Config,
+    ) -> Resilience {
+        let guards = devices
+            .map(|(id, settings)| {
+                let guard =
+                    Guard { id: id.clone(), breaker: Breaker::new(settings), health: Health::default() };
+                (id, guard)
             })
             .collect();
         let retry = RetryPolicy {

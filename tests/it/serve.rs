@@ -49,13 +49,7 @@ async fn sigterm_lets_the_request_in_flight_finish_and_exits_0() {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line =
-            tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.unwrap().unwrap().unwrap();
-        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
-            break rest.split_whitespace().next().unwrap().parse().unwrap();
-        }
-    };
+    let addr = listening_addr(&mut lines).await;
     let before = sim.stats("a-line1-plc").unwrap().requests;
     let in_flight = tokio::spawn(async move {
         let mut c = HttpClient::connect(addr).await.unwrap();
@@ -179,13 +173,7 @@ async fn serve_reads_every_demo_sensor_from_the_simulator_on_the_shipped_files()
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr: std::net::SocketAddr = loop {
-        let line =
-            tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.unwrap().unwrap().unwrap();
-        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
-            break rest.split_whitespace().next().unwrap().parse().unwrap();
-        }
-    };
+    let addr = listening_addr(&mut lines).await;
     let ids: Vec<String> = demo_registry().sensors().iter().map(|s| s.id.to_string()).collect();
     let body = serde_json::to_vec(&serde_json::json!({ "sensor_ids": ids })).unwrap();
     let mut c = HttpClient::connect(addr).await.unwrap();

@@ -156,13 +156,7 @@ async fn while_serve_holds_the_data_directory_mcp_relays_and_call_asks_it() {
     let data = tempfile::tempdir().unwrap();
     let mut serve = fieldgate(devices.path(), data.path()).arg("serve").spawn().unwrap();
     let mut err = BufReader::new(serve.stderr.take().unwrap()).lines();
-    let addr: std::net::SocketAddr = loop {
-        let line =
-            tokio::time::timeout(Duration::from_secs(20), err.next_line()).await.unwrap().unwrap().unwrap();
-        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
-            break rest.split_whitespace().next().unwrap().parse().unwrap();
-        }
-    };
+    let addr = listening_addr(&mut err).await;
     let owner = fieldgate::app::owner_of(data.path()).expect("serve wrote its owner file");
     assert_eq!(owner.url.as_deref(), Some(format!("http://{addr}").as_str()));
     // A stdio client relays to the running service: its order lands there.
@@ -230,13 +224,7 @@ async fn a_held_store_points_at_the_holders_real_address() {
     let data = tempfile::tempdir().unwrap();
     let mut serve = fieldgate(devices.path(), data.path()).arg("serve").spawn().unwrap();
     let mut err = BufReader::new(serve.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line =
-            tokio::time::timeout(Duration::from_secs(20), err.next_line()).await.unwrap().unwrap().unwrap();
-        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
+    let addr = listening_addr(&mut err).await.to_string();
     let o = fieldgate(devices.path(), data.path())
         .args(["work-orders", "approve", "WO-000007", "--data-dir"])
         .arg(data.path())

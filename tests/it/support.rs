@@ -180,3 +180,19 @@ pub async fn sim_for(dir: &Path) -> Simulator {
         .await
         .unwrap()
 }
+
+/// Reads a spawned `fieldgate serve`'s stderr until it says where it listens (bounded).
+pub async fn listening_addr(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+) -> std::net::SocketAddr {
+    loop {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("fieldgate says where it listens within 30 s")
+            .expect("stderr readable")
+            .expect("fieldgate exited before listening");
+        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
+            return rest.split_whitespace().next().and_then(|a| a.parse().ok()).expect("an address");
+        }
+    }
+}
