@@ -289,9 +289,14 @@ pub async fn mcp(
                 () = stop_signal() => Ok(()),
             };
             let _ = running.stop().await;
+            tracing::info!("stopped");
             exit_of(served)
         }
         Err(StartError::Held { owner: Some(crate::app::Owner { url: Some(url), .. }), .. }) => {
+            exit_of(bridge::bridge_stdio(&url, token).await)
+        }
+        // Started at the same moment as the owner: its owner file follows within moments.
+        Err(StartError::Held { dir, owner: None }) if let Some(url) = await_owner_url(&dir).await => {
             exit_of(bridge::bridge_stdio(&url, token).await)
         }
         Err(e @ StartError::Held { .. }) => {
@@ -301,6 +306,18 @@ pub async fn mcp(
         }
         Err(e) => fail(1, &e.to_string()),
     }
+}
+
+/// The URL of the process holding `dir`, waiting a few seconds for its owner file (a
+/// process that won the race to the data directory writes it once it listens).
+async fn await_owner_url(dir: &Path) -> Option<String> {
+    for _ in 0..30 {
+        if let Some(o) = crate::app::owner_of(dir) {
+            return o.url;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    None
 }
 
 fn exit_of(r: Result<(), String>) -> ExitCode {
@@ -387,10 +404,13 @@ pub async fn call(
         Err((code, message)) => return fail(code, &message),
     };
     let body = serde_json::to_vec(&args).unwrap_or_default();
-    match client.post(&format!("/v1/tools/{tool}"), &body).await {
-        Ok(r) if r.json().get("ok").is_some() => print_envelope(&r.json()),
-        Ok(r) => fail(2, &format!("{url} answered HTTP {} without an envelope", r.status)),
-        Err(e) => fail(1, &format!("cannot reach {url}: {e}")),
+    // Bounded: a hung service must not hold a script forever.
+    let wait = std::time::Duration::from_secs(60);
+    match tokio::time::timeout(wait, client.post(&format!("/v1/tools/{tool}"), &body)).await {
+        Ok(Ok(r)) if r.json().get("ok").is_some() => print_envelope(&r.json()),
+        Ok(Ok(r)) => fail(2, &format!("{url} answered HTTP {} without an envelope", r.status)),
+        Ok(Err(e)) => fail(1, &format!("cannot reach {url}: {e}")),
+        Err(_) => fail(1, &format!("{url} did not answer within {} s", wait.as_secs())),
     }
 }
 

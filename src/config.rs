@@ -11,7 +11,9 @@ use crate::toml_reader::{Doc, Problem, Table};
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 /// Environment variables with the `FIELDGATE_` prefix that are not configuration keys.
-const NON_CONFIG_ENV: [&str; 1] = ["FIELDGATE_LOG"];
+/// Variables of fieldgate's that are not configuration keys: the log filter, and the
+/// command line's own token (`--token`).
+const NON_CONFIG_ENV: [&str; 2] = ["FIELDGATE_LOG", "FIELDGATE_CLI_TOKEN"];
 /// Prefix of environment variables that carry bearer tokens (see `transport::auth`).
 pub const TOKEN_ENV_PREFIX: &str = "FIELDGATE_TOKEN_";
 
@@ -472,6 +474,7 @@ mod tests {
             ("FIELDGATE_SERVER_LISTEN".to_string(), "127.0.0.1:9999".to_string()),
             ("FIELDGATE_CALLS_DEADLINE_MS".to_string(), "3000".to_string()),
             ("FIELDGATE_LOG".to_string(), "debug".to_string()),
+            ("FIELDGATE_CLI_TOKEN".to_string(), "abcdefghijklmnop1234".to_string()),
             ("PATH".to_string(), "/bin".to_string()),
         ];
         let cfg = Config::load(None, env).unwrap();

@@ -13,6 +13,8 @@ use super::client::{HttpClient, HttpResponse};
 
 /// JSON-RPC "server error" for a request the bridge could not deliver.
 const UNAVAILABLE: i64 = -32000;
+/// Longest wait for the service's answer to one relayed message.
+const RELAY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn error_line(id: &Value, message: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": UNAVAILABLE, "message": message}}).to_string()
@@ -52,10 +54,9 @@ fn messages(r: &HttpResponse) -> Vec<String> {
 
 /// Relays stdin to `url`'s `/mcp` until stdin closes.
 pub async fn bridge_stdio(url: &str, token: Option<String>) -> Result<(), String> {
-    let authority = url
-        .strip_prefix("http://")
-        .map(|r| r.trim_end_matches('/'))
-        .ok_or("--url must be http://host:port")?;
+    // The address of the service, with or without its `/mcp` (as HTTP clients are given it).
+    let url = url.trim_end_matches('/').trim_end_matches("/mcp");
+    let authority = url.strip_prefix("http://").ok_or("--url must be http://host:port")?;
     let addr: SocketAddr = tokio::net::lookup_host(authority)
         .await
         .ok()
@@ -90,12 +91,18 @@ pub async fn bridge_stdio(url: &str, token: Option<String>) -> Result<(), String
                 });
             }
             let Some(c) = client.as_mut() else { break };
-            match c.send("POST", "/mcp", &headers, line.as_bytes()).await {
-                Ok(r) => {
+            // A service that stopped answering (hung, paused) must not hold the client forever.
+            match tokio::time::timeout(RELAY_TIMEOUT, c.send("POST", "/mcp", &headers, line.as_bytes())).await
+            {
+                Ok(Ok(r)) => {
                     answer = Some(r);
                     break;
                 }
-                Err(_) => client = None,
+                Ok(Err(_)) => client = None,
+                Err(_) => {
+                    client = None;
+                    break;
+                }
             }
         }
         let out: Vec<String> = match answer {
@@ -103,7 +110,23 @@ pub async fn bridge_stdio(url: &str, token: Option<String>) -> Result<(), String
                 if let Some(s) = r.header("mcp-session-id") {
                     session = Some(s.to_string());
                 }
-                let msgs = messages(&r);
+                let mut msgs = messages(&r);
+                // Refused before MCP (a token needed, a host refused, not fieldgate at all):
+                // the request still gets an answer, a JSON-RPC error saying why.
+                let is_rpc =
+                    |m: &String| serde_json::from_str::<Value>(m).is_ok_and(|v| v.get("jsonrpc").is_some());
+                if let Some(id) = &id
+                    && !msgs.iter().any(is_rpc)
+                {
+                    let why = r.json()["error"]["message"].as_str().map(str::to_string).unwrap_or_default();
+                    msgs = vec![error_line(
+                        id,
+                        &format!(
+                            "the fieldgate service at {url} refused the request (HTTP {}): {why}",
+                            r.status
+                        ),
+                    )];
+                }
                 for m in &msgs {
                     if let Some(v) = serde_json::from_str::<Value>(m).ok().and_then(|v| {
                         v.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_string)
@@ -114,12 +137,15 @@ pub async fn bridge_stdio(url: &str, token: Option<String>) -> Result<(), String
                 msgs
             }
             None => match &id {
-                Some(id) => vec![error_line(
-                    id,
-                    &format!(
-                        "the fieldgate service at {url} is gone; restart `fieldgate mcp` (the next one started owns the data directory)"
-                    ),
-                )],
+                Some(id) => {
+                    tracing::warn!(%url, "the service relayed to does not answer");
+                    vec![error_line(
+                        id,
+                        &format!(
+                            "the fieldgate service at {url} does not answer (stopped, hung or unreachable); restart `fieldgate mcp` to serve or relay again"
+                        ),
+                    )]
+                }
                 None => Vec::new(),
             },
         };
