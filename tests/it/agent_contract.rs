@@ -12,28 +12,6 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use super::support::*;
 
-/// The formats JSON Schema 2020-12 defines.
-const STANDARD_FORMATS: [&str; 19] = [
-    "date-time",
-    "date",
-    "time",
-    "duration",
-    "email",
-    "idn-email",
-    "hostname",
-    "idn-hostname",
-    "ipv4",
-    "ipv6",
-    "uri",
-    "uri-reference",
-    "iri",
-    "iri-reference",
-    "uuid",
-    "uri-template",
-    "json-pointer",
-    "relative-json-pointer",
-    "regex",
-];
 
 /// Every `"null"` type and every `format` that is not standard, under `v`.
 fn unusual(v: &Value, at: &str, out: &mut Vec<String>) {

@@ -110,29 +110,6 @@ fn demo_device_files_validate_against_the_device_file_schema() {
     assert!(!validator.is_valid(&bad));
 }
 
-/// The formats JSON Schema 2020-12 defines (validation vocabulary §7.3); validators warn
-/// about any other.
-const STANDARD_FORMATS: [&str; 19] = [
-    "date-time",
-    "date",
-    "time",
-    "duration",
-    "email",
-    "idn-email",
-    "hostname",
-    "idn-hostname",
-    "ipv4",
-    "ipv6",
-    "uri",
-    "uri-reference",
-    "iri",
-    "iri-reference",
-    "uuid",
-    "uri-template",
-    "json-pointer",
-    "relative-json-pointer",
-    "regex",
-];
 
 /// Every `format` under `v`, with where it is.
 fn formats(v: &Value, at: &str, out: &mut Vec<(String, String)>) {

@@ -196,3 +196,27 @@ pub async fn listening_addr(
         }
     }
 }
+
+/// The formats JSON Schema 2020-12 defines (validation vocabulary, §7.3), written here
+/// independently of the code that strips the others.
+pub const STANDARD_FORMATS: [&str; 19] = [
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
