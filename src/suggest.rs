@@ -39,6 +39,7 @@ pub fn closest<'c>(input: &str, candidates: impl IntoIterator<Item = &'c str>) -
 /// it may mean, most likely first (only those of the tool at hand are offered).
 const PARAMETER_SYNONYMS: &[(&str, &[&str])] = &[
     ("start", &["from", "since"]),
+    ("from", &["since"]),
     ("start_time", &["from", "since"]),
     ("begin", &["from", "since"]),
     ("after", &["since", "from"]),

@@ -540,4 +540,7 @@ pub struct ListWorkOrdersData {
     pub total: usize,
     pub complete: bool,
     pub next_cursor: Option<String>,
+    /// The `since` applied, as an absolute instant (RFC 3339), when one was given; a
+    /// relative one (`-1h`) is pinned by `next_cursor` for the following pages.
+    pub since: Option<String>,
 }

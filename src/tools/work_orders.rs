@@ -208,25 +208,23 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
         Some(raw) => Some(parse_sensor_id("sensor_id", raw, &inner.registry)?),
         None => None,
     };
-    let since = match &args.since {
-        Some(raw) => {
-            let ms = super::when::instant("since", raw, Utc::now().timestamp_millis())?;
-            Some(chrono::TimeZone::timestamp_millis_opt(&Utc, ms).single().ok_or_else(ToolError::internal)?)
-        }
-        None => None,
-    };
     let f = call_key(
         "list_work_orders",
         &serde_json::json!({"s": args.status, "id": args.sensor_id, "since": args.since}),
     );
-    let before = match &args.cursor {
+    // The cursor: the last number shown, the query's fingerprint, and the `since` the first
+    // page resolved (`-1h` means an hour before the first page, on every page).
+    let cursor = match &args.cursor {
         Some(c) => {
             let decoded = URL_SAFE_NO_PAD.decode(c).ok().and_then(|b| String::from_utf8(b).ok());
-            match decoded.as_deref().and_then(|d| d.split_once('|')) {
-                Some((n, fp)) if fp == f => n.parse::<u64>().ok(),
-                _ => None,
-            }
-            .ok_or_else(|| {
+            let parts: Option<(u64, Option<i64>)> = decoded.as_deref().and_then(|d| {
+                let mut it = d.splitn(3, '|');
+                let n = it.next()?.parse::<u64>().ok()?;
+                (it.next()? == f).then_some(())?;
+                let since = it.next().and_then(|s| s.parse::<i64>().ok());
+                Some((n, since))
+            });
+            Some(parts.ok_or_else(|| {
                 ToolError::invalid(
                     "cursor",
                     Some(c),
@@ -234,11 +232,22 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
                     "`cursor` does not belong to this listing.",
                     "Pass next_cursor unchanged, or omit cursor to start over.",
                 )
-            })
-            .map(Some)?
+            })?)
         }
         None => None,
     };
+    let since_ms = match (&cursor, &args.since) {
+        (Some((_, pinned)), _) => *pinned,
+        (None, Some(raw)) => Some(super::when::instant("since", raw, Utc::now().timestamp_millis())?),
+        (None, None) => None,
+    };
+    let since = match since_ms {
+        Some(ms) => {
+            Some(chrono::TimeZone::timestamp_millis_opt(&Utc, ms).single().ok_or_else(ToolError::internal)?)
+        }
+        None => None,
+    };
+    let before = cursor.map(|(n, _)| n);
     let matching: Vec<WorkOrder> = store(inner)?
         .list()
         .map_err(store_error)?
@@ -254,8 +263,19 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
         matching.into_iter().filter(|o| before.is_none_or(|b| number(o) < b)).collect();
     let more = page.len() > limit;
     page.truncate(limit);
-    let next_cursor =
-        if more { page.last().map(|o| URL_SAFE_NO_PAD.encode(format!("{}|{f}", number(o)))) } else { None };
+    let pinned = since_ms.map(|ms| ms.to_string()).unwrap_or_default();
+    let next_cursor = if more {
+        page.last().map(|o| URL_SAFE_NO_PAD.encode(format!("{}|{f}|{pinned}", number(o))))
+    } else {
+        None
+    };
     let page = page.into_iter().map(|o| shown(inner, o)).collect();
-    to_data(&ListWorkOrdersData { work_orders: page, total, complete: next_cursor.is_none(), next_cursor })
+    let since = since.map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true));
+    to_data(&ListWorkOrdersData {
+        work_orders: page,
+        total,
+        complete: next_cursor.is_none(),
+        next_cursor,
+        since,
+    })
 }

@@ -610,3 +610,29 @@ async fn orders_are_found_by_their_idempotency_key_and_replays_answer_the_same()
         svc.call("create_work_order", order("A_LINE1_009", "repair", "key-lookup-001")).await.unwrap().json();
     assert_eq!((replay["created"].as_bool(), replay["duplicate_of"].as_str()), (Some(false), None));
 }
+
+/// A relative `since` is pinned by the first page's cursor (as history's range is): the
+/// window does not slide between pages, and the answer states the instant it used.
+#[tokio::test]
+async fn a_relative_since_is_pinned_across_pages_and_stated() {
+    let svc = service();
+    for (sensor, key) in [("A_LINE1_002", "since-pin-001"), ("A_LINE1_003", "since-pin-002")] {
+        assert!(svc.call("create_work_order", order(sensor, "inspection", key)).await.unwrap().ok);
+    }
+    let first = svc.call("list_work_orders", json!({"since": "-2s", "limit": 1})).await.unwrap().json();
+    assert_eq!(first["total"], 2, "{first}");
+    assert!(
+        first["since"].as_str().is_some_and(|s| s.ends_with('Z')),
+        "the absolute instant is stated: {first}"
+    );
+    // Time passes beyond the relative window; the next page still belongs to the first's.
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    let cursor = first["next_cursor"].as_str().unwrap();
+    let second = svc
+        .call("list_work_orders", json!({"since": "-2s", "limit": 1, "cursor": cursor}))
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(second["work_orders"].as_array().unwrap().len(), 1, "{second}");
+    assert_eq!(second["since"], first["since"]);
+}
