@@ -12,7 +12,6 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use super::support::*;
 
-
 /// Every `"null"` type and every `format` that is not standard, under `v`.
 fn unusual(v: &Value, at: &str, out: &mut Vec<String>) {
     match v {

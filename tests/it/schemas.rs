@@ -110,7 +110,6 @@ fn demo_device_files_validate_against_the_device_file_schema() {
     assert!(!validator.is_valid(&bad));
 }
 
-
 /// Every `format` under `v`, with where it is.
 fn formats(v: &Value, at: &str, out: &mut Vec<(String, String)>) {
     match v {
