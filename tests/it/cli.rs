@@ -5,11 +5,16 @@ use std::process::{Command, Output};
 use super::support::*;
 use serde_json::Value;
 
+/// The binary in the repository's folder (for its devices/), hermetic otherwise: its own
+/// data directory, no port of the demo's, none of the caller's FIELDGATE_* variables.
 fn fieldgate(args: &[&str]) -> Output {
+    let data = tempfile::tempdir().unwrap();
     Command::new(env!("CARGO_BIN_EXE_fieldgate"))
         .args(args)
         .current_dir(root())
-        .env_remove("FIELDGATE_LOG")
+        .env_clear()
+        .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
         .output()
         .expect("the binary runs")
 }
@@ -139,10 +144,13 @@ fn call_refuses_bad_json_and_unknown_tools() {
 }
 
 async fn fieldgate_async(args: &[&str]) -> Output {
+    let data = tempfile::tempdir().unwrap();
     tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
         .args(args)
         .current_dir(root())
-        .env_remove("FIELDGATE_LOG")
+        .env_clear()
+        .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
         .output()
         .await
         .expect("the binary runs")

@@ -38,8 +38,11 @@ async fn sigterm_lets_the_request_in_flight_finish_and_exits_0() {
     let sim = Simulator::start(devices, Scenario::default(), Bind::Ephemeral).await.unwrap();
     sim.set_faults("a-line1-plc", Faults { latency_ms: 400, ..Default::default() }).unwrap();
     let dir = devices_for(&sim);
+    let data = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
         .args(["serve", "--log-format", "json", "--devices", dir.path().to_str().unwrap()])
+        .env_clear()
+        .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
         .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
         .env("FIELDGATE_LOG", "info")
         .stdin(Stdio::null())
