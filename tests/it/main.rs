@@ -7,6 +7,7 @@ mod docs_links;
 mod fuzz;
 mod history;
 mod http;
+mod line_stall;
 mod list_sensors;
 mod mcp;
 mod mcp_faults;
