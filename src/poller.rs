@@ -216,16 +216,14 @@ async fn subscribe_device(
     let owned = sensors.iter().map(|s| (*s).clone()).collect();
     let task = tokio::spawn(subscribe::run(target, owned, interval, tx, subscription.clone(), stop.clone()));
     let mut recorder = Recorder::new(&inner, &store, &counters);
-    // What get_device_status shows: the device was heard from, or its session was lost.
+    // What get_device_status shows: the device was heard from; and its sessions, lost or
+    // up again, go to its breaker as reads' outcomes would (down and up in the log).
     let health = inner.resilience.guard(&d.id).map(|g| &g.health);
-    let mut was_live = false;
-    // A subscription that never comes up is a failure too, not silence.
-    let mut never_live_ticks = 0u32;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             u = rx.recv() => match u {
-                Some(subscribe::Update { sensor, sample: Ok(sample) }) => {
+                Some(subscribe::Update::Change { sensor, sample: Ok(sample) }) => {
                     if let Some(s) = sensors.get(sensor) {
                         recorder.record(s, &sample);
                     }
@@ -233,26 +231,15 @@ async fn subscribe_device(
                         h.heard();
                     }
                 }
-                Some(subscribe::Update { sample: Err(_), .. }) => {}
+                Some(subscribe::Update::Change { sample: Err(_), .. }) => {}
+                Some(subscribe::Update::Up) => inner.resilience.observe(&d.id, Ok(())),
+                Some(subscribe::Update::Down(e)) => inner.resilience.observe(&d.id, Err(&e)),
                 None => break,
             },
             _ = tick.tick() => {
-                let live = subscription.live.load(Ordering::Relaxed);
-                if live {
+                if subscription.live.load(Ordering::Relaxed) {
                     recorder.still(&sensors, chrono::Utc::now().timestamp_millis());
                 }
-                if let (true, false, Some(h)) = (was_live, live, health) {
-                    h.lost(crate::driver::DriverError::Unavailable { retry_after: None });
-                }
-                if live {
-                    never_live_ticks = u32::MAX;
-                } else if never_live_ticks < u32::MAX {
-                    never_live_ticks += 1;
-                    if never_live_ticks == 5 && let Some(h) = health {
-                        h.lost(crate::driver::DriverError::Unavailable { retry_after: None });
-                    }
-                }
-                was_live = live;
             }
             () = stop.cancelled() => break,
         }

@@ -263,6 +263,9 @@ async fn attempt(
 ) -> Vec<Result<Sample, DriverError>> {
     let started = Instant::now();
     let before = (guard.breaker.snapshot().state, guard.health.failing_since());
+    if permit.is_probe() {
+        tracing::info!(device = guard.id.as_str(), "probing the device: circuit breaker half-open");
+    }
     let results = driver.read(sensors, options).await;
     let took = started.elapsed();
     let any_ok = results.iter().any(Result::is_ok);
@@ -288,6 +291,27 @@ async fn attempt(
     results
 }
 
+impl Resilience {
+    /// News of a device from outside a read (an OPC UA subscription's session came up:
+    /// `Ok`; was lost or could not be opened: `Err`), for its breaker, its health and the
+    /// log, as a read's outcome would be.
+    pub fn observe(&self, device: &DeviceId, result: Result<(), &DriverError>) {
+        let Some(guard) = self.guards.get(device) else { return };
+        let before = (guard.breaker.snapshot().state, guard.health.failing_since());
+        match result {
+            Ok(()) => {
+                guard.breaker.observe(Outcome::Success);
+                guard.health.heard();
+            }
+            Err(e) => {
+                guard.breaker.observe(if e.blames_device() { Outcome::Transient } else { Outcome::Rejected });
+                guard.health.lost(e.clone());
+            }
+        }
+        log_changes(guard, before);
+    }
+}
+
 /// One line when a device goes down (its breaker opens: with why) and one when it comes
 /// back (its breaker closes: with how long it was down), not one per failed read: what a
 /// person on an edge box needs to see.
@@ -304,7 +328,7 @@ fn log_changes(guard: &Guard, (state, failing): (breaker::SnapshotState, Option<
             let down = failing.map_or(0, |(_, d)| d.as_secs());
             tracing::info!(device, down_for_s = down, "device up again: circuit breaker closed");
         }
-        (HalfOpen, Open) => tracing::debug!(device, "probe failed: circuit breaker open again"),
+        (HalfOpen, Open) => tracing::info!(device, "probe failed: circuit breaker open again"),
         _ => {}
     }
 }

@@ -22,12 +22,14 @@ use super::support::*;
 
 /// A TCP peer that forwards to `upstream` until told to freeze: then every connection it
 /// holds stops passing bytes both ways (kept open, as a hung server's socket is), while
-/// connections opened afterwards are forwarded normally.
+/// connections opened afterwards are forwarded normally. Killed, it closes every
+/// connection and closes new ones at once (a dead server) until revived.
 struct FreezingPeer {
     addr: std::net::SocketAddr,
     accepted: Arc<AtomicU64>,
     /// Connections numbered below this are frozen.
     frozen_below: watch::Sender<u64>,
+    dead: watch::Sender<bool>,
     _tasks: JoinSet<()>,
 }
 
@@ -37,17 +39,29 @@ impl FreezingPeer {
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicU64::new(0));
         let (frozen_below, frozen) = watch::channel(0u64);
+        let (dead, is_dead) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let count = accepted.clone();
         tasks.spawn(async move {
             let mut conns = JoinSet::new();
             while let Ok((client, _)) = listener.accept().await {
                 let n = count.fetch_add(1, Ordering::SeqCst);
+                if *is_dead.borrow() {
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(upstream).await else { continue };
-                conns.spawn(forward(client, server, n, frozen.clone()));
+                conns.spawn(forward(client, server, n, frozen.clone(), is_dead.clone()));
             }
         });
-        FreezingPeer { addr, accepted, frozen_below, _tasks: tasks }
+        FreezingPeer { addr, accepted, frozen_below, dead, _tasks: tasks }
+    }
+
+    fn kill(&self) {
+        self.dead.send_replace(true);
+    }
+
+    fn revive(&self) {
+        self.dead.send_replace(false);
     }
 
     fn freeze_open_connections(&self) {
@@ -59,7 +73,13 @@ impl FreezingPeer {
     }
 }
 
-async fn forward(mut a: TcpStream, mut b: TcpStream, n: u64, mut frozen: watch::Receiver<u64>) {
+async fn forward(
+    mut a: TcpStream,
+    mut b: TcpStream,
+    n: u64,
+    mut frozen: watch::Receiver<u64>,
+    mut dead: watch::Receiver<bool>,
+) {
     let _ = (a.set_nodelay(true), b.set_nodelay(true));
     let (mut ar, mut aw) = a.split();
     let (mut br, mut bw) = b.split();
@@ -79,6 +99,7 @@ async fn forward(mut a: TcpStream, mut b: TcpStream, n: u64, mut frozen: watch::
                 Ok(k) => if aw.write_all(&y[..k]).await.is_err() { return },
             },
             changed = frozen.changed() => if changed.is_err() { return },
+            changed = dead.changed() => if changed.is_err() || *dead.borrow() { return },
         }
     }
 }
@@ -142,6 +163,86 @@ async fn an_opcua_server_that_stops_answering_one_session_is_one_failure_and_a_n
     assert_eq!(d["failures"], 1, "{d}");
     assert_eq!(d["last_error"]["code"], "DEVICE_TIMEOUT", "{d}");
     assert_eq!(d["state"], "up", "{d}");
+}
+
+/// Log lines at INFO and above of this thread (a current-thread test runs every task on it).
+#[derive(Clone, Default)]
+struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
+    type Writer = Lines;
+    fn make_writer(&'a self) -> Lines {
+        self.clone()
+    }
+}
+
+impl Lines {
+    fn count(&self, device: &str, what: &str) -> usize {
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        text.lines().filter(|l| l.contains(device) && l.contains(what)).count()
+    }
+}
+
+/// The oven's status once `done` holds for it (asked every 20 ms, for at most 30 s).
+async fn oven_until(service: &ToolService, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let mut d = Value::Null;
+    let waited = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            d = status(service, "b-oven2-opcua").await;
+            if done(&d) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    assert!(waited.await.is_ok(), "the oven never {what}: {d}");
+    d
+}
+
+#[tokio::test]
+async fn a_subscribed_server_that_dies_is_down_with_one_log_line_and_up_again_when_it_returns() {
+    let lines = Lines::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(lines.clone())
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let mut config = Config::default();
+    config.breaker.failure_threshold = 3;
+    config.breaker.open_ms = 500;
+    config.server.rate_limit_per_minute = 1_000_000;
+    let (_plant, peer, service) = oven_behind_a_peer(config).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let polling = fieldgate::poller::start(&service, stop.clone());
+    // Heard from through the subscription alone: no tool reads the oven in this test.
+    oven_until(&service, "up", |d| d["state"] == "up").await;
+
+    // The server dies: its session is lost and every new one fails.
+    peer.kill();
+    let d = oven_until(&service, "down", |d| d["state"] == "down" && d["breaker"]["state"] != "closed").await;
+    assert!(d["down_since"].is_string() && d["last_error"]["code"].is_string(), "{d}");
+    assert!(d["failures"].as_u64().unwrap() >= 3, "{d}");
+
+    // It returns: the subscription comes back (or fieldgate's probe sees it first).
+    peer.revive();
+    oven_until(&service, "up again", |d| d["state"] == "up" && d["breaker"]["state"] == "closed").await;
+    stop.cancel();
+    for h in polling {
+        h.await.unwrap();
+    }
+    assert_eq!(lines.count("b-oven2-opcua", "device down"), 1);
+    assert_eq!(lines.count("b-oven2-opcua", "device up again"), 1);
 }
 
 const SERIAL: &str = r#"id = "s-rtu"

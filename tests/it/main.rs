@@ -3,6 +3,7 @@
 mod agent_contract;
 mod chaos;
 mod cli;
+mod crash_window;
 mod docs_links;
 mod fuzz;
 mod history;
@@ -17,6 +18,7 @@ mod raw_modbus;
 mod registry;
 mod schemas;
 mod serve;
+mod slow_clients;
 mod stall;
 mod stdio_service;
 mod storage;

@@ -25,11 +25,15 @@ use super::{Connection, Target, node_of, sample_of};
 use crate::driver::{DriverError, Sample};
 use crate::registry::Sensor;
 
-/// A value change of one sensor (its index in the list given to [`run`]).
+/// What a subscription tells its owner.
 #[derive(Debug)]
-pub struct Update {
-    pub sensor: usize,
-    pub sample: Result<Sample, DriverError>,
+pub enum Update {
+    /// A value change of one sensor (its index in the list given to [`run`]).
+    Change { sensor: usize, sample: Result<Sample, DriverError> },
+    /// A session with its subscription is up: the server answers.
+    Up,
+    /// The session was lost, or could not be opened or subscribed: the server failed.
+    Down(DriverError),
 }
 
 /// What a subscription has done, for `/metrics` and tests.
@@ -67,6 +71,7 @@ pub async fn run(
                 Ok(()) => {
                     counters.sessions.fetch_add(1, Ordering::Relaxed);
                     counters.live.store(true, Ordering::Relaxed);
+                    let _ = tx.send(Update::Up);
                     if warned {
                         tracing::info!(url = %target.url, "OPC UA subscription recreated");
                     }
@@ -81,11 +86,20 @@ pub async fn run(
                         }
                     };
                     counters.live.store(false, Ordering::Relaxed);
+                    let _ = tx.send(Update::Down(DriverError::Unavailable { retry_after: None }));
                     format!("session lost ({})", status.sub_code().name())
                 }
-                Err(e) => e.to_string(),
+                Err(e) => {
+                    let text = e.to_string();
+                    let _ = tx.send(Update::Down(e));
+                    text
+                }
             },
-            Err(e) => e.to_string(),
+            Err(e) => {
+                let text = e.to_string();
+                let _ = tx.send(Update::Down(e));
+                text
+            }
         };
         if !warned {
             tracing::warn!(url = %target.url, error = %failure, "OPC UA subscription down; reconnecting");
@@ -113,7 +127,7 @@ async fn subscribe(
         c.notifications.fetch_add(1, Ordering::Relaxed);
         // Handles are 1-based: the library replaces a handle of 0 with one of its own.
         let Some(sensor) = (item.client_handle() as usize).checked_sub(1) else { return };
-        let _ = tx.send(Update { sensor, sample: sample_of(dv) });
+        let _ = tx.send(Update::Change { sensor, sample: sample_of(dv) });
     });
     let session = &conn.session;
     // Keep-alive every 10 publishing intervals; the subscription outlives 3 missed ones.
