@@ -3,9 +3,11 @@
 //! See ARCHITECTURE.md for the codemap and the invariants.
 
 pub mod app;
+pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod delivery;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod driver;
 pub mod ids;

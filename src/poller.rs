@@ -98,12 +98,6 @@ pub fn worth_storing(
     }
 }
 
-fn jitter(max: Duration) -> Duration {
-    use std::hash::{BuildHasher, RandomState};
-    let n = RandomState::new().hash_one(std::time::SystemTime::now());
-    max.mul_f64((n >> 11) as f64 / (1u64 << 53) as f64)
-}
-
 /// What the poller keeps per device to decide what to store.
 struct Recorder<'a> {
     inner: &'a crate::tools::Inner,
@@ -169,7 +163,8 @@ async fn poll_device(
     }
     let call_deadline = Duration::from_millis(inner.config.calls.deadline_ms);
     let mut recorder = Recorder::new(&inner, &store, &counters);
-    let mut next = Instant::now() + jitter(interval);
+    // Devices start spread over one interval, not all at once.
+    let mut next = Instant::now() + interval.mul_f64(crate::backoff::jitter());
     loop {
         tokio::select! {
             () = tokio::time::sleep_until(next) => {}

@@ -87,13 +87,6 @@ pub fn breaker_settings(config: &Config, device: &Device) -> BreakerSettings {
     }
 }
 
-/// A number in [0, 1) for backoff jitter.
-fn jitter() -> f64 {
-    use std::hash::{BuildHasher, RandomState};
-    let n = RandomState::new().hash_one(std::time::SystemTime::now());
-    (n >> 11) as f64 / (1u64 << 53) as f64
-}
-
 impl Resilience {
     /// Guards for `devices` with one breaker setting (unit tests of the read loop).
     #[cfg(test)]
@@ -158,7 +151,7 @@ impl Resilience {
         let mut out: Vec<Result<Sample, ReadError>> = Vec::new();
         let mut pending: Vec<usize> = (0..sensors.len()).collect();
         let mut attempts = 0;
-        let mut backoff = self.retry.first_backoff;
+        let mut backoff = crate::backoff::Backoff::new(self.retry.first_backoff, self.deadline);
         let mut waited_for_probe = false;
         loop {
             let permit = match guard.breaker.try_acquire() {
@@ -205,14 +198,12 @@ impl Resilience {
             if again.is_empty() || attempts > self.retry.max_retries {
                 return (out, attempts);
             }
-            // Full jitter in [backoff/2, backoff], and only if the deadline leaves room
-            // for the wait and a little more.
-            let wait = backoff.mul_f64(0.5 + 0.5 * jitter());
+            // Only if the deadline leaves room for the wait and a little more.
+            let wait = backoff.next_wait();
             if Instant::now() + wait + Duration::from_millis(10) >= deadline {
                 return (out, attempts);
             }
             tokio::time::sleep(wait).await;
-            backoff = backoff.saturating_mul(2);
             pending = again;
         }
     }

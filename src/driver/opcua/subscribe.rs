@@ -58,7 +58,7 @@ pub async fn run(
 ) {
     const FIRST: Duration = Duration::from_millis(250);
     const MAX: Duration = Duration::from_secs(30);
-    let mut backoff = FIRST;
+    let mut backoff = crate::backoff::Backoff::new(FIRST, MAX);
     let mut warned = false;
     loop {
         let connect = tokio::time::timeout(target.request_timeout * 4, target.connect());
@@ -75,7 +75,7 @@ pub async fn run(
                     if warned {
                         tracing::info!(url = %target.url, "OPC UA subscription recreated");
                     }
-                    backoff = FIRST;
+                    backoff.reset();
                     warned = false;
                     let status = tokio::select! {
                         s = conn.closed() => s,
@@ -105,12 +105,10 @@ pub async fn run(
             tracing::warn!(url = %target.url, error = %failure, "OPC UA subscription down; reconnecting");
             warned = true;
         }
-        let wait = backoff + backoff.mul_f64(jitter() * 0.5);
         tokio::select! {
-            () = tokio::time::sleep(wait) => {}
+            () = tokio::time::sleep(backoff.next_wait()) => {}
             () = stop.cancelled() => return,
         }
-        backoff = (backoff * 2).min(MAX);
     }
 }
 
@@ -184,10 +182,4 @@ fn filter_of(sensor: &Sensor) -> ExtensionObject {
         }),
         _ => ExtensionObject::null(),
     }
-}
-
-fn jitter() -> f64 {
-    use std::hash::{BuildHasher, RandomState};
-    let n = RandomState::new().hash_one(std::time::SystemTime::now());
-    (n >> 11) as f64 / (1u64 << 53) as f64
 }
