@@ -14,6 +14,7 @@ pub mod ids;
 pub mod logs;
 pub mod metrics;
 pub mod poller;
+pub mod reading;
 pub mod registry;
 pub mod resilience;
 pub mod store;

@@ -1,10 +1,6 @@
 //! `get_sensor_reading` and `get_sensor_readings`: live values, or young cached ones.
 
-use std::sync::Mutex;
-use std::time::Duration;
-
 use chrono::{DateTime, SecondsFormat, Utc};
-use tokio::time::Instant;
 
 use super::defs::{
     FailedSensor, GetSensorReadingArgs, GetSensorReadingsArgs, Quality, Reading, ReadingSource, UnitMode,
@@ -16,58 +12,9 @@ use super::{Inner, ToolResult, json, to_data};
 use crate::driver::Refusal;
 use crate::driver::codec::{RawValue, scaled};
 use crate::driver::{DriverError, Sample};
+use crate::reading::{Cache, Source};
 use crate::registry::{DataType, Device, Sensor, SensorSource};
 use crate::resilience::ReadError;
-
-/// The last value read of every sensor, for `max_age_ms`, at the sensor's place in the
-/// registry (no hashing of IDs on a batch's hundred reads and writes).
-pub struct Cache {
-    slots: Mutex<Vec<Option<Sample>>>,
-}
-
-impl Cache {
-    /// An empty cache for a registry of `sensors` sensors.
-    pub fn new(sensors: usize) -> Cache {
-        Cache { slots: Mutex::new(vec![None; sensors]) }
-    }
-
-    pub fn put(&self, sensor: &Sensor, sample: &Sample) {
-        self.put_all(std::iter::once((sensor, sample)));
-    }
-
-    /// Stores several samples under one lock.
-    fn put_all<'a>(&self, samples: impl Iterator<Item = (&'a Sensor, &'a Sample)>) {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        for (sensor, sample) in samples {
-            match slots.get_mut(sensor.place.sensor) {
-                // Never let an older sample (a slow read finishing late) replace a newer one.
-                Some(Some(old)) if old.at > sample.at => {}
-                Some(Some(old)) => old.clone_from(sample),
-                Some(slot) => *slot = Some(sample.clone()),
-                None => {}
-            }
-        }
-    }
-
-    /// The cached sample if it is at most `max_age_ms` old at `now`.
-    pub fn fresh(&self, sensor: &Sensor, max_age_ms: u64, now: DateTime<Utc>) -> Option<Sample> {
-        if max_age_ms == 0 {
-            return None;
-        }
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let s = slots.get(sensor.place.sensor)?.as_ref()?;
-        let age = (now - s.at).num_milliseconds();
-        (age >= 0 && age as u64 <= max_age_ms).then(|| s.clone())
-    }
-
-    /// How old the cached sample is at `now`, if there is one (and not from a clock that
-    /// stepped back since).
-    pub fn age_ms(&self, sensor: &Sensor, now: DateTime<Utc>) -> Option<u64> {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let s = slots.get(sensor.place.sensor)?.as_ref()?;
-        u64::try_from((now - s.at).num_milliseconds()).ok()
-    }
-}
 
 /// The largest `max_age_ms` the input schemas accept.
 const MAX_AGE_MS: u64 = 86_400_000;
@@ -142,11 +89,6 @@ type Written = (DateTime<Utc>, Quality, ReadingSource);
 impl Stamps {
     pub(crate) fn new() -> Stamps {
         Stamps { now: Utc::now(), last: None, middle: None }
-    }
-
-    /// Ages from here on are counted to the current time.
-    fn refresh(&mut self) {
-        *self = Stamps::new();
     }
 
     /// `at` as RFC 3339 text, and how old a value read then is now (0 for a clock that
@@ -579,34 +521,27 @@ fn place_of(sensor: &Sensor) -> String {
     }
 }
 
-fn deadline(inner: &Inner) -> Instant {
-    Instant::now() + Duration::from_millis(inner.config.calls.deadline_ms)
+fn source(s: Source) -> ReadingSource {
+    match s {
+        Source::Live => ReadingSource::Live,
+        Source::Cache => ReadingSource::Cache,
+    }
 }
 
 pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts: &mut u32) -> ToolResult {
     let registry = &inner.registry;
     let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
     let mode = args.unit.unwrap_or_default();
+    let reader = &inner.reader;
+    let deadline = crate::reading::Reader::deadline(&inner.config);
+    let mut read = reader.read(&[sensor], Some(args.max_age_ms.unwrap_or(0)), deadline).await;
+    *attempts += read.attempts;
     let mut stamps = Stamps::new();
-    if let Some(hit) = inner.cache.fresh(sensor, args.max_age_ms.unwrap_or(0), stamps.now) {
-        return to_data(&reading(sensor, &hit, mode, ReadingSource::Cache, &mut stamps));
-    }
-    let device = registry.device_of(sensor);
-    let driver = inner.drivers.get(&device.id).ok_or_else(ToolError::internal)?;
-    let started = Instant::now();
-    let (mut results, tries) =
-        inner.resilience.read(&device.id, driver.as_ref(), &[sensor], deadline(inner)).await;
-    *attempts += tries;
-    if tries > 0 {
-        inner.metrics.device_read(device.id.as_str(), started.elapsed());
-    }
-    match results.pop() {
-        Some(Ok(sample)) => {
-            inner.cache.put(sensor, &sample);
-            stamps.refresh();
-            to_data(&reading(sensor, &sample, mode, ReadingSource::Live, &mut stamps))
+    match read.results.pop() {
+        Some(Ok((sample, from))) => to_data(&reading(sensor, &sample, mode, source(from), &mut stamps)),
+        Some(Err(e)) => {
+            Err(offer_cached(device_error(&e, registry.device_of(sensor), sensor), reader.cache(), sensor))
         }
-        Some(Err(e)) => Err(offer_cached(device_error(&e, device, sensor), &inner.cache, sensor)),
         None => Err(ToolError::internal()),
     }
 }
@@ -649,60 +584,18 @@ pub(crate) async fn get_many(
     let position = |i: usize| positions.get(i).copied().unwrap_or(i);
     let mode = args.unit.unwrap_or_default();
     let max_age = args.max_age_ms.unwrap_or(0);
-    let mut slots: Vec<Slot> = Vec::with_capacity(sensors.len());
+    let deadline = crate::reading::Reader::deadline(&inner.config);
+    let read = inner.reader.read(&sensors, Some(max_age), deadline).await;
+    *attempts += read.attempts;
     let mut stamps = Stamps::new();
-    // Group what the cache cannot answer by device, in request order. A batch names a few
-    // devices, usually one run of sensors after another: the last group is tried first.
-    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
-    for (i, s) in sensors.iter().enumerate() {
-        match inner.cache.fresh(s, max_age, stamps.now) {
-            Some(hit) => slots.push(Slot::Read(hit, ReadingSource::Cache)),
-            None => {
-                slots.push(Slot::Pending);
-                match groups.iter_mut().rev().find(|(d, _)| *d == s.place.device) {
-                    Some((_, members)) => members.push(i),
-                    None => {
-                        // Room for the rest of the batch: usually one device's run of sensors.
-                        let mut members = Vec::with_capacity(sensors.len() - i);
-                        members.push(i);
-                        groups.push((s.place.device, members));
-                    }
-                }
-            }
-        }
-    }
-    let until = deadline(inner);
-    let reads = groups.iter().map(|(_, idx)| {
-        let group: Vec<&Sensor> = idx.iter().map(|&i| sensors[i]).collect();
-        async move {
-            let device = registry.device_of(group[0]);
-            let started = Instant::now();
-            let (out, tries) = match inner.drivers.get(&device.id) {
-                Some(driver) => inner.resilience.read(&device.id, driver.as_ref(), &group, until).await,
-                None => (vec![Err(ReadError::Driver(DriverError::NotSupported)); group.len()], 0),
-            };
-            if tries > 0 {
-                inner.metrics.device_read(device.id.as_str(), started.elapsed());
-            }
-            (idx, out, tries)
-        }
-    });
-    let done = futures_util::future::join_all(reads).await;
-    // Devices are read in parallel: the call made as many attempts as its busiest device.
-    *attempts += done.iter().map(|(_, _, tries)| *tries).max().unwrap_or(0);
-    stamps.refresh();
-    for (idx, out, _) in done {
-        inner
-            .cache
-            .put_all(idx.iter().zip(&out).filter_map(|(&i, r)| r.as_ref().ok().map(|s| (sensors[i], s))));
-        for (&i, r) in idx.iter().zip(out) {
-            let s = sensors[i];
-            slots[i] = match r {
-                Ok(sample) => Slot::Read(sample, ReadingSource::Live),
-                Err(e) => Slot::Failed(Box::new(device_error(&e, registry.device_of(s), s))),
-            };
-        }
-    }
+    let mut slots: Vec<Slot> = sensors
+        .iter()
+        .zip(read.results)
+        .map(|(s, r)| match r {
+            Ok((sample, from)) => Slot::Read(sample, source(from)),
+            Err(e) => Slot::Failed(Box::new(device_error(&e, registry.device_of(s), s))),
+        })
+        .collect();
     let mut failed: Vec<(usize, FailedSensor)> = Vec::new();
     // Where in `failed` a device failure has a cached value to offer, and its age.
     let mut cached: Vec<(usize, u64)> = Vec::new();
@@ -712,7 +605,7 @@ pub(crate) async fn get_many(
                 let at = position(i);
                 error.parameter = Some(format!("sensor_ids/{at}"));
                 if passing_device_failure(&error)
-                    && let Some(age) = inner.cache.age_ms(sensors[i], stamps.now)
+                    && let Some(age) = inner.reader.cache().age_ms(sensors[i], stamps.now)
                 {
                     cached.push((failed.len(), age));
                 }
@@ -840,6 +733,7 @@ mod tests {
     use crate::driver::SampleQuality;
     use crate::registry::{ModbusPoint, NormalRange, RegisterTable, WordOrder};
     use proptest::prelude::*;
+    use std::time::Duration;
 
     fn sensor(source: SensorSource, unit: String, range: Option<NormalRange>) -> Sensor {
         Sensor {

@@ -7,6 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, SecondsFormat, Utc};
 
+use super::call_key::call_key;
 use super::defs::{
     CreateWorkOrderArgs, CreateWorkOrderData, GetWorkOrderArgs, ListWorkOrdersArgs, ListWorkOrdersData,
     Transition, UnitMode, WorkOrder, WorkOrderData, WorkOrderStatus,
@@ -14,7 +15,6 @@ use super::defs::{
 use super::envelope::{ErrorCode, ToolError};
 use super::validate::{parse_sensor_id, registered_sensor};
 use super::{Caller, Inner, ToolResult, to_data};
-use crate::resilience::repeat::call_key;
 use crate::store::work_orders::{Created, WorkOrderError, WorkOrderStore, allowed, status_name, type_name};
 
 /// How long the agent should wait before checking an order again.
@@ -114,7 +114,7 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
     );
     let now = Utc::now();
     let at = now.to_rfc3339_opts(SecondsFormat::Millis, true);
-    let evidence = inner.cache.fresh(sensor, u64::MAX / 2, now).map(|s| {
+    let evidence = inner.reader.cache().fresh(sensor, u64::MAX / 2, now).map(|s| {
         let mut stamps = super::readings::Stamps::new();
         super::readings::reading(
             sensor,
