@@ -56,3 +56,40 @@ impl Cache {
         u64::try_from((now - s.at).num_milliseconds()).ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::SampleQuality;
+    use crate::driver::codec::RawValue;
+    use crate::registry::SensorSource;
+
+    #[test]
+    fn the_cache_keeps_the_newest_sample_at_the_sensor_place() {
+        let cache = Cache::new(3);
+        let mut s = Sensor::for_tests(SensorSource::OpcUa { node_id: "ns=2;s=X".into() }, "bar", None);
+        let at = |ms| DateTime::<Utc>::from_timestamp_millis(ms).unwrap();
+        let sample = |v, ms| Sample { value: RawValue::Float(v), at: at(ms), quality: SampleQuality::Good };
+        // Outside a registry: nothing is stored or found.
+        cache.put(&s, &sample(1.0, 1_000));
+        assert!(cache.fresh(&s, 10_000, at(1_000)).is_none());
+        s.place = crate::registry::Place { sensor: 1, device: 0 };
+        assert!(cache.fresh(&s, 10_000, at(1_000)).is_none());
+        cache.put(&s, &sample(2.0, 2_000));
+        // A late read of an older value does not replace it.
+        cache.put(&s, &sample(3.0, 1_500));
+        let hit = cache.fresh(&s, 10_000, at(2_500)).unwrap();
+        assert_eq!((hit.value, hit.at), (RawValue::Float(2.0), at(2_000)));
+        // Too old, or from the future, or max_age_ms 0: a miss.
+        assert!(cache.fresh(&s, 400, at(2_500)).is_none());
+        assert!(cache.fresh(&s, 10_000, at(1_999)).is_none());
+        assert!(cache.fresh(&s, 0, at(2_000)).is_none());
+        // Its age, for a failed read's hint; none from before it was read.
+        assert_eq!(cache.age_ms(&s, at(2_500)), Some(500));
+        assert_eq!(cache.age_ms(&s, at(1_999)), None);
+        // Other places are untouched.
+        s.place.sensor = 0;
+        assert!(cache.fresh(&s, 10_000, at(2_500)).is_none());
+        assert_eq!(cache.age_ms(&s, at(2_500)), None);
+    }
+}

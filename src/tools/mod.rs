@@ -5,11 +5,13 @@
 mod call_key;
 pub mod catalog;
 pub mod defs;
+mod device_error;
 pub mod envelope;
 mod history;
 mod json;
 pub mod limits;
 mod list_sensors;
+mod reading_json;
 pub mod readings;
 mod resources;
 mod status;
@@ -89,7 +91,7 @@ pub(crate) struct Inner {
     /// Every device read goes through the reading core.
     pub(crate) reader: Arc<Reader>,
     /// Each sensor's fixed reading JSON, at its place in the registry.
-    pub(crate) reading_json: Vec<readings::ReadingJson>,
+    pub(crate) reading_json: Vec<reading_json::ReadingJson>,
     pub(crate) metrics: Arc<Metrics>,
     limiter: limits::RateLimiter,
     pub(crate) repeat: RepeatGuard,
@@ -130,7 +132,7 @@ impl ToolService {
             std::time::Duration::from_secs(config.calls.repeat_failure_window_s),
         );
         let inner = Inner {
-            reading_json: registry.sensors().iter().map(readings::ReadingJson::of).collect(),
+            reading_json: registry.sensors().iter().map(reading_json::ReadingJson::of).collect(),
             registry,
             config,
             validators,

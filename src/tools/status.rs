@@ -7,7 +7,7 @@ use super::defs::{
     BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, GetDeviceStatusArgs, LastError,
     Latency, ProbeData, ProbeResult, StorageStatus,
 };
-use super::readings::device_error;
+use super::device_error::device_error;
 use super::{Inner, ToolError, ToolResult, to_data};
 use crate::ids::DeviceId;
 use crate::registry::Device;

@@ -115,8 +115,8 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
     let now = Utc::now();
     let at = now.to_rfc3339_opts(SecondsFormat::Millis, true);
     let evidence = inner.reader.cache().fresh(sensor, u64::MAX / 2, now).map(|s| {
-        let mut stamps = super::readings::Stamps::new();
-        super::readings::reading(
+        let mut stamps = super::reading_json::Stamps::new();
+        super::reading_json::reading(
             sensor,
             &s,
             UnitMode::Normalized,
