@@ -274,8 +274,9 @@ pub async fn mcp(
 ) -> ExitCode {
     use crate::app::{Options, StartError};
     use crate::transport::bridge;
+    let max_line = usize::try_from(config.server.max_body_bytes).unwrap_or(usize::MAX);
     if let Some(url) = url {
-        return exit_of(bridge::bridge_stdio(&url, token).await);
+        return exit_of(bridge::bridge_stdio(&url, token, max_line).await);
     }
     let options = Options { listen: Some(config.server.listen), listen_required: false, tokens, mode: "mcp" };
     let mut signals = StopSignal::listen();
@@ -294,11 +295,11 @@ pub async fn mcp(
             exit_of(served)
         }
         Err(StartError::Held { owner: Some(crate::app::Owner { url: Some(url), .. }), .. }) => {
-            exit_of(bridge::bridge_stdio(&url, token).await)
+            exit_of(bridge::bridge_stdio(&url, token, max_line).await)
         }
         // Started at the same moment as the owner: its owner file follows within moments.
         Err(StartError::Held { dir, owner: None }) if let Some(url) = await_owner_url(&dir).await => {
-            exit_of(bridge::bridge_stdio(&url, token).await)
+            exit_of(bridge::bridge_stdio(&url, token, max_line).await)
         }
         Err(e @ StartError::Held { .. }) => {
             let message = e.to_string();

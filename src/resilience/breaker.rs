@@ -34,6 +34,18 @@ pub enum Outcome {
     Rejected,
 }
 
+/// A change of state that one recorded outcome caused: exactly one call sees each, however
+/// many finish at the same moment (so each is logged once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Closed → open: the device is down.
+    Opened,
+    /// A probe failed: open again, for a longer period.
+    Reopened,
+    /// A probe (or news of the device) succeeded: closed again.
+    Closed,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
     Closed,
@@ -89,9 +101,10 @@ impl Permit {
         self.probe
     }
 
-    pub fn record(mut self, outcome: Outcome) {
+    /// Records how the call went; the change of state it caused, if any.
+    pub fn record(mut self, outcome: Outcome) -> Option<Change> {
         self.recorded = true;
-        self.breaker.record(self.probe, outcome);
+        self.breaker.record(self.probe, outcome)
     }
 }
 
@@ -176,19 +189,19 @@ impl Breaker {
     /// or was lost, or could not be opened). A failure counts as a call's would while the
     /// breaker is closed, and changes nothing while it is open; anything but a failure
     /// closes an open breaker, as a successful probe would: the device demonstrably talks.
-    pub fn observe(&self, outcome: Outcome) {
+    pub fn observe(&self, outcome: Outcome) -> Option<Change> {
         let closes = {
             let mut i = self.lock();
             match i.state {
                 State::Closed => false,
-                _ if outcome == Outcome::Transient => return,
+                _ if outcome == Outcome::Transient => return None,
                 _ => {
                     i.state = State::HalfOpen { probing: true };
                     true
                 }
             }
         };
-        self.record(closes, outcome);
+        self.record(closes, outcome)
     }
 
     /// The open period that follows the current one if the next probe fails.
@@ -200,7 +213,7 @@ impl Breaker {
         self.settings.open.saturating_mul(1u32 << reopenings.min(16)).min(self.settings.max_open)
     }
 
-    fn record(&self, probe: bool, outcome: Outcome) {
+    fn record(&self, probe: bool, outcome: Outcome) -> Option<Change> {
         let now = Instant::now();
         let mut i = self.lock();
         let failed = outcome == Outcome::Transient;
@@ -210,16 +223,18 @@ impl Breaker {
         }
         i.consecutive = if failed { i.consecutive + 1 } else { 0 };
         let settles = probe;
-        match i.state {
+        let change = match i.state {
             State::HalfOpen { .. } if probe => {
                 if failed {
                     i.reopenings += 1;
                     let period = self.open_period(i.reopenings);
                     i.state = State::Open { until: now + period };
+                    Some(Change::Reopened)
                 } else {
                     i.state = State::Closed;
                     i.reopenings = 0;
                     i.window.clear();
+                    Some(Change::Closed)
                 }
             }
             State::Closed if failed => {
@@ -227,18 +242,20 @@ impl Breaker {
                 let calls = i.window.len() as u32;
                 let by_rate = calls >= self.settings.min_calls
                     && failures * 100 >= self.settings.failure_rate_percent * calls;
-                if i.consecutive >= self.settings.failure_threshold || by_rate {
+                (i.consecutive >= self.settings.failure_threshold || by_rate).then(|| {
                     let period = self.open_period(i.reopenings);
                     i.state = State::Open { until: now + period };
-                }
+                    Change::Opened
+                })
             }
             // Results of calls admitted before the breaker opened change nothing more.
-            _ => {}
-        }
+            _ => None,
+        };
         drop(i);
         if settles {
             self.settled.notify_waiters();
         }
+        change
     }
 
     pub fn snapshot(&self) -> Snapshot {

@@ -253,7 +253,7 @@ async fn attempt(
     options: ReadOptions,
 ) -> Vec<Result<Sample, DriverError>> {
     let started = Instant::now();
-    let before = (guard.breaker.snapshot().state, guard.health.failing_since());
+    let failing = guard.health.failing_since();
     if permit.is_probe() {
         tracing::info!(device = guard.id.as_str(), "probing the device: circuit breaker half-open");
     }
@@ -262,23 +262,27 @@ async fn attempt(
     let any_ok = results.iter().any(Result::is_ok);
     let blamed = results.iter().find_map(|r| r.as_ref().err().filter(|e| e.blames_device()));
     let asked = results.iter().find_map(|r| r.as_ref().err().filter(|e| **e != DriverError::Queued));
-    match (any_ok, blamed, asked) {
+    // Health first, so that the line logged for a change says why.
+    let change = match (any_ok, blamed, asked) {
         (true, _, _) => {
-            permit.record(Outcome::Success);
             guard.health.record(took, None);
+            permit.record(Outcome::Success)
         }
         (false, Some(e), _) => {
-            permit.record(Outcome::Transient);
             guard.health.record(took, Some(e));
+            permit.record(Outcome::Transient)
         }
         (false, None, Some(e)) => {
-            permit.record(Outcome::Rejected);
             guard.health.record(took, Some(e));
+            permit.record(Outcome::Rejected)
         }
         // Dropped unrecorded: a probe's slot is freed for the next one.
-        (false, None, None) => drop(permit),
-    }
-    log_changes(guard, before);
+        (false, None, None) => {
+            drop(permit);
+            None
+        }
+    };
+    log_change(guard, change, failing);
     results
 }
 
@@ -288,39 +292,38 @@ impl Resilience {
     /// log, as a read's outcome would be.
     pub fn observe(&self, device: &DeviceId, result: Result<(), &DriverError>) {
         let Some(guard) = self.guards.get(device) else { return };
-        let before = (guard.breaker.snapshot().state, guard.health.failing_since());
-        match result {
+        let failing = guard.health.failing_since();
+        let change = match result {
             Ok(()) => {
-                guard.breaker.observe(Outcome::Success);
                 guard.health.heard();
+                guard.breaker.observe(Outcome::Success)
             }
             Err(e) => {
-                guard.breaker.observe(if e.blames_device() { Outcome::Transient } else { Outcome::Rejected });
                 guard.health.lost(e.clone());
+                guard.breaker.observe(if e.blames_device() { Outcome::Transient } else { Outcome::Rejected })
             }
-        }
-        log_changes(guard, before);
+        };
+        log_change(guard, change, failing);
     }
 }
 
 /// One line when a device goes down (its breaker opens: with why) and one when it comes
 /// back (its breaker closes: with how long it was down), not one per failed read: what a
-/// person on an edge box needs to see.
-fn log_changes(guard: &Guard, (state, failing): (breaker::SnapshotState, Option<(DateTime<Utc>, Duration)>)) {
-    use breaker::SnapshotState::{Closed, HalfOpen, Open};
+/// person on an edge box needs to see. The breaker hands each change to exactly one
+/// outcome, so calls failing together log it once.
+fn log_change(guard: &Guard, change: Option<breaker::Change>, failing: Option<(DateTime<Utc>, Duration)>) {
     let device = guard.id.as_str();
-    let after = guard.breaker.snapshot().state;
-    match (state, after) {
-        (Closed, Open) => {
+    match change {
+        Some(breaker::Change::Opened) => {
             let reason = guard.health.snapshot().last_error.map(|(e, _)| e.to_string()).unwrap_or_default();
             tracing::info!(device, %reason, "device down: circuit breaker open");
         }
-        (HalfOpen | Open, Closed) => {
+        Some(breaker::Change::Closed) => {
             let down = failing.map_or(0, |(_, d)| d.as_secs());
             tracing::info!(device, down_for_s = down, "device up again: circuit breaker closed");
         }
-        (HalfOpen, Open) => tracing::info!(device, "probe failed: circuit breaker open again"),
-        _ => {}
+        Some(breaker::Change::Reopened) => tracing::info!(device, "probe failed: circuit breaker open again"),
+        None => {}
     }
 }
 

@@ -282,3 +282,45 @@ async fn a_call_that_arrives_during_a_probe_gets_the_probes_verdict() {
     assert!(Instant::now() - started <= Duration::from_millis(310), "it waited for the probe only");
     assert_eq!(probing.await.unwrap(), ProbeOutcome::Answered);
 }
+
+/// INFO lines logged on this thread (a paused current-thread test runs every task on it).
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
+    type Writer = Lines;
+    fn make_writer(&'a self) -> Lines {
+        self.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_failing_together_log_the_device_down_once_and_up_once() {
+    let lines = Lines::default();
+    let subscriber = tracing_subscriber::fmt().with_writer(lines.clone()).with_ansi(false).finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let r = resilience(0);
+    // Eight callers fail at the same moment, past the threshold of five.
+    let driver = Script::of([TIMEOUT; 8]);
+    let (s, id) = (sensor(), device());
+    let group = [&s];
+    let calls = (0..8).map(|_| r.read(&id, &driver, &group, deadline()));
+    futures_util::future::join_all(calls).await;
+    assert_eq!(breaker(&r).state, SnapshotState::Open);
+    // The device answers fieldgate's probe after the open period.
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert_eq!(r.probe(&id, &driver, &s, false).await, ProbeOutcome::Answered);
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(text.matches("device down").count(), 1, "{text}");
+    assert_eq!(text.matches("device up again").count(), 1, "{text}");
+}

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::client::{HttpClient, HttpResponse};
+use super::mcp::stdio::{LineReader, Read};
 
 /// JSON-RPC "server error" for a request the bridge could not deliver.
 const UNAVAILABLE: i64 = -32000;
@@ -53,7 +54,7 @@ fn messages(r: &HttpResponse) -> Vec<String> {
 }
 
 /// Relays stdin to `url`'s `/mcp` until stdin closes.
-pub async fn bridge_stdio(url: &str, token: Option<String>) -> Result<(), String> {
+pub async fn bridge_stdio(url: &str, token: Option<String>, max_line: usize) -> Result<(), String> {
     // The address of the service, with or without its `/mcp` (as HTTP clients are given it).
     let url = url.trim_end_matches('/').trim_end_matches("/mcp");
     let authority = url.strip_prefix("http://").ok_or("--url must be http://host:port")?;
@@ -63,15 +64,40 @@ pub async fn bridge_stdio(url: &str, token: Option<String>) -> Result<(), String
         .and_then(|mut a| a.next())
         .ok_or_else(|| format!("cannot resolve {authority}"))?;
     tracing::info!(%url, "relaying MCP over stdio to the running fieldgate");
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut lines = LineReader::new(tokio::io::stdin(), max_line);
     let mut stdout = tokio::io::stdout();
     let mut client: Option<HttpClient> = None;
     let mut session: Option<String> = None;
     let mut version: Option<String> = None;
-    while let Ok(Some(line)) = lines.next_line().await {
+    loop {
+        // What cannot be relayed is answered here, as the service would: never silence.
+        let line = match lines.next().await {
+            Ok(Read::Eof) if lines.line.is_empty() => break,
+            Ok(Read::Line | Read::Eof) => match String::from_utf8(std::mem::take(&mut lines.line)) {
+                Ok(text) => text,
+                Err(_) => {
+                    let e = parse_error("Parse error: the message is not UTF-8");
+                    if write_line(&mut stdout, &e).await.is_err() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            },
+            Ok(Read::Oversized) => {
+                let e =
+                    invalid_request(&format!("Invalid Request: the message is longer than {max_line} bytes"));
+                if write_line(&mut stdout, &e).await.is_err() {
+                    return Ok(());
+                }
+                continue;
+            }
+            Err(_) => break,
+        };
+        let line = line.trim_end_matches(['\n', '\r']);
         if line.trim().is_empty() {
             continue;
         }
+        let line = line.to_string();
         let id = request_id(&line);
         let mut headers: Vec<(&str, &str)> =
             vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
@@ -150,13 +176,26 @@ pub async fn bridge_stdio(url: &str, token: Option<String>) -> Result<(), String
             },
         };
         for m in out {
-            if stdout.write_all(format!("{m}\n").as_bytes()).await.is_err() {
+            if write_line(&mut stdout, &m).await.is_err() {
                 return Ok(());
             }
         }
-        let _ = stdout.flush().await;
     }
     Ok(())
+}
+
+async fn write_line(stdout: &mut tokio::io::Stdout, line: &str) -> std::io::Result<()> {
+    stdout.write_all(format!("{line}\n").as_bytes()).await?;
+    stdout.flush().await
+}
+
+/// A JSON-RPC error for input that has no usable id.
+fn parse_error(message: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": message}}).to_string()
+}
+
+fn invalid_request(message: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": message}}).to_string()
 }
 
 /// Answers every request on stdin with `message` (a JSON-RPC error) until stdin closes:

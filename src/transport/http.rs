@@ -615,11 +615,10 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
     let mut http1 = hyper::server::conn::http1::Builder::new();
     http1.timer(TokioTimer::new()).header_read_timeout(timeouts.header);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let service = TowerToHyperService::new(app);
+    let connections = tokio_util::task::TaskTracker::new();
+    let stopping = CancellationToken::new();
     tokio::pin!(stop);
     loop {
         let (stream, _) = tokio::select! {
@@ -635,23 +634,58 @@ pub async fn serve(
             () = &mut stop => break,
         };
         let _ = stream.set_nodelay(true);
-        let conn = http1.serve_connection(TokioIo::new(stream), service.clone());
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(error) = conn.await {
-                tracing::debug!(%error, "connection ended with an error");
-            }
-        });
+        connections.spawn(connection(http1.clone(), TokioIo::new(stream), app.clone(), stopping.clone()));
     }
     drop(listener);
     shutdown.cancel();
+    stopping.cancel();
+    connections.close();
     tokio::select! {
-        () = graceful.shutdown() => {}
+        () = connections.wait() => {}
         () = tokio::time::sleep(timeouts.grace) => {
             tracing::warn!(grace_ms = timeouts.grace.as_millis() as u64, "requests still running after the grace period; stopping");
         }
     }
     Ok(())
+}
+
+/// Serves one connection. On stop, a connection with no request in flight (idle, or a
+/// client still sending headers) is closed at once; one with a request finishes it first.
+async fn connection(
+    http1: hyper::server::conn::http1::Builder,
+    io: hyper_util::rt::TokioIo<tokio::net::TcpStream>,
+    app: Router,
+    stopping: CancellationToken,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower::ServiceExt;
+    let busy = Arc::new(AtomicUsize::new(0));
+    let in_flight = busy.clone();
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        let done = in_flight.clone();
+        let answer = app.clone().oneshot(req.map(Body::new));
+        async move {
+            let response = answer.await;
+            done.fetch_sub(1, Ordering::SeqCst);
+            response
+        }
+    });
+    let conn = http1.serve_connection(io, service);
+    tokio::pin!(conn);
+    tokio::select! {
+        ended = conn.as_mut() => {
+            if let Err(error) = ended {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        }
+        () = stopping.cancelled() => {
+            if busy.load(Ordering::SeqCst) > 0 {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
+        }
+    }
 }
 
 /// How long a server waits: for request headers, and for requests in flight on stop.

@@ -1,8 +1,7 @@
-//! Stalls the simulator's own faults do not reach: an OPC UA server that stops answering
-//! one session while it serves a new one (a TCP peer in front of the simulator freezes the
-//! connections it holds), and a serial RTU line that must stay quiet after a timeout.
-//! Counts and outcomes, and for the serial line that a queued call is not failed before
-//! its deadline (a lower bound, which load cannot break).
+//! OPC UA faults the simulator's own cannot make: a server that stops answering one
+//! session while it serves a new one, a subscription's server that hangs, one that dies
+//! and returns. A TCP peer in front of the simulator freezes or drops the connections it
+//! holds. Counts and outcomes only.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,8 +9,7 @@ use std::time::Duration;
 
 use fieldgate::config::Config;
 use fieldgate::registry::Registry;
-use fieldgate::tools::{ErrorCode, ToolService};
-use fieldgate_sim::{Faults, Scenario, Wave};
+use fieldgate::tools::ToolService;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -113,6 +111,11 @@ async fn status(service: &ToolService, device: &str) -> Value {
 /// server's own port, because a client matches the endpoints a server advertises by port
 /// and path (the host is replaced by the one it dialled).
 async fn oven_behind_a_peer(config: Config) -> (Plant, FreezingPeer, ToolService) {
+    oven_polled_behind_a_peer(config, 1000).await
+}
+
+/// As [`oven_behind_a_peer`], the oven sampled (polled or subscribed) every `poll_ms`.
+async fn oven_polled_behind_a_peer(config: Config, poll_ms: u64) -> (Plant, FreezingPeer, ToolService) {
     let plant = demo_plant().await;
     let url = plant.sim.opcua_urls()["b-oven2-opcua"].clone();
     let rest = url.strip_prefix("opc.tcp://").unwrap();
@@ -120,7 +123,18 @@ async fn oven_behind_a_peer(config: Config) -> (Plant, FreezingPeer, ToolService
     let upstream: std::net::SocketAddr = hostport.parse().unwrap();
     let listen = std::net::SocketAddr::new([127, 0, 0, 2].into(), upstream.port());
     let peer = FreezingPeer::start(listen, upstream).await;
-    let mut registry = Registry::load(&demo_dir()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for path in fieldgate::registry::device_files(&demo_dir()).unwrap() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = match path.file_name().and_then(|n| n.to_str()) {
+            Some("b-oven2-opcua.toml") => {
+                text.replace("poll_interval_ms = 1000", &format!("poll_interval_ms = {poll_ms}"))
+            }
+            _ => text,
+        };
+        std::fs::write(dir.path().join(path.file_name().unwrap()), text).unwrap();
+    }
+    let mut registry = Registry::load(dir.path()).unwrap();
     registry.override_endpoints(plant.sim.addrs(), plant.sim.serial_paths());
     registry
         .override_opcua_endpoints([("b-oven2-opcua".to_string(), format!("opc.tcp://{}/{path}", peer.addr))]);
@@ -245,130 +259,47 @@ async fn a_subscribed_server_that_dies_is_down_with_one_log_line_and_up_again_wh
     assert_eq!(lines.count("b-oven2-opcua", "device up again"), 1);
 }
 
-const SERIAL: &str = r#"id = "s-rtu"
-plant = "S"
-zone = "BUS1"
-description = "RTU on a serial line"
-protocol = "modbus-rtu"
-endpoint = "/dev/ttyUSB0"
-unit_id = 5
-timeout_ms = TIMEOUT
-poll_interval_ms = 0
-
-[serial]
-baud_rate = 19200
-
-[[sensors]]
-id = "S_BUS1_001"
-description = "Flow"
-kind = "flow"
-unit = "m3/h"
-table = "holding"
-address = 0
-type = "f32"
-
-[[sensors]]
-id = "S_BUS1_002"
-description = "Temperature"
-kind = "temperature"
-unit = "degC"
-table = "input"
-address = 3
-type = "i16"
-scale = 0.1
-
-[[sensors]]
-id = "S_BUS1_003"
-description = "Pressure"
-kind = "pressure"
-unit = "bar"
-table = "holding"
-address = 10
-type = "f32"
-"#;
-
-/// A serial RTU device with `timeout_ms`, whose first request stalls the line until just
-/// before that timeout; the fault is cleared as soon as the stall began, so only that
-/// request goes unanswered.
-async fn serial_line(timeout_ms: u64, deadline_ms: u64) -> (tempfile::TempDir, Plant) {
-    let dir = device_dir(&[("s.toml", &SERIAL.replace("TIMEOUT", &timeout_ms.to_string()))]);
-    let mut scenario = Scenario::default();
-    scenario.sensors.insert("S_BUS1_001".into(), Wave::Constant { value: 12.5 });
-    scenario.sensors.insert("S_BUS1_002".into(), Wave::Constant { value: -4.0 });
-    scenario.sensors.insert("S_BUS1_003".into(), Wave::Constant { value: 3.25 });
-    let mut config = Config::default();
-    config.calls.deadline_ms = deadline_ms;
-    config.calls.retry_backoff_ms = 10;
-    let plant = plant_with(dir.path(), scenario, config).await;
-    plant.faults("s-rtu", Faults { stall: 1.0, stall_ms: timeout_ms - 50, ..Default::default() });
-    (dir, plant)
+fn metric(service: &ToolService, name: &str) -> u64 {
+    let text = service.render_metrics();
+    let line = format!("{name}{{device=\"b-oven2-opcua\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(line.as_str())).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
-/// Clears the line's stall once the simulator has stalled one request.
-async fn clear_after_first_stall(plant: &Plant) {
-    wait_for("the first request to stall", || plant.sim.stats("s-rtu").is_some_and(|s| s.stalls >= 1)).await;
-    plant.sim.set_faults("s-rtu", Faults::default()).unwrap();
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_whose_server_stops_publishing_is_recreated_on_a_new_session() {
+    // Sampled every 50 ms: a keep-alive is due every 500 ms at most.
+    let (plant, peer, service) = oven_polled_behind_a_peer(Config::default(), 50).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let polling = fieldgate::poller::start(&service, stop.clone());
+    wait_for("the first session", || metric(&service, "fieldgate_opcua_sessions_total") == 1).await;
+    let before = metric(&service, "fieldgate_opcua_notifications_total");
+    wait_for("notifications", || metric(&service, "fieldgate_opcua_notifications_total") > before).await;
+
+    // The server hangs on the session (its socket stays open, nothing comes back): no
+    // data, no keep-alive. fieldgate gives up on it and subscribes again on a new one.
+    peer.freeze_open_connections();
+    wait_for("a second session", || metric(&service, "fieldgate_opcua_sessions_total") == 2).await;
+    plant.sim.set_wave("B_OVEN2_001", fieldgate_sim::Wave::Constant { value: 199.0 });
+    let store = service.history().unwrap().clone();
+    wait_for("the new value in history", || {
+        store
+            .points("B_OVEN2_001", 0, i64::MAX)
+            .unwrap()
+            .iter()
+            .any(|p| matches!(p.value, fieldgate::store::gorilla::Stored::Float(v) if v == 199.0))
+    })
+    .await;
+    stop.cancel();
+    for h in polling {
+        h.await.unwrap();
+    }
 }
 
+/// Waits (observing) until `done` holds; fails after 30 s.
 async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let until = std::time::Instant::now() + Duration::from_secs(30);
     while !done() {
-        assert!(std::time::Instant::now() < until, "waited 20 s for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(std::time::Instant::now() < until, "waited 30 s for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-async fn read_all_three(service: &ToolService) -> Vec<(String, fieldgate::tools::Envelope, Duration)> {
-    let mut calls = JoinSet::new();
-    for id in ["S_BUS1_001", "S_BUS1_002", "S_BUS1_003"] {
-        let s = service.clone();
-        calls.spawn(async move {
-            let started = std::time::Instant::now();
-            let e = s.call("get_sensor_reading", json!({"sensor_id": id})).await.unwrap();
-            (id.to_string(), e, started.elapsed())
-        });
-    }
-    let mut out = Vec::new();
-    while let Some(r) = calls.join_next().await {
-        out.push(r.unwrap());
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serial_calls_queued_behind_a_timeout_wait_for_the_quiet_line_and_are_answered() {
-    // Timeout 300 ms, the line quiet 300 ms after it; a 4 s deadline leaves room for all.
-    let (_dir, plant) = serial_line(300, 4000).await;
-    let (answers, ()) = tokio::join!(read_all_three(&plant.service), clear_after_first_stall(&plant));
-    let want = [12.5, -4.0, 3.25];
-    for ((id, e, _), want) in answers.iter().zip(want) {
-        assert!(e.ok, "{id}: {:?}", e.error);
-        assert_eq!(e.json()["value"].as_f64(), Some(want), "{id}");
-    }
-    let d = status(&plant.service, "s-rtu").await;
-    assert_eq!(d["failures"], 1, "the one unanswered request is the only failure: {d}");
-    assert_eq!(d["breaker"]["state"], "closed", "{d}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_serial_call_the_quiet_line_outlasts_fails_only_at_its_deadline_and_blames_nobody() {
-    // Timeout 800 ms: the line stays quiet until 1.6 s, past the 1.2 s deadline of the
-    // calls queued behind the first.
-    let deadline = Duration::from_millis(1200);
-    let (_dir, plant) = serial_line(800, deadline.as_millis() as u64).await;
-    let (answers, ()) = tokio::join!(read_all_three(&plant.service), clear_after_first_stall(&plant));
-    let requests_before = plant.sim.stats("s-rtu").unwrap().requests;
-    for (id, e, took) in &answers {
-        let err = e.error.as_ref().unwrap_or_else(|| panic!("{id} answered while the line was quiet"));
-        assert_eq!((err.code, err.retryable), (ErrorCode::DeviceTimeout, true), "{id}: {err:?}");
-        // Nobody was failed before its deadline was spent (only load can make this longer).
-        assert!(*took >= deadline - Duration::from_millis(20), "{id} failed after {took:?}");
-    }
-    let d = status(&plant.service, "s-rtu").await;
-    assert_eq!(d["failures"], 1, "only the unanswered request counts: {d}");
-    // Nothing was sent on the quiet line, and it serves again once quiet.
-    assert_eq!(requests_before, 1, "requests sent while the line had to stay quiet");
-    let e = plant.call("get_sensor_reading", json!({"sensor_id": "S_BUS1_002"})).await;
-    assert!(e.ok, "{:?}", e.error);
 }

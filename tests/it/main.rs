@@ -17,6 +17,7 @@ mod opcua;
 mod raw_modbus;
 mod registry;
 mod schemas;
+mod serial_line;
 mod serve;
 mod slow_clients;
 mod stall;

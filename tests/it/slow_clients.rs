@@ -71,3 +71,49 @@ async fn slow_request_headers_and_idle_connections_are_closed_after_the_header_t
     assert_eq!(c.get("/healthz").await.unwrap().status, 200);
     let _ = child.kill().await;
 }
+
+#[tokio::test]
+async fn a_client_still_sending_headers_does_not_hold_up_a_stop() {
+    let devices = device_dir(&[("t.toml", GOOD)]);
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["serve", "--devices", devices.path().to_str().unwrap()])
+        .env_clear()
+        .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
+        // A grace period far longer than the wait below: a stop that waited for the
+        // slow client would not be seen within it.
+        .env("FIELDGATE_SERVER_SHUTDOWN_GRACE_MS", "120000")
+        .env("FIELDGATE_SERVER_HEADER_TIMEOUT_MS", "120000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = listening_addr(&mut lines).await;
+    let logged = tokio::spawn(async move {
+        let mut all = String::new();
+        while let Ok(Some(l)) = lines.next_line().await {
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.unwrap();
+    let _idle = TcpStream::connect(addr).await.unwrap();
+    // Both connections are accepted once a request on a third is answered.
+    let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
+    assert_eq!(c.get("/healthz").await.unwrap().status, 200);
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the stop waited for a client that never finished its request")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let log = logged.await.unwrap();
+    assert!(!log.contains("still running after the grace period"), "{log}");
+}

@@ -17,6 +17,8 @@ struct StdioClient {
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
     next: u64,
+    /// Messages read while waiting for another answer.
+    seen: Vec<Value>,
 }
 
 fn fieldgate(devices: &std::path::Path, data: &std::path::Path) -> Command {
@@ -39,7 +41,7 @@ impl StdioClient {
         let mut child = fieldgate(devices, data).arg("mcp").args(extra).spawn().unwrap();
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut s = StdioClient { child, stdin, lines, next: 1 };
+        let mut s = StdioClient { child, stdin, lines, next: 1, seen: Vec::new() };
         let init = s
             .request(
                 "initialize",
@@ -70,6 +72,7 @@ impl StdioClient {
             if v["id"] == json!(id) {
                 return v;
             }
+            self.seen.push(v);
         }
     }
 
@@ -212,7 +215,7 @@ impl StdioClient {
         let mut child = fieldgate(devices, data).arg("mcp").spawn().unwrap();
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        StdioClient { child, stdin, lines, next: 1 }
+        StdioClient { child, stdin, lines, next: 1, seen: Vec::new() }
     }
 }
 
@@ -343,4 +346,28 @@ async fn a_dead_device_is_one_down_line_and_one_up_line() {
     }
     assert_eq!((down, up), (1, 1));
     sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_answers_input_it_cannot_pass_on_and_keeps_relaying() {
+    let devices = device_dir(&[("t.toml", GOOD)]);
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = fieldgate(devices.path(), data.path()).arg("serve").spawn().unwrap();
+    let mut err = BufReader::new(serve.stderr.take().unwrap()).lines();
+    let _addr = listening_addr(&mut err).await;
+    let mut s = StdioClient::start(devices.path(), data.path(), &[]).await;
+    // Not UTF-8, then a line longer than server.max_body_bytes (64 KiB), then a ping.
+    s.stdin.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\",\"x\":\"\xff\"}\n").await.unwrap();
+    let long =
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"x\":\"{}\"}}\n", "a".repeat(70_000));
+    s.stdin.write_all(long.as_bytes()).await.unwrap();
+    s.stdin.flush().await.unwrap();
+    let ping = s.request("ping", json!({})).await;
+    assert!(ping["result"].is_object(), "{ping}");
+    // The two answers came first, in order, each a JSON-RPC error without an id.
+    let answered: Vec<Value> = s.seen.drain(..).collect();
+    let codes: Vec<i64> = answered.iter().map(|v| v["error"]["code"].as_i64().unwrap_or(0)).collect();
+    assert_eq!(codes, [-32700, -32600], "{answered:?}");
+    assert!(answered.iter().all(|v| v["id"].is_null()), "{answered:?}");
+    let _ = serve.kill().await;
 }

@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use opcua::client::{DataChangeCallback, MonitoredItem};
+use opcua::client::{MonitoredItemMap, OnSubscriptionNotificationCore};
 use opcua::types::{
-    AttributeId, DataChangeFilter, DataChangeTrigger, DataValue, DeadbandType, ExtensionObject,
-    MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters, ReadValueId, TimestampsToReturn,
+    AttributeId, DataChangeFilter, DataChangeNotification, DataChangeTrigger, DeadbandType, ExtensionObject,
+    MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters, NotificationMessage, ReadValueId,
+    TimestampsToReturn,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -68,7 +69,7 @@ pub async fn run(
         };
         let failure = match opened {
             Ok(mut conn) => match subscribe(&conn, &sensors, interval, &tx, &counters).await {
-                Ok(()) => {
+                Ok(heard) => {
                     counters.sessions.fetch_add(1, Ordering::Relaxed);
                     counters.live.store(true, Ordering::Relaxed);
                     let _ = tx.send(Update::Up);
@@ -77,8 +78,14 @@ pub async fn run(
                     }
                     backoff.reset();
                     warned = false;
-                    let status = tokio::select! {
-                        s = conn.closed() => s,
+                    let lost = tokio::select! {
+                        s = conn.closed() => format!("session lost ({})", s.sub_code().name()),
+                        () = heard.silent(SILENT_KEEP_ALIVES) => {
+                            // The server stopped publishing (hung, or the library reconnected
+                            // the session without its publish requests): start afresh.
+                            let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
+                            "no data and no keep-alive from the subscription".to_string()
+                        }
                         () = stop.cancelled() => {
                             // Close the session so the server frees it now, not at its timeout.
                             let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
@@ -87,7 +94,7 @@ pub async fn run(
                     };
                     counters.live.store(false, Ordering::Relaxed);
                     let _ = tx.send(Update::Down(DriverError::Unavailable { retry_after: None }));
-                    format!("session lost ({})", status.sub_code().name())
+                    lost
                 }
                 Err(e) => {
                     let text = e.to_string();
@@ -112,25 +119,79 @@ pub async fn run(
     }
 }
 
-/// Creates the subscription and its items on a fresh session.
+/// Keep-alive periods without any message on a live subscription after which it counts as
+/// lost (the specification's own rule for a client is "after several").
+const SILENT_KEEP_ALIVES: u32 = 3;
+/// Keep-alive every this many publishing intervals when nothing changes.
+const KEEP_ALIVE_COUNT: u32 = 10;
+
+/// When the subscription last heard from its server (data or keep-alive), and how often
+/// it must hear at least.
+#[derive(Clone)]
+struct Heard {
+    at: Arc<std::sync::Mutex<tokio::time::Instant>>,
+    keep_alive: Duration,
+}
+
+impl Heard {
+    fn touch(&self) {
+        *self.at.lock().unwrap_or_else(|e| e.into_inner()) = tokio::time::Instant::now();
+    }
+
+    /// Completes once `periods` keep-alive periods have passed without a message.
+    async fn silent(&self, periods: u32) {
+        let limit = self.keep_alive * periods;
+        loop {
+            let last = *self.at.lock().unwrap_or_else(|e| e.into_inner());
+            if last.elapsed() >= limit {
+                return;
+            }
+            tokio::time::sleep_until(last + limit).await;
+        }
+    }
+}
+
+/// Every message of the subscription, keep-alives included: each says the server is
+/// publishing; data changes go on as updates.
+struct Notifications {
+    tx: mpsc::UnboundedSender<Update>,
+    counters: Arc<Counters>,
+    heard: Heard,
+}
+
+impl OnSubscriptionNotificationCore for Notifications {
+    fn on_subscription_notification(&mut self, message: NotificationMessage, _items: MonitoredItemMap<'_>) {
+        self.heard.touch();
+        for data in message.notification_data.into_iter().flatten() {
+            let Some(changes) = data.into_inner_as::<DataChangeNotification>() else { continue };
+            for change in changes.monitored_items.into_iter().flatten() {
+                self.counters.notifications.fetch_add(1, Ordering::Relaxed);
+                // Handles are 1-based: the library replaces a handle of 0 with one of its own.
+                let Some(sensor) = (change.client_handle as usize).checked_sub(1) else { continue };
+                let _ = self.tx.send(Update::Change { sensor, sample: sample_of(change.value) });
+            }
+        }
+    }
+}
+
+/// Creates the subscription and its items on a fresh session; what tells when it last
+/// heard from the server.
 async fn subscribe(
     conn: &Connection,
     sensors: &[Sensor],
     interval: Duration,
     tx: &mpsc::UnboundedSender<Update>,
     counters: &Arc<Counters>,
-) -> Result<(), DriverError> {
-    let (tx, c) = (tx.clone(), counters.clone());
-    let callback = DataChangeCallback::new(move |dv: DataValue, item: &MonitoredItem| {
-        c.notifications.fetch_add(1, Ordering::Relaxed);
-        // Handles are 1-based: the library replaces a handle of 0 with one of its own.
-        let Some(sensor) = (item.client_handle() as usize).checked_sub(1) else { return };
-        let _ = tx.send(Update::Change { sensor, sample: sample_of(dv) });
-    });
+) -> Result<Heard, DriverError> {
+    let heard = Heard {
+        at: Arc::new(std::sync::Mutex::new(tokio::time::Instant::now())),
+        keep_alive: interval * KEEP_ALIVE_COUNT,
+    };
+    let callback = Notifications { tx: tx.clone(), counters: counters.clone(), heard: heard.clone() };
     let session = &conn.session;
     // Keep-alive every 10 publishing intervals; the subscription outlives 3 missed ones.
     let id = session
-        .create_subscription(interval, 30, 10, 0, 0, true, callback)
+        .create_subscription(interval, 3 * KEEP_ALIVE_COUNT, KEEP_ALIVE_COUNT, 0, 0, true, callback)
         .await
         .map_err(|_| DriverError::Unavailable { retry_after: None })?;
     let monitored: Vec<(usize, &Sensor, opcua::types::NodeId)> =
@@ -169,7 +230,15 @@ async fn subscribe(
             );
         }
     }
-    Ok(())
+    // The server may have revised the publishing interval and keep-alive count: expect its
+    // own keep-alive, not the one asked for.
+    let mut heard = heard;
+    if let Some(sub) = session.subscription_state().lock().get(id) {
+        heard.keep_alive =
+            heard.keep_alive.max(sub.publishing_interval() * sub.max_keep_alive_count().max(1));
+    }
+    heard.touch();
+    Ok(heard)
 }
 
 /// The sensor's deadband as an absolute data-change filter (none: every change).

@@ -32,7 +32,7 @@ mod fast;
 pub mod http;
 pub mod jsonrpc;
 pub mod sessions;
-mod stdio;
+pub(crate) mod stdio;
 
 const VERSIONS: [ProtocolVersion; 3] =
     [ProtocolVersion::V_2025_06_18, ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];

@@ -46,33 +46,35 @@ impl Tally {
     }
 }
 
-/// The line transport rmcp runs on.
-struct Lines<R> {
+/// Lines of at most `max` bytes from a byte stream (a longer one is reported, and the
+/// rest of it skipped). Bytes, not text: a line that is not UTF-8 is still a line, to be
+/// answered.
+pub(crate) struct LineReader<R> {
     read: BufReader<R>,
-    line: Vec<u8>,
-    max: usize,
+    pub(crate) line: Vec<u8>,
+    pub(crate) max: usize,
     /// Dropping the rest of a line longer than `max`.
     discarding: bool,
-    eof: bool,
-    /// An answer of ours waiting for room in the writer's queue.
-    pending: Option<Vec<u8>>,
-    out: mpsc::Sender<Vec<u8>>,
-    /// rmcp has left its initialization phase (where a notification ends the service):
-    /// an `initialize`, or a request with 2026-07-28 metadata, has been passed on.
-    started: bool,
-    tally: Arc<Tally>,
 }
 
-enum Read {
+/// What [`LineReader::next`] found.
+pub(crate) enum Read {
+    /// A whole line is in `line`.
     Line,
+    /// A line longer than `max`: dropped.
     Oversized,
+    /// The end of the stream (what is in `line` has no newline).
     Eof,
 }
 
-impl<R: AsyncRead + Unpin + Send> Lines<R> {
-    /// One line into `self.line`, never longer than `max`. Cancel-safe: a partial line
-    /// stays in `self.line` and the next call goes on with it.
-    async fn read_line(&mut self) -> std::io::Result<Read> {
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    pub(crate) fn new(read: R, max: usize) -> LineReader<R> {
+        LineReader { read: BufReader::new(read), line: Vec::new(), max, discarding: false }
+    }
+
+    /// One line into `line`, never longer than `max`. Cancel-safe: a partial line stays
+    /// in `line` and the next call goes on with it.
+    pub(crate) async fn next(&mut self) -> std::io::Result<Read> {
         loop {
             let available = self.read.fill_buf().await?;
             if available.is_empty() {
@@ -99,19 +101,34 @@ impl<R: AsyncRead + Unpin + Send> Lines<R> {
             }
         }
     }
+}
 
+/// The line transport rmcp runs on.
+struct Lines<R> {
+    reader: LineReader<R>,
+    eof: bool,
+    /// An answer of ours waiting for room in the writer's queue.
+    pending: Option<Vec<u8>>,
+    out: mpsc::Sender<Vec<u8>>,
+    /// rmcp has left its initialization phase (where a notification ends the service):
+    /// an `initialize`, or a request with 2026-07-28 metadata, has been passed on.
+    started: bool,
+    tally: Arc<Tally>,
+}
+
+impl<R: AsyncRead + Unpin + Send> Lines<R> {
     /// What to do with the line in `self.line`: a message for rmcp, or nothing (an
     /// answer of ours may be pending).
     fn take_line(&mut self) -> Option<ClientJsonRpcMessage> {
-        let line = std::mem::take(&mut self.line);
+        let line = std::mem::take(&mut self.reader.line);
         let mut text: &[u8] = &line;
         while let Some(rest) = text.strip_suffix(b"\n").or_else(|| text.strip_suffix(b"\r")) {
             text = rest;
         }
         let message = if text.iter().all(u8::is_ascii_whitespace) { None } else { self.decode(text) };
         // Keep the buffer's room for the next line.
-        self.line = line;
-        self.line.clear();
+        self.reader.line = line;
+        self.reader.line.clear();
         message
     }
 
@@ -210,13 +227,13 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for Lines<R> {
             if self.eof {
                 return None;
             }
-            match self.read_line().await {
+            match self.reader.next().await {
                 Ok(Read::Line) => {}
                 Ok(Read::Oversized) => {
                     self.answer(Reject::invalid(
                         format!(
                             "Invalid Request: the message is longer than {} bytes (server.max_body_bytes)",
-                            self.max
+                            self.reader.max
                         ),
                         None,
                     ));
@@ -262,10 +279,7 @@ where
     });
     let tally = Arc::new(Tally::default());
     let lines = Lines {
-        read: BufReader::new(read),
-        line: Vec::new(),
-        max: max_line,
-        discarding: false,
+        reader: LineReader::new(read, max_line),
         eof: false,
         pending: None,
         out,
