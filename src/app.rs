@@ -196,6 +196,7 @@ impl Running {
         for t in self.tasks {
             let _ = t.await;
         }
+        self.tools.reader().close().await;
         // Only our own: a later owner may have replaced it.
         if owner_of(&self.data_dir).is_some_and(|o| o.pid == std::process::id()) {
             let _ = std::fs::remove_file(&self.owner_file);

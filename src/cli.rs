@@ -391,7 +391,10 @@ pub async fn call(
                         Some(std::sync::Arc::new(history)),
                     )
                     .with_work_orders(std::sync::Arc::new(orders));
-                    return match service.call(tool, args).await {
+                    let answered = service.call(tool, args).await;
+                    // The server frees an OPC UA session now, not at its timeout.
+                    service.reader().close().await;
+                    return match answered {
                         Ok(envelope) => print_envelope(&serde_json::to_value(&envelope).unwrap_or_default()),
                         Err(e) => {
                             let served: Vec<_> = service.served().map(|t| t.name).collect();

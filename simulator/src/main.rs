@@ -32,8 +32,11 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    // Colour only for a person at a terminal, and never when NO_COLOR is set.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("FIELDGATE_LOG").unwrap_or_else(|_| {
             "info,opcua_server=error,opcua_crypto=off,opcua_core::comms::secure_channel=off".into()
         }))

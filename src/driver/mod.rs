@@ -136,6 +136,12 @@ pub trait Driver: Send + Sync {
         sensors: &'a [&'a Sensor],
         options: ReadOptions,
     ) -> BoxFuture<'a, Vec<Result<Sample, DriverError>>>;
+
+    /// Ends what the driver holds open at the device (an OPC UA session, which a server
+    /// otherwise keeps until it times out, counting against its session limit).
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// Devices whose protocol this build cannot read yet.
@@ -160,6 +166,11 @@ pub struct Drivers {
 impl Drivers {
     /// Drivers for the devices of `registry`; OPC UA drivers keep certificates in `pki_dir`
     /// (fieldgate's own is created there when a device needs one).
+    /// Ends every session the drivers hold open (on stop, and after a one-shot command).
+    pub async fn close(&self) {
+        futures_util::future::join_all(self.by_device.values().map(|d| d.close())).await;
+    }
+
     pub fn new(registry: &Registry, pki_dir: &std::path::Path) -> Drivers {
         let pki = opcua::security::Pki::new(pki_dir);
         let secured =

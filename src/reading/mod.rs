@@ -146,6 +146,11 @@ impl Reader {
         self.drivers.get(device).is_some()
     }
 
+    /// Ends the sessions held open at devices (on stop, and after a one-shot command).
+    pub async fn close(&self) {
+        self.drivers.close().await;
+    }
+
     pub fn cache(&self) -> &Cache {
         &self.cache
     }

@@ -248,6 +248,24 @@ impl ToolService {
         &self.inner.registry
     }
 
+    /// The devices a call's arguments name (its sensors' devices, or a device ID), for the
+    /// log: one ID, several joined by commas, or none.
+    fn devices_named(&self, args: &Value) -> String {
+        let registry = &self.inner.registry;
+        let of_sensor =
+            |v: &Value| v.as_str().and_then(|id| registry.sensor_named(id)).map(|s| s.device.as_str());
+        let mut devices: Vec<&str> =
+            match (args.get("sensor_id"), args.get("sensor_ids"), args.get("device_id")) {
+                (Some(id), _, _) => of_sensor(id).into_iter().collect(),
+                (_, Some(Value::Array(ids)), _) => ids.iter().filter_map(of_sensor).collect(),
+                (_, _, Some(Value::String(d))) => return d.chars().take(64).collect(),
+                _ => Vec::new(),
+            };
+        devices.sort_unstable();
+        devices.dedup();
+        devices.join(",")
+    }
+
     /// The tools this build serves.
     pub fn served(&self) -> impl Iterator<Item = &'static ToolSpec> {
         TOOLS.iter().filter(|t| t.served)
@@ -311,8 +329,12 @@ impl ToolService {
         };
         let code = envelope.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
         self.inner.metrics.call(spec.name, code, started.elapsed());
-        if let Some(args) = logged {
-            trace_call(&envelope, &args, caller);
+        if let Some(logged_args) = logged {
+            let device = match envelope.error.as_ref() {
+                Some(e) => e.device_id.clone().unwrap_or_default(),
+                None => self.devices_named(&args),
+            };
+            trace_call(&envelope, &logged_args, caller, &device);
         }
         Ok(envelope)
     }
@@ -505,10 +527,9 @@ fn parse_borrowed<'a, T: serde::Deserialize<'a>>(args: &'a Value) -> Result<T, T
 }
 
 /// One structured event per call (docs/tool-contract.md §8).
-fn trace_call(e: &Envelope, args: &str, caller: &Caller) {
+fn trace_call(e: &Envelope, args: &str, caller: &Caller, device: &str) {
     let code = e.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
     let retryable = e.error.as_ref().is_some_and(|e| e.retryable);
-    let device = e.error.as_ref().and_then(|e| e.device_id.as_deref()).unwrap_or("");
     tracing::info!(
         call_id = %e.meta.call_id,
         tool = %e.meta.tool,

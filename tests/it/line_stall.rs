@@ -303,3 +303,25 @@ async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shot_calls_close_their_opcua_session_so_the_servers_limit_is_never_reached() {
+    let plant = demo_plant().await;
+    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml")).unwrap();
+    let url = plant.sim.opcua_urls()["b-oven2-opcua"].clone();
+    let devices = device_dir(&[("oven.toml", &oven.replace("opc.tcp://127.0.0.1:4840/fieldgate", &url))]);
+    let data = tempfile::tempdir().unwrap();
+    // More calls than the simulator's 20 sessions: each must end its own.
+    for n in 0..24 {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+            .args(["--devices", devices.path().to_str().unwrap(), "call", "get_sensor_reading"])
+            .arg(r#"{"sensor_id":"B_OVEN2_001"}"#)
+            .env_clear()
+            .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+            .output()
+            .await
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["ok"], true, "call {n}: {v}");
+    }
+}

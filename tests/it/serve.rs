@@ -104,6 +104,8 @@ async fn sigterm_lets_the_request_in_flight_finish_and_exits_0() {
     }
     assert_eq!(f["tool"], "get_sensor_reading");
     assert_eq!(f["code"], "OK");
+    // A success names the device read too, not only a failure.
+    assert_eq!(f["device"], "a-line1-plc", "{f}");
     // The arguments are a JSON object in JSON logs, not an escaped string.
     assert_eq!(f["arguments"], serde_json::json!({"sensor_id": "A_LINE1_001"}), "{f}");
     sim.shutdown().await;

@@ -151,6 +151,13 @@ fn lost(status: StatusCode) -> DriverError {
     if status == StatusCode::BadTimeout {
         DriverError::Timeout
     } else {
+        if status == StatusCode::BadTooManySessions {
+            // Many PLCs allow only a few sessions; other clients (or sessions left open
+            // by clients that exited) hold them until they time out.
+            tracing::warn!(
+                "OPC UA: the server refuses a new session: it has too many open (other clients hold them; they expire at the server's session timeout)"
+            );
+        }
         DriverError::Unavailable { retry_after: None }
     }
 }
@@ -312,6 +319,13 @@ impl Driver for OpcUaDriver {
                     Some(_) => values.next().map_or(Err(DriverError::Malformed), sample_of),
                 })
                 .collect()
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let Some(conn) = self.conn.lock().await.take() else { return };
+            let _ = tokio::time::timeout(self.target.request_timeout, conn.session.disconnect()).await;
         })
     }
 }
