@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
@@ -534,6 +533,8 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Params {
     }
 }
 
+pub use super::server::{ServeError, Timeouts, bind, serve};
+
 /// The whole application: API, MCP, health and metrics.
 pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken) -> Router {
     let cfg = tools.config().server.clone();
@@ -579,129 +580,6 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken)
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(st.clone(), request_timeout))
         .with_state(st)
-}
-
-/// Why the server will not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error(
-        "refusing to listen on {0}: a non-loopback address needs bearer tokens (auth.tokens_file or FIELDGATE_TOKEN_<NAME>)"
-    )]
-    OpenToNetwork(SocketAddr),
-    #[error(
-        "cannot listen on {addr}: {source} (is another program using it? choose another address with --listen or server.listen)"
-    )]
-    Bind { addr: SocketAddr, source: std::io::Error },
-}
-
-/// Checks the listen address against the tokens and binds it.
-pub async fn bind(listen: SocketAddr, tokens: &Tokens) -> Result<tokio::net::TcpListener, ServeError> {
-    if !listen.ip().is_loopback() && tokens.is_empty() {
-        return Err(ServeError::OpenToNetwork(listen));
-    }
-    tokio::net::TcpListener::bind(listen).await.map_err(|source| ServeError::Bind { addr: listen, source })
-}
-
-/// Serves `app` on `listener` until `stop`, then lets requests in flight finish within
-/// `grace`. Every accepted socket gets TCP_NODELAY (small answers go out at once, not
-/// behind a client's delayed ACK), and a connection whose request headers are not
-/// complete within `header_timeout` of their start (or of its last answer, when kept
-/// alive) is closed, so slow or idle clients cannot hold connections open.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
-    timeouts: Timeouts,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1.timer(TokioTimer::new()).header_read_timeout(timeouts.header);
-    let connections = tokio_util::task::TaskTracker::new();
-    let stopping = CancellationToken::new();
-    tokio::pin!(stop);
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(error) => {
-                    // Out of file descriptors or similar: wait a moment, keep serving.
-                    tracing::warn!(%error, "cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = &mut stop => break,
-        };
-        let _ = stream.set_nodelay(true);
-        connections.spawn(connection(http1.clone(), TokioIo::new(stream), app.clone(), stopping.clone()));
-    }
-    drop(listener);
-    shutdown.cancel();
-    stopping.cancel();
-    connections.close();
-    tokio::select! {
-        () = connections.wait() => {}
-        () = tokio::time::sleep(timeouts.grace) => {
-            tracing::warn!(grace_ms = timeouts.grace.as_millis() as u64, "requests still running after the grace period; stopping");
-        }
-    }
-    Ok(())
-}
-
-/// Serves one connection. On stop, a connection with no request in flight (idle, or a
-/// client still sending headers) is closed at once; one with a request finishes it first.
-async fn connection(
-    http1: hyper::server::conn::http1::Builder,
-    io: hyper_util::rt::TokioIo<tokio::net::TcpStream>,
-    app: Router,
-    stopping: CancellationToken,
-) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use tower::ServiceExt;
-    let busy = Arc::new(AtomicUsize::new(0));
-    let in_flight = busy.clone();
-    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-        in_flight.fetch_add(1, Ordering::SeqCst);
-        let done = in_flight.clone();
-        let answer = app.clone().oneshot(req.map(Body::new));
-        async move {
-            let response = answer.await;
-            done.fetch_sub(1, Ordering::SeqCst);
-            response
-        }
-    });
-    let conn = http1.serve_connection(io, service);
-    tokio::pin!(conn);
-    tokio::select! {
-        ended = conn.as_mut() => {
-            if let Err(error) = ended {
-                tracing::debug!(%error, "connection ended with an error");
-            }
-        }
-        () = stopping.cancelled() => {
-            if busy.load(Ordering::SeqCst) > 0 {
-                conn.as_mut().graceful_shutdown();
-                let _ = conn.await;
-            }
-        }
-    }
-}
-
-/// How long a server waits: for request headers, and for requests in flight on stop.
-#[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
-    pub header: Duration,
-    pub grace: Duration,
-}
-
-impl Timeouts {
-    pub fn of(config: &crate::config::ServerConfig) -> Timeouts {
-        Timeouts {
-            header: Duration::from_millis(config.header_timeout_ms),
-            grace: Duration::from_millis(config.shutdown_grace_ms),
-        }
-    }
 }
 
 /// The `Retry-After` of a response, for tests and clients.

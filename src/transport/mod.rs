@@ -11,3 +11,4 @@ pub mod http;
 mod json_body;
 pub mod mcp;
 pub mod openapi;
+mod server;
