@@ -125,8 +125,15 @@ pub struct WorkOrdersConfig {
     pub pending_ttl_hours: u64,
     /// `type:priority` pairs approved without a person.
     pub auto_approve: Vec<String>,
-    /// Where approved orders are delivered (`http://host:port/path`); empty for none.
+    /// Where approved orders are delivered (`http://` or `https://`); empty for none.
     pub webhook_url: String,
+    /// Certificate authorities (PEM) trusted for an `https://` webhook besides the
+    /// system's.
+    pub webhook_ca_file: Option<PathBuf>,
+    /// The environment variable that holds the webhook's secret; empty for none.
+    pub webhook_auth_env: String,
+    /// The header that carries the secret (`Authorization`: `Bearer <secret>`).
+    pub webhook_auth_header: String,
 }
 
 impl Default for Config {
@@ -175,6 +182,9 @@ impl Default for Config {
                 pending_ttl_hours: 72,
                 auto_approve: Vec::new(),
                 webhook_url: String::new(),
+                webhook_ca_file: None,
+                webhook_auth_env: String::new(),
+                webhook_auth_header: "Authorization".into(),
             },
         }
     }
@@ -205,16 +215,55 @@ impl Config {
                 }),
             }
         }
-        let mut env: Vec<_> = env.into_iter().filter(|(k, _)| k.starts_with("FIELDGATE_")).collect();
-        env.sort();
-        for (key, value) in env {
-            if NON_CONFIG_ENV.contains(&key.as_str()) || key.starts_with(TOKEN_ENV_PREFIX) {
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let mut config_env: Vec<_> = env.iter().filter(|(k, _)| k.starts_with("FIELDGATE_")).collect();
+        config_env.sort();
+        // The variable holding the webhook's secret may be named FIELDGATE_...: it is not
+        // a configuration key, and its value must never reach a problem's message.
+        let secret_var = config_env
+            .iter()
+            .find(|(k, _)| k == "FIELDGATE_WORK_ORDERS_WEBHOOK_AUTH_ENV")
+            .map_or_else(|| cfg.work_orders.webhook_auth_env.clone(), |(_, v)| v.clone());
+        for (key, value) in config_env {
+            if NON_CONFIG_ENV.contains(&key.as_str())
+                || key.starts_with(TOKEN_ENV_PREFIX)
+                || *key == secret_var
+            {
                 continue;
             }
-            problems.extend(apply_env(&mut cfg, &key, &value));
+            problems.extend(apply_env(&mut cfg, key, value));
         }
         problems.extend(cfg.validate());
+        problems.extend(
+            cfg.check_webhook_secret(|name| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())),
+        );
         if problems.is_empty() { Ok(cfg) } else { Err(ConfigError(problems)) }
+    }
+
+    /// The webhook's secret: named, set, and sendable in its header (never quoted).
+    fn check_webhook_secret(&self, env: impl Fn(&str) -> Option<String>) -> Option<Problem> {
+        let w = &self.work_orders;
+        if w.webhook_auth_env.is_empty()
+            || crate::work_orders::webhook::check_header_name(&w.webhook_auth_header).is_err()
+        {
+            return None;
+        }
+        let message = if w.webhook_url.is_empty() {
+            "work_orders.webhook_auth_env is set but work_orders.webhook_url is empty: there is no webhook to send the secret to".to_string()
+        } else {
+            match env(&w.webhook_auth_env).filter(|v| !v.is_empty()) {
+                None => format!(
+                    "work_orders.webhook_auth_env names the environment variable {}, which is not set (or empty): set it to the webhook's secret",
+                    w.webhook_auth_env
+                ),
+                Some(secret) => match crate::work_orders::webhook::Auth::new(&w.webhook_auth_header, &secret)
+                {
+                    Ok(_) => return None,
+                    Err(e) => format!("{e} (the environment variable {})", w.webhook_auth_env),
+                },
+            }
+        };
+        Some(Problem { source: "configuration".into(), line: 0, message })
     }
 
     /// Checks that hold across keys.
@@ -393,15 +442,40 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
             bad.is_empty()
         });
         set(&mut c.work_orders.auto_approve, pairs);
-        let url = s.str("webhook_url").filter(|u| {
-            let ok =
-                u.is_empty() || u.strip_prefix("http://").is_some_and(|r| r.contains(':') || !r.is_empty());
-            if !ok {
-                s.problem("webhook_url", format!("must be empty or http://host:port/path, found {u:?}"));
+        use crate::work_orders::webhook;
+        let url = s.str("webhook_url").filter(|u| match webhook::check_url(u) {
+            _ if u.is_empty() => true,
+            Ok(_) => true,
+            Err(why) => {
+                s.problem("webhook_url", why);
+                false
             }
-            ok
         });
         set(&mut c.work_orders.webhook_url, url.map(str::to_string));
+        if let Some(f) = s.str("webhook_ca_file") {
+            match webhook::read_ca_file(Path::new(f)) {
+                _ if f.is_empty() => c.work_orders.webhook_ca_file = None,
+                Ok(_) => c.work_orders.webhook_ca_file = Some(PathBuf::from(f)),
+                Err(why) => s.problem("webhook_ca_file", why),
+            }
+        }
+        let header = s.str("webhook_auth_header").filter(|h| match webhook::check_header_name(h) {
+            Ok(_) => true,
+            Err(why) => {
+                s.problem("webhook_auth_header", why);
+                false
+            }
+        });
+        set(&mut c.work_orders.webhook_auth_header, header.map(str::to_string));
+        let var = s.str("webhook_auth_env").filter(|v| match webhook::check_env_name(v) {
+            _ if v.is_empty() => true,
+            Ok(()) => true,
+            Err(why) => {
+                s.problem("webhook_auth_env", why);
+                false
+            }
+        });
+        set(&mut c.work_orders.webhook_auth_env, var.map(str::to_string));
         s.finish();
     }
     t.finish();
@@ -464,6 +538,9 @@ mod tests {
         c.work_orders.pending_ttl_hours = 1;
         c.work_orders.auto_approve = vec!["x".into()];
         c.work_orders.webhook_url = "x".into();
+        c.work_orders.webhook_ca_file = Some("x".into());
+        c.work_orders.webhook_auth_env = "X".into();
+        c.work_orders.webhook_auth_header = "X".into();
         assert!(apply_text(&mut c, "d", DEFAULT_TOML).is_empty());
         assert_eq!(c, Config::default());
     }

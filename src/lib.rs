@@ -5,7 +5,6 @@
 pub mod app;
 pub mod cli;
 pub mod config;
-pub mod delivery;
 pub mod demo;
 pub mod driver;
 pub mod ids;
@@ -16,6 +15,8 @@ pub mod registry;
 pub mod resilience;
 pub mod store;
 pub mod suggest;
+pub mod tls;
 pub mod toml_reader;
 pub mod tools;
 pub mod transport;
+pub mod work_orders;
