@@ -21,4 +21,5 @@ mod stdio_service;
 mod storage;
 mod support;
 mod validation;
+mod webhook;
 mod work_orders;
