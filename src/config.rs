@@ -235,35 +235,12 @@ impl Config {
         }
         problems.extend(cfg.validate());
         problems.extend(
-            cfg.check_webhook_secret(|name| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())),
+            crate::work_orders::webhook::secret_problem(&cfg.work_orders, |name| {
+                env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+            })
+            .map(|message| Problem { source: "configuration".into(), line: 0, message }),
         );
         if problems.is_empty() { Ok(cfg) } else { Err(ConfigError(problems)) }
-    }
-
-    /// The webhook's secret: named, set, and sendable in its header (never quoted).
-    fn check_webhook_secret(&self, env: impl Fn(&str) -> Option<String>) -> Option<Problem> {
-        let w = &self.work_orders;
-        if w.webhook_auth_env.is_empty()
-            || crate::work_orders::webhook::check_header_name(&w.webhook_auth_header).is_err()
-        {
-            return None;
-        }
-        let message = if w.webhook_url.is_empty() {
-            "work_orders.webhook_auth_env is set but work_orders.webhook_url is empty: there is no webhook to send the secret to".to_string()
-        } else {
-            match env(&w.webhook_auth_env).filter(|v| !v.is_empty()) {
-                None => format!(
-                    "work_orders.webhook_auth_env names the environment variable {}, which is not set (or empty): set it to the webhook's secret",
-                    w.webhook_auth_env
-                ),
-                Some(secret) => match crate::work_orders::webhook::Auth::new(&w.webhook_auth_header, &secret)
-                {
-                    Ok(_) => return None,
-                    Err(e) => format!("{e} (the environment variable {})", w.webhook_auth_env),
-                },
-            }
-        };
-        Some(Problem { source: "configuration".into(), line: 0, message })
     }
 
     /// Checks that hold across keys.
@@ -427,12 +404,13 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
     if let Some(s) = t.table("work_orders") {
         set(&mut c.work_orders.pending_ttl_hours, s.int("pending_ttl_hours", 1..=8760).map(|v| v as u64));
         let pairs = s.strings("auto_approve").filter(|list| {
-            let types = ["inspection", "calibration", "repair", "replacement", "cleaning"];
-            let prios = ["low", "medium", "high", "urgent"];
-            let bad: Vec<&String> = list
-                .iter()
-                .filter(|p| !p.split_once(':').is_some_and(|(t, q)| types.contains(&t) && prios.contains(&q)))
-                .collect();
+            use crate::work_orders::{Priority, WorkOrderType};
+            let known = |t: &str, q: &str| {
+                WorkOrderType::ALL.iter().any(|x| x.as_str() == t)
+                    && Priority::ALL.iter().any(|x| x.as_str() == q)
+            };
+            let bad: Vec<&String> =
+                list.iter().filter(|p| !p.split_once(':').is_some_and(|(t, q)| known(t, q))).collect();
             if !bad.is_empty() {
                 s.problem(
                     "auto_approve",
@@ -442,40 +420,7 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
             bad.is_empty()
         });
         set(&mut c.work_orders.auto_approve, pairs);
-        use crate::work_orders::webhook;
-        let url = s.str("webhook_url").filter(|u| match webhook::check_url(u) {
-            _ if u.is_empty() => true,
-            Ok(_) => true,
-            Err(why) => {
-                s.problem("webhook_url", why);
-                false
-            }
-        });
-        set(&mut c.work_orders.webhook_url, url.map(str::to_string));
-        if let Some(f) = s.str("webhook_ca_file") {
-            match webhook::read_ca_file(Path::new(f)) {
-                _ if f.is_empty() => c.work_orders.webhook_ca_file = None,
-                Ok(_) => c.work_orders.webhook_ca_file = Some(PathBuf::from(f)),
-                Err(why) => s.problem("webhook_ca_file", why),
-            }
-        }
-        let header = s.str("webhook_auth_header").filter(|h| match webhook::check_header_name(h) {
-            Ok(_) => true,
-            Err(why) => {
-                s.problem("webhook_auth_header", why);
-                false
-            }
-        });
-        set(&mut c.work_orders.webhook_auth_header, header.map(str::to_string));
-        let var = s.str("webhook_auth_env").filter(|v| match webhook::check_env_name(v) {
-            _ if v.is_empty() => true,
-            Ok(()) => true,
-            Err(why) => {
-                s.problem("webhook_auth_env", why);
-                false
-            }
-        });
-        set(&mut c.work_orders.webhook_auth_env, var.map(str::to_string));
+        crate::work_orders::webhook::read_keys(&s, &mut c.work_orders);
         s.finish();
     }
     t.finish();

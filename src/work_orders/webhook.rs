@@ -14,13 +14,14 @@
 //! value marked sensitive, and errors are written without the URL (whose query could
 //! carry a key). The URL may not carry credentials itself (`user:password@`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use url::Url;
 
 use crate::config::WorkOrdersConfig;
+use crate::toml_reader::Table;
 
 /// How long to wait for a connection (name resolution and TLS included).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -199,6 +200,58 @@ fn is_loopback(url: &Url) -> bool {
         Some(url::Host::Ipv6(a)) => a.is_loopback(),
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         None => false,
+    }
+}
+
+/// Reads the webhook's keys of `[work_orders]` from `s` into `w`, each problem at its key
+/// (`config.rs` reads the table's other keys).
+pub fn read_keys(s: &Table<'_, '_>, w: &mut WorkOrdersConfig) {
+    let checked = |key: &'static str, check: fn(&str) -> Result<(), String>| {
+        let v = s.str(key)?;
+        match check(v) {
+            Ok(()) => Some(v.to_string()),
+            Err(why) => {
+                s.problem(key, why);
+                None
+            }
+        }
+    };
+    if let Some(v) = checked("webhook_url", |u| if u.is_empty() { Ok(()) } else { check_url(u).map(drop) }) {
+        w.webhook_url = v;
+    }
+    if let Some(v) =
+        checked(
+            "webhook_ca_file",
+            |f| if f.is_empty() { Ok(()) } else { read_ca_file(Path::new(f)).map(drop) },
+        )
+    {
+        w.webhook_ca_file = (!v.is_empty()).then(|| PathBuf::from(v));
+    }
+    if let Some(v) = checked("webhook_auth_header", |h| check_header_name(h).map(drop)) {
+        w.webhook_auth_header = v;
+    }
+    if let Some(v) = checked("webhook_auth_env", |n| if n.is_empty() { Ok(()) } else { check_env_name(n) }) {
+        w.webhook_auth_env = v;
+    }
+}
+
+/// What is wrong with the webhook's secret, if anything: its variable must be set, and its
+/// value sendable in its header. The message never contains the secret.
+pub fn secret_problem(w: &WorkOrdersConfig, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    if w.webhook_auth_env.is_empty() || check_header_name(&w.webhook_auth_header).is_err() {
+        return None;
+    }
+    if w.webhook_url.is_empty() {
+        return Some("work_orders.webhook_auth_env is set but work_orders.webhook_url is empty: there is no webhook to send the secret to".into());
+    }
+    match env(&w.webhook_auth_env).filter(|v| !v.is_empty()) {
+        None => Some(format!(
+            "work_orders.webhook_auth_env names the environment variable {}, which is not set (or empty): set it to the webhook's secret",
+            w.webhook_auth_env
+        )),
+        Some(secret) => Auth::new(&w.webhook_auth_header, &secret)
+            .err()
+            .map(|e| format!("{e} (the environment variable {})", w.webhook_auth_env)),
     }
 }
 
