@@ -102,3 +102,15 @@ pub fn start(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::backoff_ms;
+
+    #[test]
+    fn backoff_doubles_from_a_second_up_to_five_minutes() {
+        let waits: Vec<i64> = (0..10).map(backoff_ms).collect();
+        assert_eq!(waits, [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000]);
+        assert_eq!(backoff_ms(u32::MAX), 300_000, "bounded however many attempts failed");
+    }
+}
