@@ -81,7 +81,9 @@ pub struct Webhook {
 
 impl std::fmt::Debug for Webhook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Webhook").field("url", &self.url.as_str()).field("auth", &self.auth).finish()
+        // Without the query, which could carry a key.
+        let url = &self.url[..url::Position::AfterPath];
+        f.debug_struct("Webhook").field("url", &url).field("auth", &self.auth).finish()
     }
 }
 
