@@ -244,7 +244,7 @@ async fn run() {
         listener,
         app,
         async move { s.cancelled().await },
-        Duration::from_secs(1),
+        http::Timeouts { header: Duration::from_secs(30), grace: Duration::from_secs(1) },
         stop.clone(),
     ));
 

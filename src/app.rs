@@ -11,7 +11,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
@@ -153,7 +152,7 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
         config.server.listen = a;
     }
     let ttl = config.work_orders.pending_ttl_hours;
-    let grace = Duration::from_millis(config.server.shutdown_grace_ms);
+    let timeouts = http::Timeouts::of(&config.server);
     let tools = ToolService::with_history(Arc::new(registry), config, Some(Arc::new(history)))
         .with_work_orders(orders.clone());
     let shutdown = CancellationToken::new();
@@ -166,7 +165,7 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
             listener,
             app,
             async move { stop.cancelled().await },
-            grace,
+            timeouts,
             shutdown.clone(),
         ))
     });

@@ -264,6 +264,7 @@ pub async fn mcp(
         return exit_of(bridge::bridge_stdio(&url, token).await);
     }
     let options = Options { listen: Some(config.server.listen), listen_required: false, tokens, mode: "mcp" };
+    let mut signals = StopSignal::listen();
     match crate::app::start(config, registry, options).await {
         Ok(running) => {
             match running.addr {
@@ -272,7 +273,7 @@ pub async fn mcp(
             }
             let served = tokio::select! {
                 r = crate::transport::mcp::serve_stdio(running.tools.clone()) => r,
-                () = stop_signal() => Ok(()),
+                () = signals.received() => Ok(()),
             };
             let _ = running.stop().await;
             tracing::info!("stopped");
@@ -313,22 +314,41 @@ fn exit_of(r: Result<(), String>) -> ExitCode {
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn stop_signal() {
+/// SIGTERM or SIGINT (Ctrl-C), listened for from the moment this is made. Make it before
+/// the service starts: a stop sent as soon as the service says it is ready must be a
+/// clean stop, not the signal's default action (an exit without the last flush).
+pub struct StopSignal {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let (Ok(mut term), Ok(mut int)) =
-            (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    unix: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl StopSignal {
+    pub fn listen() -> StopSignal {
+        #[cfg(unix)]
         {
+            use tokio::signal::unix::{SignalKind, signal};
+            let unix = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+                (Ok(term), Ok(int)) => Some((term, int)),
+                _ => None,
+            };
+            StopSignal { unix }
+        }
+        #[cfg(not(unix))]
+        StopSignal {}
+    }
+
+    /// Waits for the signal.
+    pub async fn received(&mut self) {
+        #[cfg(unix)]
+        if let Some((term, int)) = &mut self.unix {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
             }
             return;
         }
+        let _ = tokio::signal::ctrl_c().await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// `fieldgate call TOOL ARGS`: one tool call over the data directory's stores, or through

@@ -41,6 +41,9 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Server-side limit on one HTTP request.
     pub request_timeout_ms: u64,
+    /// A connection whose next request's headers are not complete this long after it
+    /// began (or, on a kept-alive connection, after the last answer) is closed.
+    pub header_timeout_ms: u64,
     /// Largest accepted request body.
     pub max_body_bytes: u64,
     /// Tool calls per minute per caller.
@@ -143,6 +146,7 @@ impl Default for Config {
             server: ServerConfig {
                 listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
                 request_timeout_ms: 10_000,
+                header_timeout_ms: 30_000,
                 max_body_bytes: 65_536,
                 rate_limit_per_minute: 600,
                 allowed_hosts: Vec::new(),
@@ -353,6 +357,7 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
         });
         set(&mut c.server.allowed_origins, origins);
         set(&mut c.server.shutdown_grace_ms, s.int("shutdown_grace_ms", 0..=600_000).map(|v| v as u64));
+        set(&mut c.server.header_timeout_ms, s.int("header_timeout_ms", 100..=600_000).map(|v| v as u64));
         set(&mut c.server.mcp_max_sessions, s.int("mcp_max_sessions", 1..=100_000).map(|v| v as u64));
         set(&mut c.server.mcp_session_idle_s, s.int("mcp_session_idle_s", 1..=86_400).map(|v| v as u64));
         s.finish();
@@ -445,6 +450,7 @@ mod tests {
         c.server = ServerConfig {
             listen: "1.2.3.4:1".parse().unwrap(),
             request_timeout_ms: 1,
+            header_timeout_ms: 1,
             max_body_bytes: 1,
             rate_limit_per_minute: 1,
             allowed_hosts: vec!["x".into()],

@@ -3,14 +3,17 @@
 //! See ARCHITECTURE.md for the codemap and the invariants.
 
 pub mod app;
+pub mod backoff;
 pub mod cli;
 pub mod config;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod driver;
 pub mod ids;
 pub mod logs;
 pub mod metrics;
 pub mod poller;
+pub mod reading;
 pub mod registry;
 pub mod resilience;
 pub mod store;

@@ -130,6 +130,7 @@ enum Command {
         token: Option<String>,
     },
     /// Run the simulated demo plant and the service against it until Ctrl-C.
+    #[cfg(feature = "demo")]
     Demo {
         /// Instead, run a short scripted session through the HTTP API and exit.
         #[arg(long)]
@@ -143,48 +144,137 @@ enum Command {
     },
     /// Probe a Modbus device or browse an OPC UA server and print a device file skeleton for
     /// a person to edit: one sensor per readable Modbus address, or per OPC UA variable.
-    Discover {
-        /// modbus | opcua
-        protocol: String,
-        /// Modbus: the device's host:port, e.g. 192.168.10.21:502. OPC UA: the server's
-        /// URL, e.g. opc.tcp://192.168.10.30:4840/path (browsed with security None).
-        #[arg(long)]
-        endpoint: String,
-        /// Modbus unit ID, 1-247.
-        #[arg(long, default_value_t = 1)]
-        unit: u8,
-        /// Plant code of the sensor IDs, e.g. A.
-        #[arg(long)]
-        plant: String,
-        /// Zone code of the sensor IDs, e.g. LINE1.
-        #[arg(long)]
-        zone: String,
-        /// Probe addresses 0 to this (exclusive) in each table.
-        #[arg(long, default_value_t = 1000)]
-        max_address: u16,
-        /// Per-request timeout in milliseconds.
-        #[arg(long, default_value_t = 1000)]
-        timeout_ms: u64,
-        /// Write the file here (refused if it exists) instead of standard output.
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-    },
+    Discover(DiscoverArgs),
+}
+
+#[derive(clap::Args)]
+struct DiscoverArgs {
+    /// modbus | opcua
+    protocol: String,
+    /// Modbus: the device's host:port, e.g. 192.168.10.21:502. OPC UA: the server's
+    /// URL, e.g. opc.tcp://192.168.10.30:4840/path (browsed with security None).
+    #[arg(long)]
+    endpoint: String,
+    /// Modbus unit ID, 1-247.
+    #[arg(long, default_value_t = 1)]
+    unit: u8,
+    /// Plant code of the sensor IDs, e.g. A.
+    #[arg(long)]
+    plant: String,
+    /// Zone code of the sensor IDs, e.g. LINE1.
+    #[arg(long)]
+    zone: String,
+    /// Probe addresses 0 to this (exclusive) in each table.
+    #[arg(long, default_value_t = 1000)]
+    max_address: u16,
+    /// Per-request timeout in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    timeout_ms: u64,
+    /// Write the file here (refused if it exists) instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logs(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Cli { config, devices, command, .. } = cli;
+    let load = || load(&config, &devices);
+    match command {
+        Command::Discover(args) => discover(&runtime, args),
+        Command::Tools => {
+            let defs: Vec<_> =
+                fieldgate::tools::TOOLS.iter().filter(|t| t.served).map(|t| t.definition()).collect();
+            out(&serde_json::to_string_pretty(&defs).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Command::Check => match load() {
+            Ok((config, registry)) => check(&config, &registry),
+            Err(code) => code,
+        },
+        Command::Call { tool, args, url, data_dir, token } => {
+            let args = match args.as_deref().map(serde_json::from_str::<serde_json::Value>) {
+                None => serde_json::Value::Object(Default::default()),
+                Some(Ok(v)) => v,
+                Some(Err(e)) => {
+                    eprintln!(
+                        "error: the arguments are not valid JSON ({e}); pass an object such as '{{\"zone\":\"LINE1\"}}'"
+                    );
+                    return ExitCode::from(2);
+                }
+            };
+            match load() {
+                Ok((c, registry)) => {
+                    let c = with_overrides(c, None, data_dir);
+                    runtime.block_on(fieldgate::cli::call(c, registry, &tool, args, url, token))
+                }
+                Err(code) => code,
+            }
+        }
+        Command::Mcp { url, token, listen, data_dir } => match load().and_then(with_tokens) {
+            Ok((c, registry, tokens)) => {
+                let c = with_overrides(c, listen, data_dir);
+                runtime.block_on(fieldgate::cli::mcp(c, registry, tokens, url, token))
+            }
+            Err(code) => code,
+        },
+        Command::Serve { listen, data_dir } => match load().and_then(with_tokens) {
+            Ok((c, registry, tokens)) => {
+                runtime.block_on(serve(with_overrides(c, listen, data_dir), registry, tokens))
+            }
+            Err(code) => code,
+        },
+        Command::WorkOrders { action, id, note, by, url, token, data_dir, json } => {
+            let target = match url {
+                Some(url) => fieldgate::cli::Target::Remote { url, token },
+                None => match Config::load(config.as_deref(), std::env::vars()) {
+                    Ok(c) => fieldgate::cli::Target::Local {
+                        data_dir: data_dir.unwrap_or(c.storage.data_dir),
+                        webhook_configured: !c.work_orders.webhook_url.is_empty(),
+                    },
+                    Err(e) => return report(&e.0),
+                },
+            };
+            let cmd = fieldgate::cli::WorkOrderCommand { action, id, note, by, json };
+            runtime.block_on(fieldgate::cli::work_orders(target, cmd))
+        }
+        Command::Devices { action, id, url: Some(url), token } => {
+            runtime.block_on(fieldgate::cli::devices_remote(&url, token, &action, id))
+        }
+        Command::Devices { action, id, url: None, .. } => match load() {
+            Ok((c, registry)) => runtime.block_on(devices_local(c, registry, &action, id)),
+            Err(code) => code,
+        },
+        #[cfg(feature = "demo")]
+        Command::Demo { tour, data_dir, listen } => match load() {
+            Ok((c, registry)) => {
+                let free = SocketAddr::from(([127, 0, 0, 1], 0));
+                let listen = listen.unwrap_or(if tour { free } else { c.server.listen });
+                runtime.block_on(demo(c, registry, listen, data_dir, tour))
+            }
+            Err(code) => code,
+        },
+    }
+}
+
+/// Logs on stderr: one event per tool call while serving and for `call`, warnings only for
+/// the other one-shot commands; `FIELDGATE_LOG` overrides.
+fn init_logs(cli: &Cli) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FIELDGATE_LOG").unwrap_or_else(|_| {
-        // Serving logs one event per call by default; one-shot commands stay quiet.
-        // Serving, and every tool call in every mode, logs one event per call by default;
-        // the other one-shot commands stay quiet.
-        let level = if matches!(
-            cli.command,
-            Command::Serve { .. } | Command::Mcp { .. } | Command::Call { .. } | Command::Demo { tour: false, .. }
-        ) {
-            "info"
-        } else {
-            "warn"
+        let serving = match &cli.command {
+            Command::Serve { .. } | Command::Mcp { .. } | Command::Call { .. } => true,
+            #[cfg(feature = "demo")]
+            Command::Demo { tour, .. } => !tour,
+            _ => false,
         };
+        let level = if serving { "info" } else { "warn" };
         // async-opcua logs every session at info, an error for the certificate it looks for
         // even under security policy None (which needs none), and errors with the server's
         // own text for refusals fieldgate reports itself (untrusted certificate, user
@@ -200,216 +290,130 @@ fn main() -> ExitCode {
         LogFormat::Json => logs.event_format(fieldgate::logs::JsonEvents).init(),
         LogFormat::Text => logs.init(),
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(r) => r,
+}
+
+/// `discover`: a device file skeleton from a live device, on stdout or into a new file.
+fn discover(runtime: &tokio::runtime::Runtime, a: DiscoverArgs) -> ExitCode {
+    use fieldgate::driver::discover::{
+        DiscoverError, ModbusProbe, check_modbus_args, discover_modbus, resolve,
+    };
+    let timeout = std::time::Duration::from_millis(a.timeout_ms.max(1));
+    let found = match a.protocol.as_str() {
+        "modbus" => {
+            if let Err(e) = check_modbus_args(&a.plant, &a.zone, a.unit) {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+            let addr = match runtime.block_on(resolve(&a.endpoint, timeout)) {
+                Ok(addr) => addr,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    let usage = matches!(e, DiscoverError::Invalid(_));
+                    return if usage { ExitCode::from(2) } else { ExitCode::FAILURE };
+                }
+            };
+            if a.endpoint.parse::<SocketAddr>().is_err() {
+                eprintln!("note: {} answered at {addr}", a.endpoint);
+            }
+            let (unit, max_address) = (a.unit, a.max_address);
+            let probe = ModbusProbe {
+                addr,
+                endpoint: a.endpoint,
+                unit,
+                plant: a.plant,
+                zone: a.zone,
+                max_address,
+                timeout,
+            };
+            runtime.block_on(discover_modbus(&probe))
+        }
+        "opcua" => {
+            let probe = fieldgate::driver::opcua::browse::UaProbe {
+                url: a.endpoint,
+                plant: a.plant,
+                zone: a.zone,
+                timeout,
+                max_depth: 8,
+            };
+            runtime.block_on(fieldgate::driver::opcua::browse::discover_opcua(&probe))
+        }
+        other => {
+            eprintln!("error: discover supports \"modbus\" and \"opcua\", found {other:?}");
+            return ExitCode::from(2);
+        }
+    };
+    let text = match found {
+        Ok(t) => t,
         Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
+            eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match cli.command {
-        Command::Discover { protocol, endpoint, unit, plant, zone, max_address, timeout_ms, out: file } => {
-            let timeout = std::time::Duration::from_millis(timeout_ms.max(1));
-            let found = match protocol.as_str() {
-                "modbus" => {
-                    if let Err(e) = fieldgate::driver::discover::check_modbus_args(&plant, &zone, unit) {
-                        eprintln!("error: {e}");
-                        return ExitCode::from(2);
-                    }
-                    let addr =
-                        match runtime.block_on(fieldgate::driver::discover::resolve(&endpoint, timeout)) {
-                            Ok(a) => a,
-                            Err(e @ fieldgate::driver::discover::DiscoverError::Invalid(_)) => {
-                                eprintln!("error: {e}");
-                                return ExitCode::from(2);
-                            }
-                            Err(e) => {
-                                eprintln!("error: {e}");
-                                return ExitCode::FAILURE;
-                            }
-                        };
-                    if endpoint.parse::<SocketAddr>().is_err() {
-                        eprintln!("note: {endpoint} answered at {addr}");
-                    }
-                    let probe = fieldgate::driver::discover::ModbusProbe {
-                        addr,
-                        endpoint: endpoint.clone(),
-                        unit,
-                        plant,
-                        zone,
-                        max_address,
-                        timeout,
-                    };
-                    runtime.block_on(fieldgate::driver::discover::discover_modbus(&probe))
-                }
-                "opcua" => {
-                    let probe = fieldgate::driver::opcua::browse::UaProbe {
-                        url: endpoint,
-                        plant,
-                        zone,
-                        timeout,
-                        max_depth: 8,
-                    };
-                    runtime.block_on(fieldgate::driver::opcua::browse::discover_opcua(&probe))
-                }
-                other => {
-                    eprintln!("error: discover supports \"modbus\" and \"opcua\", found {other:?}");
-                    return ExitCode::from(2);
-                }
-            };
-            let text = match found {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match file {
-                None => {
-                    out(text.trim_end());
-                    ExitCode::SUCCESS
-                }
-                Some(path) => {
-                    let written = std::fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .open(&path)
-                        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
-                    match written {
-                        Ok(()) => ExitCode::SUCCESS,
-                        Err(e) => {
-                            eprintln!("error: cannot write {}: {}", path.display(), e.kind());
-                            ExitCode::FAILURE
-                        }
-                    }
-                }
-            }
+    let Some(path) = a.out else {
+        out(text.trim_end());
+        return ExitCode::SUCCESS;
+    };
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot write {}: {}", path.display(), e.kind());
+            ExitCode::FAILURE
         }
-        Command::Tools => {
-            let defs: Vec<_> =
-                fieldgate::tools::TOOLS.iter().filter(|t| t.served).map(|t| t.definition()).collect();
-            out(&serde_json::to_string_pretty(&defs).unwrap_or_default());
-            ExitCode::SUCCESS
+    }
+}
+
+/// `check`: a summary of a valid configuration and plant, with notes on OPC UA security.
+fn check(config: &Config, registry: &Registry) -> ExitCode {
+    out(&format!(
+        "ok: {} devices, {} sensors (devices from {})",
+        registry.devices().len(),
+        registry.sensors().len(),
+        config.devices.dir.display()
+    ));
+    for (protocol, devices, sensors) in registry.summary() {
+        out(&format!("  {:<20} {devices} device(s), {sensors} sensor(s)", protocol.name()));
+    }
+    let pki = fieldgate::driver::opcua::security::Pki::new(config.storage.data_dir.join("pki"));
+    for d in registry.devices() {
+        for line in fieldgate::driver::opcua::security::notes(d, &pki) {
+            out(&line);
         }
-        Command::Check => match load(&cli.config, &cli.devices) {
-            Ok((config, registry)) => {
-                out(&format!(
-                    "ok: {} devices, {} sensors (devices from {})",
-                    registry.devices().len(),
-                    registry.sensors().len(),
-                    config.devices.dir.display()
-                ));
-                for (protocol, devices, sensors) in registry.summary() {
-                    out(&format!("  {:<20} {devices} device(s), {sensors} sensor(s)", protocol.name()));
-                }
-                let pki = fieldgate::driver::opcua::security::Pki::new(config.storage.data_dir.join("pki"));
-                for d in registry.devices() {
-                    for line in fieldgate::driver::opcua::security::notes(d, &pki) {
-                        out(&line);
-                    }
-                }
-                ExitCode::SUCCESS
-            }
-            Err(code) => code,
-        },
-        Command::Call { tool, args, url, data_dir, token } => {
-            let args = match args.as_deref().map(serde_json::from_str::<serde_json::Value>) {
-                None => serde_json::Value::Object(Default::default()),
-                Some(Ok(v)) => v,
-                Some(Err(e)) => {
-                    eprintln!(
-                        "error: the arguments are not valid JSON ({e}); pass an object such as '{{\"zone\":\"LINE1\"}}'"
-                    );
-                    return ExitCode::from(2);
-                }
-            };
-            let (config, registry) = match load(&cli.config, &cli.devices) {
-                Ok(v) => v,
-                Err(code) => return code,
-            };
-            let config = with_overrides(config, None, data_dir);
-            runtime.block_on(fieldgate::cli::call(config, registry, &tool, args, url, token))
+    }
+    ExitCode::SUCCESS
+}
+
+/// `devices status|probe` in this process (no service holds the devices).
+async fn devices_local(config: Config, registry: Registry, action: &str, id: Option<String>) -> ExitCode {
+    let service = ToolService::new(Arc::new(registry), config);
+    let envelope = match (action, id) {
+        ("probe", Some(id)) => Some(service.probe_device(&Caller::local(), &id).await),
+        ("status", id) => {
+            service.call("get_device_status", serde_json::json!({ "device_id": id })).await.ok()
         }
-        Command::Mcp { url, token, listen, data_dir } => {
-            let (config, registry) = match load(&cli.config, &cli.devices) {
-                Ok(v) => v,
-                Err(code) => return code,
-            };
-            let tokens = match Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars()) {
-                Ok(t) => Arc::new(t),
-                Err(problems) => return report(&problems),
-            };
-            let config = with_overrides(config, listen, data_dir);
-            runtime.block_on(fieldgate::cli::mcp(config, registry, tokens, url, token))
+        _ => None,
+    };
+    match envelope {
+        Some(e) => {
+            out(&serde_json::to_string_pretty(&e).unwrap_or_default());
+            if e.ok { ExitCode::SUCCESS } else { ExitCode::from(2) }
         }
-        Command::Serve { listen, data_dir } => {
-            let (config, registry) = match load(&cli.config, &cli.devices) {
-                Ok(v) => v,
-                Err(code) => return code,
-            };
-            let tokens = match Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars()) {
-                Ok(t) => Arc::new(t),
-                Err(problems) => return report(&problems),
-            };
-            let config = with_overrides(config, listen, data_dir);
-            runtime.block_on(serve(config, registry, tokens))
+        None => {
+            eprintln!("error: use `devices status [ID]` or `devices probe ID`");
+            ExitCode::from(2)
         }
-        Command::WorkOrders { action, id, note, by, url, token, data_dir, json } => {
-            let target = match url {
-                Some(url) => fieldgate::cli::Target::Remote { url, token },
-                None => match Config::load(cli.config.as_deref(), std::env::vars()) {
-                    Ok(c) => fieldgate::cli::Target::Local {
-                        data_dir: data_dir.unwrap_or(c.storage.data_dir),
-                        webhook_configured: !c.work_orders.webhook_url.is_empty(),
-                    },
-                    Err(e) => return report(&e.0),
-                },
-            };
-            let cmd = fieldgate::cli::WorkOrderCommand { action, id, note, by, json };
-            runtime.block_on(fieldgate::cli::work_orders(target, cmd))
-        }
-        Command::Devices { action, id, url: Some(url), token } => {
-            runtime.block_on(fieldgate::cli::devices_remote(&url, token, &action, id))
-        }
-        Command::Devices { action, id, url: None, .. } => {
-            let (config, registry) = match load(&cli.config, &cli.devices) {
-                Ok(v) => v,
-                Err(code) => return code,
-            };
-            let service = ToolService::new(Arc::new(registry), config);
-            let envelope = runtime.block_on(async {
-                match (action.as_str(), id) {
-                    ("probe", Some(id)) => Some(service.probe_device(&Caller::local(), &id).await),
-                    ("status", id) => {
-                        let args = serde_json::json!({ "device_id": id });
-                        service.call("get_device_status", args).await.ok()
-                    }
-                    _ => None,
-                }
-            });
-            match envelope {
-                Some(e) => {
-                    out(&serde_json::to_string_pretty(&e).unwrap_or_default());
-                    if e.ok { ExitCode::SUCCESS } else { ExitCode::from(2) }
-                }
-                None => {
-                    eprintln!("error: use `devices status [ID]` or `devices probe ID`");
-                    ExitCode::from(2)
-                }
-            }
-        }
-        Command::Demo { tour, data_dir, listen } => {
-            let (config, registry) = match load(&cli.config, &cli.devices) {
-                Ok(v) => v,
-                Err(code) => return code,
-            };
-            let listen = listen.unwrap_or(if tour {
-                SocketAddr::from(([127, 0, 0, 1], 0))
-            } else {
-                config.server.listen
-            });
-            runtime.block_on(demo(config, registry, listen, data_dir, tour))
-        }
+    }
+}
+
+/// The bearer tokens of the configuration, or every problem printed.
+fn with_tokens((config, registry): (Config, Registry)) -> Result<(Config, Registry, Arc<Tokens>), ExitCode> {
+    match Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars()) {
+        Ok(t) => Ok((config, registry, Arc::new(t))),
+        Err(problems) => Err(report(&problems)),
     }
 }
 
@@ -431,6 +435,7 @@ async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> ExitC
         tokens,
         mode: "serve",
     };
+    let mut signals = fieldgate::cli::StopSignal::listen();
     let running = match fieldgate::app::start(config, registry, options).await {
         Ok(r) => r,
         Err(e) => {
@@ -443,7 +448,7 @@ async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> ExitC
     eprintln!("fieldgate listening on http://{addr} (MCP at /mcp)");
     let stopped = running.shutdown();
     tokio::select! {
-        () = fieldgate::cli::stop_signal() => {}
+        () = signals.received() => {}
         () = stopped.cancelled() => {}
     }
     // Stop accepting, let requests finish, and make the last history points durable.
@@ -459,6 +464,7 @@ async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> ExitC
     }
 }
 
+#[cfg(feature = "demo")]
 async fn demo(
     config: Config,
     registry: Registry,
@@ -466,6 +472,7 @@ async fn demo(
     data_dir: Option<PathBuf>,
     tour: bool,
 ) -> ExitCode {
+    let mut signals = fieldgate::cli::StopSignal::listen();
     let demo = match fieldgate::demo::Demo::start(config, registry, listen, data_dir).await {
         Ok(d) => d,
         Err(e) => {
@@ -482,7 +489,7 @@ async fn demo(
     }
     out(&demo.banner());
     out("Ctrl-C stops the demo.");
-    fieldgate::cli::stop_signal().await;
+    signals.received().await;
     demo.stop().await;
     ExitCode::SUCCESS
 }

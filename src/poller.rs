@@ -98,15 +98,8 @@ pub fn worth_storing(
     }
 }
 
-fn jitter(max: Duration) -> Duration {
-    use std::hash::{BuildHasher, RandomState};
-    let n = RandomState::new().hash_one(std::time::SystemTime::now());
-    max.mul_f64((n >> 11) as f64 / (1u64 << 53) as f64)
-}
-
 /// What the poller keeps per device to decide what to store.
 struct Recorder<'a> {
-    inner: &'a crate::tools::Inner,
     store: &'a HistoryStore,
     counters: &'a PollCounters,
     max_silence: i64,
@@ -114,15 +107,14 @@ struct Recorder<'a> {
 }
 
 impl<'a> Recorder<'a> {
-    fn new(inner: &'a crate::tools::Inner, store: &'a HistoryStore, counters: &'a PollCounters) -> Self {
-        let max_silence = inner.config.history.max_silence_s as i64 * 1000;
-        Recorder { inner, store, counters, max_silence, last: HashMap::new() }
+    fn new(config: &crate::config::Config, store: &'a HistoryStore, counters: &'a PollCounters) -> Self {
+        let max_silence = config.history.max_silence_s as i64 * 1000;
+        Recorder { store, counters, max_silence, last: HashMap::new() }
     }
 
-    /// A fresh sample of `s`: into the reading cache, and into history when worth it.
+    /// A fresh sample of `s` (already in the reading cache): into history when worth it.
     fn record(&mut self, s: &'a Sensor, sample: &Sample) {
         self.counters.polled.fetch_add(1, Ordering::Relaxed);
-        self.inner.cache.put(s, sample);
         let t = sample.at.timestamp_millis();
         let (value, quality) = stored_of(sample);
         let prev = self.last.get(s.id.as_str()).map(|l| (l.t, &l.value, l.quality));
@@ -158,18 +150,17 @@ async fn poll_device(
     counters: Arc<PollCounters>,
     stop: CancellationToken,
 ) {
-    let inner = tools.inner().clone();
-    let registry = &inner.registry;
+    let (registry, reader) = (tools.registry(), tools.reader());
     let d = &registry.devices()[device];
     let Some(interval) = d.poll_interval else { return };
-    let Some(driver) = inner.drivers.get(&d.id).cloned() else { return };
     let sensors: Vec<&Sensor> = registry.sensors_of_device(&d.id).collect();
-    if sensors.is_empty() {
+    if sensors.is_empty() || !reader.has_driver(&d.id) {
         return;
     }
-    let call_deadline = Duration::from_millis(inner.config.calls.deadline_ms);
-    let mut recorder = Recorder::new(&inner, &store, &counters);
-    let mut next = Instant::now() + jitter(interval);
+    let call_deadline = Duration::from_millis(tools.config().calls.deadline_ms);
+    let mut recorder = Recorder::new(tools.config(), &store, &counters);
+    // Devices start spread over one interval, not all at once.
+    let mut next = Instant::now() + interval.mul_f64(crate::backoff::jitter());
     loop {
         tokio::select! {
             () = tokio::time::sleep_until(next) => {}
@@ -182,9 +173,9 @@ async fn poll_device(
             next = now + interval;
         }
         let deadline = now + interval.min(call_deadline);
-        let (results, _) = inner.resilience.read(&d.id, driver.as_ref(), &sensors, deadline).await;
-        for (s, r) in sensors.iter().zip(results) {
-            if let Ok(sample) = r {
+        let read = reader.read(&sensors, None, deadline).await;
+        for (s, r) in sensors.iter().zip(read.results) {
+            if let Ok((sample, _)) = r {
                 recorder.record(s, &sample);
             }
         }
@@ -201,10 +192,9 @@ async fn subscribe_device(
     subscription: Arc<subscribe::Counters>,
     stop: CancellationToken,
 ) {
-    let inner = tools.inner().clone();
-    let registry = &inner.registry;
+    let (registry, reader) = (tools.registry(), tools.reader());
     let d = &registry.devices()[device];
-    let pki = crate::driver::opcua::security::Pki::new(inner.config.storage.data_dir.join("pki"));
+    let pki = crate::driver::opcua::security::Pki::new(tools.config().storage.data_dir.join("pki"));
     let Some(target) = crate::driver::opcua::Target::of(d, &pki) else { return };
     let sensors: Vec<&Sensor> = registry.sensors_of_device(&d.id).collect();
     if sensors.is_empty() {
@@ -215,44 +205,32 @@ async fn subscribe_device(
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let owned = sensors.iter().map(|s| (*s).clone()).collect();
     let task = tokio::spawn(subscribe::run(target, owned, interval, tx, subscription.clone(), stop.clone()));
-    let mut recorder = Recorder::new(&inner, &store, &counters);
-    // What get_device_status shows: the device was heard from, or its session was lost.
-    let health = inner.resilience.guard(&d.id).map(|g| &g.health);
-    let mut was_live = false;
-    // A subscription that never comes up is a failure too, not silence.
-    let mut never_live_ticks = 0u32;
+    let mut recorder = Recorder::new(tools.config(), &store, &counters);
+    // What get_device_status shows: the device was heard from; and its sessions, lost or
+    // up again, go to its breaker as reads' outcomes would (down and up in the log).
+    let health = reader.guard(&d.id).map(|g| &g.health);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             u = rx.recv() => match u {
-                Some(subscribe::Update { sensor, sample: Ok(sample) }) => {
+                Some(subscribe::Update::Change { sensor, sample: Ok(sample) }) => {
                     if let Some(s) = sensors.get(sensor) {
+                        reader.cache().put(s, &sample);
                         recorder.record(s, &sample);
                     }
                     if let Some(h) = health {
                         h.heard();
                     }
                 }
-                Some(subscribe::Update { sample: Err(_), .. }) => {}
+                Some(subscribe::Update::Change { sample: Err(_), .. }) => {}
+                Some(subscribe::Update::Up) => reader.observe(&d.id, Ok(())),
+                Some(subscribe::Update::Down(e)) => reader.observe(&d.id, Err(&e)),
                 None => break,
             },
             _ = tick.tick() => {
-                let live = subscription.live.load(Ordering::Relaxed);
-                if live {
+                if subscription.live.load(Ordering::Relaxed) {
                     recorder.still(&sensors, chrono::Utc::now().timestamp_millis());
                 }
-                if let (true, false, Some(h)) = (was_live, live, health) {
-                    h.lost(crate::driver::DriverError::Unavailable { retry_after: None });
-                }
-                if live {
-                    never_live_ticks = u32::MAX;
-                } else if never_live_ticks < u32::MAX {
-                    never_live_ticks += 1;
-                    if never_live_ticks == 5 && let Some(h) = health {
-                        h.lost(crate::driver::DriverError::Unavailable { retry_after: None });
-                    }
-                }
-                was_live = live;
             }
             () = stop.cancelled() => break,
         }
@@ -311,25 +289,16 @@ async fn keep(tools: ToolService, store: Arc<HistoryStore>, stop: CancellationTo
 /// while its breaker is open or a caller is blocked on it, one small read on the
 /// breaker's schedule, so its recovery is seen without agent traffic.
 async fn watch_device(tools: ToolService, device: usize, stop: CancellationToken) {
-    let inner = tools.inner().clone();
-    let registry = &inner.registry;
-    let d = &registry.devices()[device];
-    let (Some(driver), Some(sensor), Some(guard)) = (
-        inner.drivers.get(&d.id).cloned(),
-        registry.sensors_of_device(&d.id).next(),
-        inner.resilience.guard(&d.id),
-    ) else {
+    let reader = tools.reader();
+    let d = &tools.registry().devices()[device];
+    let Some(guard) = reader.guard(&d.id) else { return };
+    if !reader.has_driver(&d.id) || tools.registry().sensors_of_device(&d.id).next().is_none() {
         return;
-    };
+    }
     let mut last_probe = None;
     loop {
         let now = Instant::now();
-        let blocked = inner
-            .repeat
-            .blocked_devices(|id| (id == d.id.as_str()).then(|| guard.health.last_success()).flatten())
-            .iter()
-            .any(|id| id == d.id.as_str());
-        let due = probe::due(guard, blocked, last_probe, now);
+        let due = probe::due(guard, tools.blocked_on(&d.id), last_probe, now);
         let wake = due.map_or(now + probe::IDLE, |t| t.min(now + probe::IDLE));
         tokio::select! {
             () = tokio::time::sleep_until(wake) => {}
@@ -337,7 +306,7 @@ async fn watch_device(tools: ToolService, device: usize, stop: CancellationToken
         }
         if due.is_some_and(|t| t <= Instant::now()) {
             last_probe = Some(Instant::now());
-            let outcome = inner.resilience.probe(&d.id, driver.as_ref(), sensor, false).await;
+            let outcome = reader.probe(&d.id, false).await;
             tracing::debug!(device = %d.id, ?outcome, "probe");
         }
     }

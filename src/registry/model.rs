@@ -312,3 +312,22 @@ pub struct Sensor {
     pub range: Option<NormalRange>,
     pub deadband: Option<f64>,
 }
+
+#[cfg(test)]
+impl Sensor {
+    /// A sensor outside any registry, for unit tests.
+    pub(crate) fn for_tests(source: SensorSource, unit: &str, range: Option<NormalRange>) -> Sensor {
+        Sensor {
+            id: "A_LINE1_042".parse().expect("a valid ID"),
+            device: "a-line1-plc".parse().expect("a valid ID"),
+            place: Place::UNPLACED,
+            description: String::new(),
+            kind: "pressure".into(),
+            unit: unit.into(),
+            equipment: None,
+            source,
+            range,
+            deadband: None,
+        }
+    }
+}

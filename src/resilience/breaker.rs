@@ -172,6 +172,25 @@ impl Breaker {
         Some(Permit { breaker: self.clone(), probe, recorded: false })
     }
 
+    /// News of the device from outside a call (an OPC UA subscription's session came up,
+    /// or was lost, or could not be opened). A failure counts as a call's would while the
+    /// breaker is closed, and changes nothing while it is open; anything but a failure
+    /// closes an open breaker, as a successful probe would: the device demonstrably talks.
+    pub fn observe(&self, outcome: Outcome) {
+        let closes = {
+            let mut i = self.lock();
+            match i.state {
+                State::Closed => false,
+                _ if outcome == Outcome::Transient => return,
+                _ => {
+                    i.state = State::HalfOpen { probing: true };
+                    true
+                }
+            }
+        };
+        self.record(closes, outcome);
+    }
+
     /// The open period that follows the current one if the next probe fails.
     pub fn base_open(&self) -> Duration {
         self.settings.open

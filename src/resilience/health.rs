@@ -78,10 +78,14 @@ impl Health {
         i.failing_since = None;
     }
 
-    /// The device was lost without a read failing (an OPC UA subscription's session).
+    /// The device was lost without a read failing (an OPC UA subscription's session was
+    /// lost or could not be opened); counted as a failure when the device is to blame.
     pub fn lost(&self, error: DriverError) {
         let now = Utc::now();
         let mut i = self.lock();
+        if error.blames_device() {
+            i.failures += 1;
+        }
         i.last_error = Some((error, now));
         i.failing_since.get_or_insert((now, Instant::now()));
     }

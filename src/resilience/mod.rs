@@ -87,13 +87,6 @@ pub fn breaker_settings(config: &Config, device: &Device) -> BreakerSettings {
     }
 }
 
-/// A number in [0, 1) for backoff jitter.
-fn jitter() -> f64 {
-    use std::hash::{BuildHasher, RandomState};
-    let n = RandomState::new().hash_one(std::time::SystemTime::now());
-    (n >> 11) as f64 / (1u64 << 53) as f64
-}
-
 impl Resilience {
     /// Guards for `devices` with one breaker setting (unit tests of the read loop).
     #[cfg(test)]
@@ -158,7 +151,7 @@ impl Resilience {
         let mut out: Vec<Result<Sample, ReadError>> = Vec::new();
         let mut pending: Vec<usize> = (0..sensors.len()).collect();
         let mut attempts = 0;
-        let mut backoff = self.retry.first_backoff;
+        let mut backoff = crate::backoff::Backoff::new(self.retry.first_backoff, self.deadline);
         let mut waited_for_probe = false;
         loop {
             let permit = match guard.breaker.try_acquire() {
@@ -205,14 +198,12 @@ impl Resilience {
             if again.is_empty() || attempts > self.retry.max_retries {
                 return (out, attempts);
             }
-            // Full jitter in [backoff/2, backoff], and only if the deadline leaves room
-            // for the wait and a little more.
-            let wait = backoff.mul_f64(0.5 + 0.5 * jitter());
+            // Only if the deadline leaves room for the wait and a little more.
+            let wait = backoff.next_wait();
             if Instant::now() + wait + Duration::from_millis(10) >= deadline {
                 return (out, attempts);
             }
             tokio::time::sleep(wait).await;
-            backoff = backoff.saturating_mul(2);
             pending = again;
         }
     }
@@ -263,6 +254,9 @@ async fn attempt(
 ) -> Vec<Result<Sample, DriverError>> {
     let started = Instant::now();
     let before = (guard.breaker.snapshot().state, guard.health.failing_since());
+    if permit.is_probe() {
+        tracing::info!(device = guard.id.as_str(), "probing the device: circuit breaker half-open");
+    }
     let results = driver.read(sensors, options).await;
     let took = started.elapsed();
     let any_ok = results.iter().any(Result::is_ok);
@@ -288,6 +282,27 @@ async fn attempt(
     results
 }
 
+impl Resilience {
+    /// News of a device from outside a read (an OPC UA subscription's session came up:
+    /// `Ok`; was lost or could not be opened: `Err`), for its breaker, its health and the
+    /// log, as a read's outcome would be.
+    pub fn observe(&self, device: &DeviceId, result: Result<(), &DriverError>) {
+        let Some(guard) = self.guards.get(device) else { return };
+        let before = (guard.breaker.snapshot().state, guard.health.failing_since());
+        match result {
+            Ok(()) => {
+                guard.breaker.observe(Outcome::Success);
+                guard.health.heard();
+            }
+            Err(e) => {
+                guard.breaker.observe(if e.blames_device() { Outcome::Transient } else { Outcome::Rejected });
+                guard.health.lost(e.clone());
+            }
+        }
+        log_changes(guard, before);
+    }
+}
+
 /// One line when a device goes down (its breaker opens: with why) and one when it comes
 /// back (its breaker closes: with how long it was down), not one per failed read: what a
 /// person on an edge box needs to see.
@@ -304,7 +319,7 @@ fn log_changes(guard: &Guard, (state, failing): (breaker::SnapshotState, Option<
             let down = failing.map_or(0, |(_, d)| d.as_secs());
             tracing::info!(device, down_for_s = down, "device up again: circuit breaker closed");
         }
-        (HalfOpen, Open) => tracing::debug!(device, "probe failed: circuit breaker open again"),
+        (HalfOpen, Open) => tracing::info!(device, "probe failed: circuit breaker open again"),
         _ => {}
     }
 }

@@ -15,7 +15,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use tokio::time::Instant;
 
 /// Calls remembered at most; the oldest streaks are forgotten first.
@@ -56,48 +55,6 @@ pub enum Verdict {
     /// Answered `CIRCUIT_OPEN` with this wait: counts only for a caller that came back
     /// before the wait it was given the last time.
     CircuitOpen { retry_after: Duration },
-}
-
-/// `tool` and its arguments with object keys sorted, so that key order does not matter.
-/// Written into one string without intermediate allocations: it is built for every read
-/// call while any call is failing.
-pub fn call_key(tool: &str, args: &Value) -> String {
-    use std::fmt::Write as _;
-    fn write(v: &Value, out: &mut String) {
-        match v {
-            Value::Object(m) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
-                out.push('{');
-                for k in keys {
-                    // Debug quoting is injective, which is all a key needs.
-                    let _ = write!(out, "{k:?}:");
-                    write(&m[k], out);
-                    out.push(',');
-                }
-                out.push('}');
-            }
-            Value::Array(a) => {
-                out.push('[');
-                for x in a {
-                    write(x, out);
-                    out.push(',');
-                }
-                out.push(']');
-            }
-            Value::String(s) => {
-                let _ = write!(out, "{s:?}");
-            }
-            other => {
-                let _ = write!(out, "{other}");
-            }
-        }
-    }
-    let mut out = String::with_capacity(64);
-    out.push_str(tool);
-    out.push(':');
-    write(args, &mut out);
-    out
 }
 
 impl RepeatGuard {
@@ -196,17 +153,6 @@ impl RepeatGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn keys_ignore_object_key_order() {
-        assert_eq!(
-            call_key("t", &json!({"a": 1, "b": [2, {"y": 1, "x": 2}]})),
-            call_key("t", &json!({"b": [2, {"x": 2, "y": 1}], "a": 1}))
-        );
-        assert_ne!(call_key("t", &json!({"a": 1})), call_key("u", &json!({"a": 1})));
-        assert_ne!(call_key("t", &json!({"a": 1})), call_key("t", &json!({"a": "1"})));
-    }
 
     #[tokio::test(start_paused = true)]
     async fn three_retryable_failures_block_until_the_window_ends() {

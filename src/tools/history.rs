@@ -79,7 +79,7 @@ fn value_of(sensor: &Sensor, p: &Point) -> (Option<Value>, Quality, Option<f64>)
         other => match other.as_f64().filter(|f| f.is_finite()) {
             // Rounded as readings are: no binary noise of an f32 or a scale factor.
             Some(f) => {
-                let f = super::readings::significant(sensor, f);
+                let f = super::reading_json::significant(sensor, f);
                 (Some(Value::Number(f)), quality, Some(f))
             }
             None => (None, Quality::Bad, None),
@@ -292,7 +292,7 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
 /// The average, once the bucket is complete: over its numeric values only.
 fn finish(sensor: &Sensor, mut b: HistoryBucket, sum: f64, numeric: u64) -> HistoryBucket {
     if numeric > 0 {
-        b.avg = Some(super::readings::significant(sensor, sum / numeric as f64));
+        b.avg = Some(super::reading_json::significant(sensor, sum / numeric as f64));
     }
     b
 }

@@ -48,7 +48,7 @@ pub(crate) struct Decimal {
 }
 
 /// Writes `d` as serde_json writes the f64 nearest to it, when that f64's shortest form is
-/// d's digits (see `readings::rounded`) and serde_json would write it without an exponent
+/// d's digits (see `reading_json::rounded`) and serde_json would write it without an exponent
 /// (first digit from 10^-5 to 10^15). Writes nothing and returns false otherwise.
 pub(crate) fn decimal(out: &mut String, d: Decimal) -> bool {
     if d.digits == 0 {

@@ -2,13 +2,16 @@
 //! implementation per tool. Transports call [`ToolService::call`] and map the
 //! [`Envelope`] to their wire; nothing here knows about MCP or HTTP.
 
+mod call_key;
 pub mod catalog;
 pub mod defs;
+mod device_error;
 pub mod envelope;
 mod history;
 mod json;
 pub mod limits;
 mod list_sensors;
+mod reading_json;
 pub mod readings;
 mod resources;
 mod status;
@@ -28,12 +31,12 @@ pub use catalog::{TOOLS, ToolSpec};
 pub use envelope::{Detail, Envelope, ErrorCode, Meta, ToolError};
 
 use crate::config::Config;
-use crate::driver::Drivers;
 use crate::metrics::Metrics;
+use crate::reading::Reader;
 use crate::registry::Registry;
-use crate::resilience::Resilience;
-use crate::resilience::repeat::{RepeatGuard, Verdict, call_key};
+use crate::resilience::repeat::{RepeatGuard, Verdict};
 use crate::store::HistoryStore;
+use call_key::call_key;
 use validate::InputValidator;
 
 /// The call could not be made at all (a JSON-RPC error in MCP, 404 in HTTP).
@@ -85,13 +88,12 @@ pub(crate) struct Inner {
     pub(crate) registry: Arc<Registry>,
     pub(crate) config: Config,
     validators: HashMap<&'static str, InputValidator>,
-    pub(crate) drivers: Drivers,
-    pub(crate) cache: readings::Cache,
+    /// Every device read goes through the reading core.
+    pub(crate) reader: Arc<Reader>,
     /// Each sensor's fixed reading JSON, at its place in the registry.
-    pub(crate) reading_json: Vec<readings::ReadingJson>,
+    pub(crate) reading_json: Vec<reading_json::ReadingJson>,
     pub(crate) metrics: Arc<Metrics>,
     limiter: limits::RateLimiter,
-    pub(crate) resilience: Resilience,
     pub(crate) repeat: RepeatGuard,
     pub(crate) history: Option<Arc<HistoryStore>>,
     pub(crate) work_orders: Option<Arc<crate::work_orders::WorkOrderStore>>,
@@ -122,23 +124,21 @@ impl ToolService {
                 }
             })
             .collect();
-        let drivers = Drivers::new(&registry, &config.storage.data_dir.join("pki"));
+        let metrics = Arc::new(Metrics::default());
+        let reader = Arc::new(Reader::new(registry.clone(), &config, metrics.clone()));
         let limiter = limits::RateLimiter::new(config.server.rate_limit_per_minute);
-        let resilience = Resilience::new(&registry, &config);
         let repeat = RepeatGuard::new(
             config.calls.repeat_failure_limit,
             std::time::Duration::from_secs(config.calls.repeat_failure_window_s),
         );
         let inner = Inner {
-            cache: readings::Cache::new(registry.sensors().len()),
-            reading_json: registry.sensors().iter().map(readings::ReadingJson::of).collect(),
+            reading_json: registry.sensors().iter().map(reading_json::ReadingJson::of).collect(),
             registry,
             config,
             validators,
-            drivers,
-            metrics: Arc::new(Metrics::default()),
+            reader,
+            metrics,
             limiter,
-            resilience,
             repeat,
             history,
             work_orders: crate::work_orders::WorkOrderStore::in_memory().ok().map(Arc::new),
@@ -160,7 +160,7 @@ impl ToolService {
         out.push_str("# TYPE fieldgate_breaker_state gauge\n");
         let mut failures = String::new();
         for d in self.inner.registry.devices() {
-            if let Some(g) = self.inner.resilience.guard(&d.id) {
+            if let Some(g) = self.inner.reader.guard(&d.id) {
                 let s = g.breaker.snapshot();
                 let v = match s.state {
                     crate::resilience::breaker::SnapshotState::Closed => 0,
@@ -225,8 +225,23 @@ impl ToolService {
         status::storage(&self.inner)
     }
 
-    pub(crate) fn inner(&self) -> &Arc<Inner> {
-        &self.inner
+    /// The reading core every device read goes through (the poller reads with it too).
+    pub fn reader(&self) -> &Arc<Reader> {
+        &self.inner.reader
+    }
+
+    /// Whether a caller is blocked by the retry limit on `device`: fieldgate then probes
+    /// the device itself, since that caller will not reach it.
+    pub fn blocked_on(&self, device: &crate::ids::DeviceId) -> bool {
+        self.inner
+            .repeat
+            .blocked_devices(|id| (id == device.as_str()).then(|| self.last_success(device)).flatten())
+            .iter()
+            .any(|id| id == device.as_str())
+    }
+
+    fn last_success(&self, device: &crate::ids::DeviceId) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.inner.reader.guard(device).and_then(|g| g.health.last_success())
     }
 
     pub fn registry(&self) -> &Registry {
@@ -261,7 +276,7 @@ impl ToolService {
             self.inner.repeat.check(k, |d| {
                 d.parse()
                     .ok()
-                    .and_then(|id| self.inner.resilience.guard(&id))
+                    .and_then(|id| self.inner.reader.guard(&id))
                     .and_then(|g| g.health.last_success())
             })
         });

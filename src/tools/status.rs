@@ -7,7 +7,7 @@ use super::defs::{
     BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, GetDeviceStatusArgs, LastError,
     Latency, ProbeData, ProbeResult, StorageStatus,
 };
-use super::readings::device_error;
+use super::device_error::device_error;
 use super::{Inner, ToolError, ToolResult, to_data};
 use crate::ids::DeviceId;
 use crate::registry::Device;
@@ -16,7 +16,7 @@ use crate::resilience::{ProbeOutcome, ReadError};
 
 fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
     let sensors: Vec<_> = inner.registry.sensors_of_device(&d.id).collect();
-    let (breaker, health) = match inner.resilience.guard(&d.id) {
+    let (breaker, health) = match inner.reader.guard(&d.id) {
         Some(g) => (Some(g.breaker.snapshot()), g.health.snapshot()),
         None => (None, Default::default()),
     };
@@ -123,23 +123,21 @@ pub async fn probe(inner: &Inner, raw: &str) -> ToolResult {
     let Some(d) = raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id)) else {
         return Err(super::validate::device_not_found(registry, raw, "GET /v1/devices lists every device."));
     };
-    let (Some(driver), Some(sensor)) = (inner.drivers.get(&d.id), registry.sensors_of_device(&d.id).next())
-    else {
+    let Some(sensor) = registry.sensors_of_device(&d.id).next() else {
         return Err(ToolError::internal());
     };
-    let (outcome, error, retry_after_ms) =
-        match inner.resilience.probe(&d.id, driver.as_ref(), sensor, true).await {
-            ProbeOutcome::Answered => (ProbeResult::Answered, None, None),
-            ProbeOutcome::Failed(e) => {
-                let code = device_error(&ReadError::Driver(e), d, sensor).code;
-                let at = chrono::Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
-                (ProbeResult::Failed, Some(LastError { code, at }), None)
-            }
-            ProbeOutcome::NotNow { retry_after } => {
-                (ProbeResult::NotNow, None, Some((retry_after.as_millis() as u64).max(1)))
-            }
-            ProbeOutcome::Unknown => return Err(ToolError::internal()),
-        };
+    let (outcome, error, retry_after_ms) = match inner.reader.probe(&d.id, true).await {
+        ProbeOutcome::Answered => (ProbeResult::Answered, None, None),
+        ProbeOutcome::Failed(e) => {
+            let code = device_error(&ReadError::Driver(e), d, sensor).code;
+            let at = chrono::Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true);
+            (ProbeResult::Failed, Some(LastError { code, at }), None)
+        }
+        ProbeOutcome::NotNow { retry_after } => {
+            (ProbeResult::NotNow, None, Some((retry_after.as_millis() as u64).max(1)))
+        }
+        ProbeOutcome::Unknown => return Err(ToolError::internal()),
+    };
     to_data(&ProbeData { outcome, error, retry_after_ms, device: status_of(inner, d) })
 }
 

@@ -112,9 +112,9 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
     .fingerprint();
     let now = Utc::now();
     let at = now.to_rfc3339_opts(SecondsFormat::Millis, true);
-    let evidence = inner.cache.fresh(sensor, u64::MAX / 2, now).and_then(|s| {
-        let mut stamps = super::readings::Stamps::new();
-        let reading = super::readings::reading(
+    let evidence = inner.reader.cache().fresh(sensor, u64::MAX / 2, now).and_then(|s| {
+        let mut stamps = super::reading_json::Stamps::new();
+        let reading = super::reading_json::reading(
             sensor,
             &s,
             UnitMode::Normalized,

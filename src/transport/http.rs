@@ -602,34 +602,70 @@ pub async fn bind(listen: SocketAddr, tokens: &Tokens) -> Result<tokio::net::Tcp
     tokio::net::TcpListener::bind(listen).await.map_err(|source| ServeError::Bind { addr: listen, source })
 }
 
-/// Serves until `stop` completes, then lets in-flight requests finish for at most `grace`.
+/// Serves `app` on `listener` until `stop`, then lets requests in flight finish within
+/// `grace`. Every accepted socket gets TCP_NODELAY (small answers go out at once, not
+/// behind a client's delayed ACK), and a connection whose request headers are not
+/// complete within `header_timeout` of their start (or of its last answer, when kept
+/// alive) is closed, so slow or idle clients cannot hold connections open.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
-    grace: Duration,
+    timeouts: Timeouts,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
-    let signal = async move {
-        stop.await;
-        shutdown.cancel();
-        let _ = stopped_tx.send(());
-    };
-    // Small answers go out at once (no Nagle delay behind a client's delayed ACK).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
-        let _ = s.set_nodelay(true);
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
-    let deadline = async move {
-        let _ = stopped_rx.await;
-        tokio::time::sleep(grace).await;
-    };
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1.timer(TokioTimer::new()).header_read_timeout(timeouts.header);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let service = TowerToHyperService::new(app);
+    tokio::pin!(stop);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(error) => {
+                    // Out of file descriptors or similar: wait a moment, keep serving.
+                    tracing::warn!(%error, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = http1.serve_connection(TokioIo::new(stream), service.clone());
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(error) = conn.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    shutdown.cancel();
     tokio::select! {
-        r = server => r,
-        () = deadline => {
-            tracing::warn!(grace_ms = grace.as_millis() as u64, "requests still running after the grace period; stopping");
-            Ok(())
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(timeouts.grace) => {
+            tracing::warn!(grace_ms = timeouts.grace.as_millis() as u64, "requests still running after the grace period; stopping");
+        }
+    }
+    Ok(())
+}
+
+/// How long a server waits: for request headers, and for requests in flight on stop.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub header: Duration,
+    pub grace: Duration,
+}
+
+impl Timeouts {
+    pub fn of(config: &crate::config::ServerConfig) -> Timeouts {
+        Timeouts {
+            header: Duration::from_millis(config.header_timeout_ms),
+            grace: Duration::from_millis(config.shutdown_grace_ms),
         }
     }
 }

@@ -38,6 +38,12 @@ async fn sigterm_lets_the_request_in_flight_finish_and_exits_0() {
     let sim = Simulator::start(devices, Scenario::default(), Bind::Ephemeral).await.unwrap();
     sim.set_faults("a-line1-plc", Faults { latency_ms: 400, ..Default::default() }).unwrap();
     let dir = devices_for(&sim);
+    // Not polled: the only request the device sees is the tool call's, so the test knows
+    // when that call is in flight.
+    let line1 = dir.path().join("a-line1-plc.toml");
+    let text = std::fs::read_to_string(&line1).unwrap();
+    assert!(text.contains("poll_interval_ms = 1000"), "the demo file changed: {text}");
+    std::fs::write(&line1, text.replace("poll_interval_ms = 1000", "poll_interval_ms = 0")).unwrap();
     let data = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
         .args(["serve", "--log-format", "json", "--devices", dir.path().to_str().unwrap()])

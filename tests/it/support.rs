@@ -146,7 +146,10 @@ impl Server {
             listener,
             app,
             async move { s.cancelled().await },
-            std::time::Duration::from_secs(1),
+            http::Timeouts {
+                header: std::time::Duration::from_secs(30),
+                grace: std::time::Duration::from_secs(1),
+            },
             stop.clone(),
         ));
         Server { addr, stop }

@@ -440,12 +440,12 @@ async fn killed_at_random_moments_no_acknowledged_work_order_is_lost_or_doubled(
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        let kill_after = Duration::from_micros(2_000 + seed % 40_000);
+        // The kill comes at a random moment after the round's second acknowledged order
+        // (so every round adds some, however loaded the machine), while more are sent.
+        let kill_after = Duration::from_micros(seed % 40_000);
         let pid = child.id().unwrap().to_string();
-        let killer = tokio::spawn(async move {
-            tokio::time::sleep(kill_after).await;
-            std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap();
-        });
+        let mut killer = None;
+        let mut this_round = 0;
         loop {
             n += 1;
             let key = format!("crash-{n:06}");
@@ -455,12 +455,20 @@ async fn killed_at_random_moments_no_acknowledged_work_order_is_lost_or_doubled(
                 Ok(r) if r.status == 200 => {
                     let id = r.json()["data"]["work_order"]["id"].as_str().unwrap().to_string();
                     acked.insert(key, (args, id));
+                    this_round += 1;
+                    if this_round == 2 {
+                        let pid = pid.clone();
+                        killer = Some(tokio::spawn(async move {
+                            tokio::time::sleep(kill_after).await;
+                            std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+                        }));
+                    }
                 }
                 Ok(r) => panic!("unexpected answer {}: {}", r.status, String::from_utf8_lossy(&r.body)),
                 Err(_) => break, // killed mid-call: not acknowledged
             }
         }
-        killer.await.unwrap();
+        killer.expect("the round acknowledged two orders before it was killed").await.unwrap();
         let _ = child.wait().await;
     }
     // After the last crash: every acknowledged order exists exactly once and its key

@@ -25,11 +25,15 @@ use super::{Connection, Target, node_of, sample_of};
 use crate::driver::{DriverError, Sample};
 use crate::registry::Sensor;
 
-/// A value change of one sensor (its index in the list given to [`run`]).
+/// What a subscription tells its owner.
 #[derive(Debug)]
-pub struct Update {
-    pub sensor: usize,
-    pub sample: Result<Sample, DriverError>,
+pub enum Update {
+    /// A value change of one sensor (its index in the list given to [`run`]).
+    Change { sensor: usize, sample: Result<Sample, DriverError> },
+    /// A session with its subscription is up: the server answers.
+    Up,
+    /// The session was lost, or could not be opened or subscribed: the server failed.
+    Down(DriverError),
 }
 
 /// What a subscription has done, for `/metrics` and tests.
@@ -54,7 +58,7 @@ pub async fn run(
 ) {
     const FIRST: Duration = Duration::from_millis(250);
     const MAX: Duration = Duration::from_secs(30);
-    let mut backoff = FIRST;
+    let mut backoff = crate::backoff::Backoff::new(FIRST, MAX);
     let mut warned = false;
     loop {
         let connect = tokio::time::timeout(target.request_timeout * 4, target.connect());
@@ -67,10 +71,11 @@ pub async fn run(
                 Ok(()) => {
                     counters.sessions.fetch_add(1, Ordering::Relaxed);
                     counters.live.store(true, Ordering::Relaxed);
+                    let _ = tx.send(Update::Up);
                     if warned {
                         tracing::info!(url = %target.url, "OPC UA subscription recreated");
                     }
-                    backoff = FIRST;
+                    backoff.reset();
                     warned = false;
                     let status = tokio::select! {
                         s = conn.closed() => s,
@@ -81,22 +86,29 @@ pub async fn run(
                         }
                     };
                     counters.live.store(false, Ordering::Relaxed);
+                    let _ = tx.send(Update::Down(DriverError::Unavailable { retry_after: None }));
                     format!("session lost ({})", status.sub_code().name())
                 }
-                Err(e) => e.to_string(),
+                Err(e) => {
+                    let text = e.to_string();
+                    let _ = tx.send(Update::Down(e));
+                    text
+                }
             },
-            Err(e) => e.to_string(),
+            Err(e) => {
+                let text = e.to_string();
+                let _ = tx.send(Update::Down(e));
+                text
+            }
         };
         if !warned {
             tracing::warn!(url = %target.url, error = %failure, "OPC UA subscription down; reconnecting");
             warned = true;
         }
-        let wait = backoff + backoff.mul_f64(jitter() * 0.5);
         tokio::select! {
-            () = tokio::time::sleep(wait) => {}
+            () = tokio::time::sleep(backoff.next_wait()) => {}
             () = stop.cancelled() => return,
         }
-        backoff = (backoff * 2).min(MAX);
     }
 }
 
@@ -113,7 +125,7 @@ async fn subscribe(
         c.notifications.fetch_add(1, Ordering::Relaxed);
         // Handles are 1-based: the library replaces a handle of 0 with one of its own.
         let Some(sensor) = (item.client_handle() as usize).checked_sub(1) else { return };
-        let _ = tx.send(Update { sensor, sample: sample_of(dv) });
+        let _ = tx.send(Update::Change { sensor, sample: sample_of(dv) });
     });
     let session = &conn.session;
     // Keep-alive every 10 publishing intervals; the subscription outlives 3 missed ones.
@@ -170,10 +182,4 @@ fn filter_of(sensor: &Sensor) -> ExtensionObject {
         }),
         _ => ExtensionObject::null(),
     }
-}
-
-fn jitter() -> f64 {
-    use std::hash::{BuildHasher, RandomState};
-    let n = RandomState::new().hash_one(std::time::SystemTime::now());
-    (n >> 11) as f64 / (1u64 << 53) as f64
 }

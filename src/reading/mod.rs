@@ -1,0 +1,157 @@
+//! The reading core: the one way to read sensors. It owns the drivers (behind each
+//! device's breaker, with bounded retries inside a deadline: [`crate::resilience`]), the
+//! reading cache and the device-read metrics. The tools and the poller both read through
+//! [`Reader::read`]; neither sees a driver.
+
+pub mod cache;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::time::Instant;
+
+pub use cache::Cache;
+
+use crate::config::Config;
+use crate::driver::{DriverError, Drivers, Sample};
+use crate::ids::DeviceId;
+use crate::metrics::Metrics;
+use crate::registry::{Registry, Sensor};
+use crate::resilience::{Guard, ProbeOutcome, ReadError, Resilience};
+
+/// Where a value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Read from the device during this call.
+    Live,
+    /// From the cache, young enough for the caller.
+    Cache,
+}
+
+/// What a read of several sensors gave, in the order asked.
+pub struct Read {
+    pub results: Vec<Result<(Sample, Source), ReadError>>,
+    /// Device attempts made (devices are read in parallel: the most any one device took).
+    pub attempts: u32,
+}
+
+pub struct Reader {
+    registry: Arc<Registry>,
+    drivers: Drivers,
+    resilience: Resilience,
+    cache: Cache,
+    metrics: Arc<Metrics>,
+}
+
+impl Reader {
+    pub fn new(registry: Arc<Registry>, config: &Config, metrics: Arc<Metrics>) -> Reader {
+        let drivers = Drivers::new(&registry, &config.storage.data_dir.join("pki"));
+        let resilience = Resilience::new(&registry, config);
+        let cache = Cache::new(registry.sensors().len());
+        Reader { registry, drivers, resilience, cache, metrics }
+    }
+
+    /// Reads `sensors` by `deadline`: from the cache where a value is at most `max_age_ms`
+    /// old (`None`: always from the device), the others from their devices, each device
+    /// once and all in parallel. Values read are cached.
+    pub async fn read(&self, sensors: &[&Sensor], max_age_ms: Option<u64>, deadline: Instant) -> Read {
+        let now = Utc::now();
+        let mut results: Vec<Option<Result<(Sample, Source), ReadError>>> = Vec::with_capacity(sensors.len());
+        // What the cache cannot answer, by device, in request order. A batch names a few
+        // devices, usually one run of sensors after another: the last group is tried first.
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, s) in sensors.iter().enumerate() {
+            match max_age_ms.and_then(|age| self.cache.fresh(s, age, now)) {
+                Some(hit) => results.push(Some(Ok((hit, Source::Cache)))),
+                None => {
+                    results.push(None);
+                    match groups.iter_mut().rev().find(|(d, _)| *d == s.place.device) {
+                        Some((_, members)) => members.push(i),
+                        None => {
+                            // Room for the rest of the batch: usually one device's run.
+                            let mut members = Vec::with_capacity(sensors.len() - i);
+                            members.push(i);
+                            groups.push((s.place.device, members));
+                        }
+                    }
+                }
+            }
+        }
+        let reads = groups.iter().map(|(_, idx)| {
+            let group: Vec<&Sensor> = idx.iter().map(|&i| sensors[i]).collect();
+            async move {
+                let (out, tries) = self.read_device(&group, deadline).await;
+                (idx, out, tries)
+            }
+        });
+        let done = futures_util::future::join_all(reads).await;
+        let attempts = done.iter().map(|(_, _, tries)| *tries).max().unwrap_or(0);
+        for (idx, out, _) in done {
+            self.cache
+                .put_all(idx.iter().zip(&out).filter_map(|(&i, r)| r.as_ref().ok().map(|s| (sensors[i], s))));
+            for (&i, r) in idx.iter().zip(out) {
+                results[i] = Some(r.map(|sample| (sample, Source::Live)));
+            }
+        }
+        let results = results
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(ReadError::Driver(DriverError::Malformed))))
+            .collect();
+        Read { results, attempts }
+    }
+
+    /// One device's sensors, live, through its breaker; the attempts made.
+    async fn read_device(
+        &self,
+        group: &[&Sensor],
+        deadline: Instant,
+    ) -> (Vec<Result<Sample, ReadError>>, u32) {
+        let Some(first) = group.first() else { return (Vec::new(), 0) };
+        let device = self.registry.device_of(first);
+        let started = Instant::now();
+        let (out, tries) = match self.drivers.get(&device.id) {
+            Some(driver) => self.resilience.read(&device.id, driver.as_ref(), group, deadline).await,
+            None => (vec![Err(ReadError::Driver(DriverError::NotSupported)); group.len()], 0),
+        };
+        if tries > 0 {
+            self.metrics.device_read(device.id.as_str(), started.elapsed());
+        }
+        (out, tries)
+    }
+
+    /// fieldgate's own probe of `device` (one small read), on its breaker's schedule, or
+    /// at once when `force`d (an operator asked).
+    pub async fn probe(&self, device: &DeviceId, force: bool) -> ProbeOutcome {
+        let (Some(driver), Some(sensor)) =
+            (self.drivers.get(device), self.registry.sensors_of_device(device).next())
+        else {
+            return ProbeOutcome::Unknown;
+        };
+        self.resilience.probe(device, driver.as_ref(), sensor, force).await
+    }
+
+    /// News of a device from outside a read (an OPC UA subscription's session).
+    pub fn observe(&self, device: &DeviceId, result: Result<(), &DriverError>) {
+        self.resilience.observe(device, result);
+    }
+
+    /// A device's breaker and health.
+    pub fn guard(&self, device: &DeviceId) -> Option<&Guard> {
+        self.resilience.guard(device)
+    }
+
+    /// Whether `device` can be read at all (it has a driver).
+    pub fn has_driver(&self, device: &DeviceId) -> bool {
+        self.drivers.get(device).is_some()
+    }
+
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// The deadline of a call that starts now.
+    pub fn deadline(config: &Config) -> Instant {
+        Instant::now() + Duration::from_millis(config.calls.deadline_ms)
+    }
+}
