@@ -12,14 +12,19 @@ use tokio_util::sync::CancellationToken;
 use super::store::WorkOrderStore;
 use super::webhook::Webhook;
 
-/// First retry after a failed delivery; doubles up to `MAX_BACKOFF_MS`.
-const FIRST_BACKOFF_MS: i64 = 1_000;
-const MAX_BACKOFF_MS: i64 = 300_000;
+/// First retry after a failed delivery; doubles up to `MAX_BACKOFF`.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// How long to wait before the next attempt after `attempts` failed ones (0 after the
-/// first): 1 s, 2 s, 4 s, ... up to 5 minutes.
+/// first): 1 s, 2 s, 4 s, ... up to 5 minutes, each with the equal jitter of
+/// `crate::backoff` (between half and all of it), so that the gateways of a plant do not
+/// all retry together when the maintenance system comes back. Computed from the count the
+/// outbox keeps, so it survives a restart.
 pub fn backoff_ms(attempts: u32) -> i64 {
-    (FIRST_BACKOFF_MS << attempts.min(20)).min(MAX_BACKOFF_MS)
+    let full = FIRST_BACKOFF.saturating_mul(1 << attempts.min(20)).min(MAX_BACKOFF);
+    // Rounded up: a wait is never shorter than half its step.
+    crate::backoff::jittered(full).as_micros().div_ceil(1000) as i64
 }
 
 /// One pass now: deliver what is due, expire what is overdue. Returns deliveries made.
@@ -108,9 +113,14 @@ mod tests {
     use super::backoff_ms;
 
     #[test]
-    fn backoff_doubles_from_a_second_up_to_five_minutes() {
-        let waits: Vec<i64> = (0..10).map(backoff_ms).collect();
-        assert_eq!(waits, [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000]);
-        assert_eq!(backoff_ms(u32::MAX), 300_000, "bounded however many attempts failed");
+    fn backoff_doubles_from_a_second_up_to_five_minutes_with_jitter() {
+        let full = [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000];
+        for _ in 0..100 {
+            for (attempts, full) in full.into_iter().enumerate() {
+                let wait = backoff_ms(attempts as u32);
+                assert!((full / 2..=full).contains(&wait), "{wait} ms outside [{}, {full}]", full / 2);
+            }
+            assert!(backoff_ms(u32::MAX) <= 300_000, "bounded however many attempts failed");
+        }
     }
 }
