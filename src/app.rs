@@ -20,10 +20,11 @@ use crate::config::Config;
 use crate::registry::Registry;
 use crate::store::HistoryStore;
 use crate::store::history::Limits;
-use crate::store::work_orders::{WorkOrderError, WorkOrderStore};
 use crate::tools::ToolService;
 use crate::transport::auth::Tokens;
 use crate::transport::http;
+use crate::work_orders::webhook::{Webhook, WebhookError};
+use crate::work_orders::{WorkOrderError, WorkOrderStore};
 
 /// The file a running fieldgate writes into its data directory.
 pub const OWNER_FILE: &str = "fieldgate.owner.json";
@@ -60,6 +61,8 @@ pub enum StartError {
     Store(String),
     #[error("{0}")]
     Serve(#[from] http::ServeError),
+    #[error("{0}")]
+    Webhook(#[from] WebhookError),
 }
 
 /// Says who holds `dir` and what to run instead.
@@ -130,6 +133,7 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
         tracing::info!(data_dir = %data_dir.display(), "data directory (resolved from a relative path)");
     }
     config.storage.data_dir = data_dir.clone();
+    let webhook = Webhook::from_config(&config.work_orders, |name| std::env::var(name).ok())?;
     let (history, orders) = open_stores(&config, &data_dir)?;
     let orders = Arc::new(orders);
     let listener = match options.listen {
@@ -147,13 +151,13 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
     if let Some(a) = addr {
         config.server.listen = a;
     }
-    let (webhook, ttl) = (config.work_orders.webhook_url.clone(), config.work_orders.pending_ttl_hours);
+    let ttl = config.work_orders.pending_ttl_hours;
     let timeouts = http::Timeouts::of(&config.server);
     let tools = ToolService::with_history(Arc::new(registry), config, Some(Arc::new(history)))
         .with_work_orders(orders.clone());
     let shutdown = CancellationToken::new();
     let mut tasks = crate::poller::start(&tools, shutdown.clone());
-    tasks.push(crate::delivery::start(orders, &webhook, ttl, shutdown.clone()));
+    tasks.push(crate::work_orders::delivery::start(orders, webhook, ttl, shutdown.clone()));
     let server = listener.map(|listener| {
         let app = http::app(tools.clone(), options.tokens.clone(), shutdown.clone());
         let stop = shutdown.clone();

@@ -7,9 +7,10 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
-use crate::store::work_orders::{WorkOrderError, WorkOrderStore, status_name};
-use crate::tools::defs::{WorkOrder, WorkOrderStatus};
+use crate::tools::defs::WorkOrder;
+use crate::tools::work_orders::render;
 use crate::transport::client::{HttpClient, HttpResponse};
+use crate::work_orders::{Action, WorkOrderError, WorkOrderStatus, WorkOrderStore};
 
 /// Where a command runs.
 pub enum Target {
@@ -48,9 +49,9 @@ fn transition_of(action: &str) -> Result<Option<WorkOrderStatus>, String> {
     if matches!(action, "list" | "show") {
         return Ok(None);
     }
-    crate::tools::work_orders::ACTIONS.iter().find(|(a, _)| *a == action).map(|(_, s)| Some(*s)).ok_or_else(
-        || format!("unknown action {action:?}; use list, show, approve, reject, start, complete or cancel"),
-    )
+    Action::named(action)
+        .map(|a| Some(a.target()))
+        .ok_or_else(|| format!("unknown action {action:?}; use list, show, {}", Action::NAMES))
 }
 
 /// `fieldgate work-orders ACTION [ID]`.
@@ -63,9 +64,7 @@ pub async fn work_orders(target: Target, cmd: WorkOrderCommand) -> ExitCode {
         return fail(2, &format!("{} needs a work order ID, e.g. WO-000001", cmd.action));
     }
     let answer = match target {
-        Target::Local { data_dir, webhook_configured } => {
-            local(&data_dir, &cmd, to).map(|a| without_webhook(a, webhook_configured))
-        }
+        Target::Local { data_dir, webhook_configured } => local(&data_dir, &cmd, to, webhook_configured),
         Target::Remote { url, token } => remote_work_orders(&url, token, &cmd).await,
     };
     match answer {
@@ -77,24 +76,11 @@ pub async fn work_orders(target: Target, cmd: WorkOrderCommand) -> ExitCode {
     }
 }
 
-/// With no webhook configured, delivery says so (as the tools do) instead of "pending".
-fn without_webhook(a: Answer, configured: bool) -> Answer {
-    let fix = |mut o: WorkOrder| {
-        if !configured && let Some(d) = o.delivery.as_mut() {
-            d.state = "not_configured".into();
-        }
-        o
-    };
-    match a {
-        Answer::List(l) => Answer::List(l.into_iter().map(fix).collect()),
-        Answer::One(o) => Answer::One(Box::new(fix(*o))),
-    }
-}
-
 fn local(
     data_dir: &Path,
     cmd: &WorkOrderCommand,
     to: Option<WorkOrderStatus>,
+    webhook_configured: bool,
 ) -> Result<Answer, (u8, String)> {
     let file = data_dir.join("work_orders.redb");
     // Reading never creates a data directory or a store.
@@ -123,10 +109,14 @@ fn local(
     })?;
     let id = cmd.id.clone().unwrap_or_default();
     let by = cmd.by.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "operator".into());
+    // Shown as the tools show it (with no webhook configured, delivery says so).
+    let one = |o| Answer::One(Box::new(render(o, webhook_configured)));
     let result = match (cmd.action.as_str(), to) {
-        ("list", _) => store.list().map(Answer::List),
-        (_, None) => store.get(&id).map(|o| Answer::One(Box::new(o))),
-        (_, Some(to)) => store.transition(&id, to, &by, cmd.note.clone()).map(|o| Answer::One(Box::new(o))),
+        ("list", _) => {
+            store.list().map(|l| Answer::List(l.into_iter().map(|o| render(o, webhook_configured)).collect()))
+        }
+        (_, None) => store.get(&id).map(one),
+        (_, Some(to)) => store.transition(&id, to, &by, cmd.note.clone()).map(one),
     };
     result.map_err(|e| (2, e.to_string()))
 }
@@ -205,9 +195,9 @@ fn print_answer(a: &Answer, json: bool) {
                 out(&format!(
                     "{:<9}  {:<16} {:<12} {:<7} {:<24}  {}",
                     o.id,
-                    status_name(o.status),
+                    o.status.as_str(),
                     o.sensor_id,
-                    enum_name(&o.priority),
+                    o.priority.as_str(),
                     o.created_at,
                     o.summary
                 ));
@@ -217,26 +207,22 @@ fn print_answer(a: &Answer, json: bool) {
             out(&format!(
                 "{}  {}  {} {} on {}",
                 o.id,
-                status_name(o.status),
-                enum_name(&o.priority),
-                enum_name(&o.work_type),
+                o.status.as_str(),
+                o.priority.as_str(),
+                o.work_type.as_str(),
                 o.sensor_id
             ));
             out(&format!("  {}", o.summary));
             out(&format!("  created {} by {}", o.created_at, o.created_by));
             for t in &o.history {
                 let note = t.note.as_deref().map(|n| format!(": {n}")).unwrap_or_default();
-                out(&format!("  {}  {} by {}{note}", t.at, status_name(t.to), t.by));
+                out(&format!("  {}  {} by {}{note}", t.at, t.to.as_str(), t.by));
             }
             if let Some(d) = &o.delivery {
                 out(&format!("  delivery {} ({} attempts)", d.state, d.attempts));
             }
         }
     }
-}
-
-fn enum_name<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_value(v).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
 /// `fieldgate devices status|probe ... --url`: a running service's device status and an

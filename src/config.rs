@@ -128,8 +128,15 @@ pub struct WorkOrdersConfig {
     pub pending_ttl_hours: u64,
     /// `type:priority` pairs approved without a person.
     pub auto_approve: Vec<String>,
-    /// Where approved orders are delivered (`http://host:port/path`); empty for none.
+    /// Where approved orders are delivered (`http://` or `https://`); empty for none.
     pub webhook_url: String,
+    /// Certificate authorities (PEM) trusted for an `https://` webhook besides the
+    /// system's.
+    pub webhook_ca_file: Option<PathBuf>,
+    /// The environment variable that holds the webhook's secret; empty for none.
+    pub webhook_auth_env: String,
+    /// The header that carries the secret (`Authorization`: `Bearer <secret>`).
+    pub webhook_auth_header: String,
 }
 
 impl Default for Config {
@@ -179,6 +186,9 @@ impl Default for Config {
                 pending_ttl_hours: 72,
                 auto_approve: Vec::new(),
                 webhook_url: String::new(),
+                webhook_ca_file: None,
+                webhook_auth_env: String::new(),
+                webhook_auth_header: "Authorization".into(),
             },
         }
     }
@@ -209,15 +219,31 @@ impl Config {
                 }),
             }
         }
-        let mut env: Vec<_> = env.into_iter().filter(|(k, _)| k.starts_with("FIELDGATE_")).collect();
-        env.sort();
-        for (key, value) in env {
-            if NON_CONFIG_ENV.contains(&key.as_str()) || key.starts_with(TOKEN_ENV_PREFIX) {
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let mut config_env: Vec<_> = env.iter().filter(|(k, _)| k.starts_with("FIELDGATE_")).collect();
+        config_env.sort();
+        // The variable holding the webhook's secret may be named FIELDGATE_...: it is not
+        // a configuration key, and its value must never reach a problem's message.
+        let secret_var = config_env
+            .iter()
+            .find(|(k, _)| k == "FIELDGATE_WORK_ORDERS_WEBHOOK_AUTH_ENV")
+            .map_or_else(|| cfg.work_orders.webhook_auth_env.clone(), |(_, v)| v.clone());
+        for (key, value) in config_env {
+            if NON_CONFIG_ENV.contains(&key.as_str())
+                || key.starts_with(TOKEN_ENV_PREFIX)
+                || *key == secret_var
+            {
                 continue;
             }
-            problems.extend(apply_env(&mut cfg, &key, &value));
+            problems.extend(apply_env(&mut cfg, key, value));
         }
         problems.extend(cfg.validate());
+        problems.extend(
+            crate::work_orders::webhook::secret_problem(&cfg.work_orders, |name| {
+                env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+            })
+            .map(|message| Problem { source: "configuration".into(), line: 0, message }),
+        );
         if problems.is_empty() { Ok(cfg) } else { Err(ConfigError(problems)) }
     }
 
@@ -383,12 +409,13 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
     if let Some(s) = t.table("work_orders") {
         set(&mut c.work_orders.pending_ttl_hours, s.int("pending_ttl_hours", 1..=8760).map(|v| v as u64));
         let pairs = s.strings("auto_approve").filter(|list| {
-            let types = ["inspection", "calibration", "repair", "replacement", "cleaning"];
-            let prios = ["low", "medium", "high", "urgent"];
-            let bad: Vec<&String> = list
-                .iter()
-                .filter(|p| !p.split_once(':').is_some_and(|(t, q)| types.contains(&t) && prios.contains(&q)))
-                .collect();
+            use crate::work_orders::{Priority, WorkOrderType};
+            let known = |t: &str, q: &str| {
+                WorkOrderType::ALL.iter().any(|x| x.as_str() == t)
+                    && Priority::ALL.iter().any(|x| x.as_str() == q)
+            };
+            let bad: Vec<&String> =
+                list.iter().filter(|p| !p.split_once(':').is_some_and(|(t, q)| known(t, q))).collect();
             if !bad.is_empty() {
                 s.problem(
                     "auto_approve",
@@ -398,15 +425,7 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
             bad.is_empty()
         });
         set(&mut c.work_orders.auto_approve, pairs);
-        let url = s.str("webhook_url").filter(|u| {
-            let ok =
-                u.is_empty() || u.strip_prefix("http://").is_some_and(|r| r.contains(':') || !r.is_empty());
-            if !ok {
-                s.problem("webhook_url", format!("must be empty or http://host:port/path, found {u:?}"));
-            }
-            ok
-        });
-        set(&mut c.work_orders.webhook_url, url.map(str::to_string));
+        crate::work_orders::webhook::read_keys(&s, &mut c.work_orders);
         s.finish();
     }
     t.finish();
@@ -470,6 +489,9 @@ mod tests {
         c.work_orders.pending_ttl_hours = 1;
         c.work_orders.auto_approve = vec!["x".into()];
         c.work_orders.webhook_url = "x".into();
+        c.work_orders.webhook_ca_file = Some("x".into());
+        c.work_orders.webhook_auth_env = "X".into();
+        c.work_orders.webhook_auth_header = "X".into();
         assert!(apply_text(&mut c, "d", DEFAULT_TOML).is_empty());
         assert_eq!(c, Config::default());
     }

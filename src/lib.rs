@@ -6,7 +6,6 @@ pub mod app;
 pub mod backoff;
 pub mod cli;
 pub mod config;
-pub mod delivery;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod driver;
@@ -19,6 +18,8 @@ pub mod registry;
 pub mod resilience;
 pub mod store;
 pub mod suggest;
+pub mod tls;
 pub mod toml_reader;
 pub mod tools;
 pub mod transport;
+pub mod work_orders;

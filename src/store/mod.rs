@@ -1,8 +1,8 @@
-//! History storage: compressed chunks per sensor in redb.
+//! History storage: compressed chunks per sensor in redb, and `Db`, the redb database that
+//! outlives its own failures (the work orders' store uses it too).
 
 pub mod db;
 pub mod gorilla;
 pub mod history;
-pub mod work_orders;
 
 pub use history::{HistoryStore, StoreError};

@@ -385,36 +385,9 @@ pub struct ProbeData {
 
 // ---------------------------------------------------------------- work orders
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum WorkOrderType {
-    Inspection,
-    Calibration,
-    Repair,
-    Replacement,
-    Cleaning,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Priority {
-    Low,
-    Medium,
-    High,
-    Urgent,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WorkOrderStatus {
-    PendingApproval,
-    Approved,
-    InProgress,
-    Completed,
-    Rejected,
-    Cancelled,
-    Expired,
-}
+// The kinds, priorities and states are the work-order module's own; the contract shows
+// them as they are.
+pub use crate::work_orders::model::{Priority, WorkOrderStatus, WorkOrderType};
 
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

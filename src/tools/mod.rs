@@ -96,7 +96,7 @@ pub(crate) struct Inner {
     limiter: limits::RateLimiter,
     pub(crate) repeat: RepeatGuard,
     pub(crate) history: Option<Arc<HistoryStore>>,
-    pub(crate) work_orders: Option<Arc<crate::store::work_orders::WorkOrderStore>>,
+    pub(crate) work_orders: Option<Arc<crate::work_orders::WorkOrderStore>>,
 }
 
 impl ToolService {
@@ -141,7 +141,7 @@ impl ToolService {
             limiter,
             repeat,
             history,
-            work_orders: crate::store::work_orders::WorkOrderStore::in_memory().ok().map(Arc::new),
+            work_orders: crate::work_orders::WorkOrderStore::in_memory().ok().map(Arc::new),
         };
         ToolService { inner: Arc::new(inner) }
     }
@@ -205,14 +205,14 @@ impl ToolService {
     }
 
     /// Uses this work-order store (`serve`, `demo`: a file in the data directory).
-    pub fn with_work_orders(mut self, store: Arc<crate::store::work_orders::WorkOrderStore>) -> ToolService {
+    pub fn with_work_orders(mut self, store: Arc<crate::work_orders::WorkOrderStore>) -> ToolService {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.work_orders = Some(store);
         }
         self
     }
 
-    pub fn work_orders(&self) -> Option<&Arc<crate::store::work_orders::WorkOrderStore>> {
+    pub fn work_orders(&self) -> Option<&Arc<crate::work_orders::WorkOrderStore>> {
         self.inner.work_orders.as_ref()
     }
 
@@ -363,33 +363,7 @@ impl ToolService {
         note: Option<String>,
     ) -> Envelope {
         let started = Instant::now();
-        let to = work_orders::ACTIONS.iter().find(|(a, _)| *a == action).map(|(_, s)| *s);
-        let result = match (caller.role, to, self.inner.work_orders.clone()) {
-            (Role::Agent, _, _) => Err(ToolError::new(
-                ErrorCode::Forbidden,
-                "Only an operator can change a work order's state.",
-                "A person approves or rejects work orders; check it later with get_work_order.",
-            )),
-            (_, None, _) => Err(ToolError::invalid(
-                "action",
-                Some(action),
-                "approve, reject, start, complete or cancel",
-                "Unknown action.",
-                "Use one of the listed actions.",
-            )),
-            (_, _, None) => Err(ToolError::internal()),
-            (Role::Operator, Some(to), Some(store)) => {
-                let (id, by) = (id.to_string(), caller.id.clone());
-                let note = note.map(|n| envelope::cut(&n));
-                match tokio::task::spawn_blocking(move || store.transition(&id, to, &by, note)).await {
-                    Ok(Ok(order)) => {
-                        to_data(&defs::WorkOrderData { work_order: work_orders::shown(&self.inner, order) })
-                    }
-                    Ok(Err(e)) => Err(work_orders::store_error(e)),
-                    Err(_) => Err(ToolError::internal()),
-                }
-            }
-        };
+        let result = work_orders::act(&self.inner, caller, id, action, note).await;
         finish(&format!("work_order_{action}"), started, 0, result)
     }
 

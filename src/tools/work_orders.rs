@@ -1,5 +1,10 @@
 //! `create_work_order`, `get_work_order`, `list_work_orders`: proposals for a person to
-//! approve, never lost or duplicated. The agent's tools cannot change a state.
+//! approve, never lost or duplicated. The agent's tools cannot change a state; an
+//! operator's decision ([`act`]) can, and only for the operator role.
+//!
+//! This is the edge of `work_orders/`: arguments are validated here, the store's
+//! failures become the contract's errors (`store_error`), and the store's records are
+//! rendered into the contract's types ([`render`]).
 
 use std::sync::Arc;
 
@@ -7,15 +12,15 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::call_key::call_key;
 use super::defs::{
-    CreateWorkOrderArgs, CreateWorkOrderData, GetWorkOrderArgs, ListWorkOrdersArgs, ListWorkOrdersData,
-    Transition, UnitMode, WorkOrder, WorkOrderData, WorkOrderStatus,
+    CreateWorkOrderArgs, CreateWorkOrderData, Delivery, GetWorkOrderArgs, ListWorkOrdersArgs,
+    ListWorkOrdersData, Transition, UnitMode, WorkOrder, WorkOrderData, WorkOrderStatus,
 };
 use super::envelope::{ErrorCode, ToolError};
 use super::validate::{parse_sensor_id, registered_sensor};
-use super::{Caller, Inner, ToolResult, to_data};
-use crate::store::work_orders::{Created, WorkOrderError, WorkOrderStore, allowed, status_name, type_name};
+use super::{Caller, Inner, Role, ToolResult, to_data};
+use crate::work_orders::model::{self, Action, Request, number_of, query_fingerprint};
+use crate::work_orders::{Created, WorkOrderError, WorkOrderStore};
 
 /// How long the agent should wait before checking an order again.
 const NEXT_CHECK_S: u64 = 900;
@@ -36,15 +41,6 @@ fn not_found(id: &str) -> ToolError {
     e
 }
 
-/// The operators' actions and the state each moves an order to.
-pub const ACTIONS: [(&str, WorkOrderStatus); 5] = [
-    ("approve", WorkOrderStatus::Approved),
-    ("reject", WorkOrderStatus::Rejected),
-    ("start", WorkOrderStatus::InProgress),
-    ("complete", WorkOrderStatus::Completed),
-    ("cancel", WorkOrderStatus::Cancelled),
-];
-
 /// Store failures the agent can act on; anything else is a logged internal error.
 pub fn store_error(e: WorkOrderError) -> ToolError {
     match &e {
@@ -61,19 +57,18 @@ pub fn store_error(e: WorkOrderError) -> ToolError {
             err
         }
         WorkOrderError::Transition { id, from, to } => {
-            let actions: Vec<&str> =
-                ACTIONS.iter().filter(|(_, s)| allowed(*from, *s)).map(|(a, _)| *a).collect();
+            let actions: Vec<&str> = Action::allowed_from(*from).map(Action::as_str).collect();
             let allowed_now = if actions.is_empty() {
-                format!("No action is allowed on a work order that is {}.", status_name(*from))
+                format!("No action is allowed on a work order that is {}.", from.as_str())
             } else {
                 format!("Allowed now: {}.", actions.join(", "))
             };
             let mut e = ToolError::new(
                 ErrorCode::InvalidState,
-                format!("Work order {id} is {}; it cannot move to {}.", status_name(*from), status_name(*to)),
+                format!("Work order {id} is {}; it cannot move to {}.", from.as_str(), to.as_str()),
                 format!("{allowed_now} get_work_order shows the state and its history."),
             );
-            e.received = Some(status_name(*to).to_string());
+            e.received = Some(to.as_str().to_string());
             e
         }
         WorkOrderError::UnknownKey => {
@@ -108,23 +103,27 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
             "Say what was observed and what should be done.",
         ));
     }
-    let fingerprint = call_key(
-        "create_work_order",
-        &serde_json::json!({"sensor_id": id.as_str(), "type": type_name(args.work_type), "priority": args.priority, "summary": summary}),
-    );
+    let fingerprint = Request {
+        sensor_id: id.as_str(),
+        work_type: args.work_type,
+        priority: args.priority,
+        summary: &summary,
+    }
+    .fingerprint();
     let now = Utc::now();
     let at = now.to_rfc3339_opts(SecondsFormat::Millis, true);
-    let evidence = inner.reader.cache().fresh(sensor, u64::MAX / 2, now).map(|s| {
+    let evidence = inner.reader.cache().fresh(sensor, u64::MAX / 2, now).and_then(|s| {
         let mut stamps = super::reading_json::Stamps::new();
-        super::reading_json::reading(
+        let reading = super::reading_json::reading(
             sensor,
             &s,
             UnitMode::Normalized,
             super::defs::ReadingSource::Cache,
             &mut stamps,
-        )
+        );
+        serde_json::to_value(reading).ok()
     });
-    let draft = WorkOrder {
+    let draft = model::WorkOrder {
         id: String::new(),
         sensor_id: id.to_string(),
         equipment: sensor.equipment.clone(),
@@ -136,7 +135,7 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
         created_by: caller.id.clone(),
         created_at: at.clone(),
         updated_at: at.clone(),
-        history: vec![Transition {
+        history: vec![model::Transition {
             from: None,
             to: WorkOrderStatus::PendingApproval,
             at,
@@ -145,14 +144,7 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
         }],
         delivery: None,
     };
-    let policy = format!(
-        "{}:{}",
-        type_name(args.work_type),
-        serde_json::to_value(args.priority)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default()
-    );
+    let policy = format!("{}:{}", args.work_type.as_str(), args.priority.as_str());
     let auto = inner.config.work_orders.auto_approve.contains(&policy);
     let store = store(inner)?;
     let key = args.idempotency_key.clone();
@@ -192,15 +184,73 @@ pub(crate) fn get(inner: &Inner, args: GetWorkOrderArgs) -> ToolResult {
     to_data(&WorkOrderData { work_order: shown(inner, order) })
 }
 
-/// An order as the agent sees it: with no webhook configured, its delivery says so
-/// instead of looking stuck at "pending".
-pub(crate) fn shown(inner: &Inner, mut order: WorkOrder) -> WorkOrder {
-    if inner.config.work_orders.webhook_url.is_empty()
-        && let Some(d) = order.delivery.as_mut()
-    {
-        d.state = "not_configured".into();
+/// An order as the agent sees it.
+fn shown(inner: &Inner, order: model::WorkOrder) -> WorkOrder {
+    render(order, !inner.config.work_orders.webhook_url.is_empty())
+}
+
+/// A stored order in the contract's type (the tools, and the command line's local
+/// answers). With no webhook configured, its delivery says `not_configured` instead of
+/// looking stuck at "pending".
+pub fn render(order: model::WorkOrder, webhook_configured: bool) -> WorkOrder {
+    let transition =
+        |t: model::Transition| Transition { from: t.from, to: t.to, at: t.at, by: t.by, note: t.note };
+    let delivery = |d: model::Delivery| Delivery {
+        state: if webhook_configured { d.state.as_str() } else { "not_configured" }.to_string(),
+        attempts: d.attempts,
+        last_attempt_at: d.last_attempt_at,
+    };
+    WorkOrder {
+        id: order.id,
+        sensor_id: order.sensor_id,
+        equipment: order.equipment,
+        work_type: order.work_type,
+        priority: order.priority,
+        summary: order.summary,
+        status: order.status,
+        // The reading as it was shown when the order was created.
+        evidence: order.evidence.and_then(|v| serde_json::from_value(v).ok()),
+        created_by: order.created_by,
+        created_at: order.created_at,
+        updated_at: order.updated_at,
+        history: order.history.into_iter().map(transition).collect(),
+        delivery: order.delivery.map(delivery),
     }
-    order
+}
+
+/// An operator's decision on a work order (`approve`, `reject`, `start`, `complete`,
+/// `cancel`). Only the operator role may; the agent's tools never change a state.
+pub(crate) async fn act(
+    inner: &Inner,
+    caller: &Caller,
+    id: &str,
+    action: &str,
+    note: Option<String>,
+) -> ToolResult {
+    if caller.role == Role::Agent {
+        return Err(ToolError::new(
+            ErrorCode::Forbidden,
+            "Only an operator can change a work order's state.",
+            "A person approves or rejects work orders; check it later with get_work_order.",
+        ));
+    }
+    let Some(action) = Action::named(action) else {
+        return Err(ToolError::invalid(
+            "action",
+            Some(action),
+            Action::NAMES,
+            "Unknown action.",
+            "Use one of the listed actions.",
+        ));
+    };
+    let store = store(inner)?;
+    let (id, by) = (id.to_string(), caller.id.clone());
+    let note = note.map(|n| super::envelope::cut(&n));
+    let order = tokio::task::spawn_blocking(move || store.transition(&id, action.target(), &by, note))
+        .await
+        .map_err(|_| ToolError::internal())?
+        .map_err(store_error)?;
+    to_data(&WorkOrderData { work_order: shown(inner, order) })
 }
 
 pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
@@ -208,10 +258,7 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
         Some(raw) => Some(parse_sensor_id("sensor_id", raw, &inner.registry)?),
         None => None,
     };
-    let f = call_key(
-        "list_work_orders",
-        &serde_json::json!({"s": args.status, "id": args.sensor_id, "since": args.since}),
-    );
+    let f = query_fingerprint(args.status, args.sensor_id.as_deref(), args.since.as_deref());
     // The cursor: the last number shown, the query's fingerprint, and the `since` the first
     // page resolved (`-1h` means an hour before the first page, on every page).
     let cursor = match &args.cursor {
@@ -248,7 +295,7 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
         None => None,
     };
     let before = cursor.map(|(n, _)| n);
-    let matching: Vec<WorkOrder> = store(inner)?
+    let matching: Vec<model::WorkOrder> = store(inner)?
         .list()
         .map_err(store_error)?
         .into_iter()
@@ -258,8 +305,8 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
         .collect();
     let total = matching.len();
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT) as usize;
-    let number = |o: &WorkOrder| crate::store::work_orders::number_of(&o.id).unwrap_or(0);
-    let mut page: Vec<WorkOrder> =
+    let number = |o: &model::WorkOrder| number_of(&o.id).unwrap_or(0);
+    let mut page: Vec<model::WorkOrder> =
         matching.into_iter().filter(|o| before.is_none_or(|b| number(o) < b)).collect();
     let more = page.len() > limit;
     page.truncate(limit);

@@ -1,9 +1,15 @@
-//! A minimal HTTP/1.1 client with keep-alive, for the demo tour, tests and benchmarks.
-//! It speaks only what fieldgate's server sends: `Content-Length` or chunked bodies.
+//! One keep-alive HTTP/1.1 connection to fieldgate's own API (hyper's client connection),
+//! for the CLI, the stdio relay, the demo tour, tests and benchmarks: requests go out in
+//! turn on that connection, and each answer is read to its end. (The work-order webhook
+//! uses reqwest, with TLS: `work_orders/webhook.rs`.)
 
 use std::net::SocketAddr;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 /// A response: status, headers (lower-case names) and body.
@@ -26,20 +32,26 @@ impl HttpResponse {
 
 /// One keep-alive connection.
 pub struct HttpClient {
-    stream: BufReader<TcpStream>,
+    sender: SendRequest<Full<Bytes>>,
     host: String,
     token: Option<String>,
 }
 
-fn bad(msg: &str) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, msg.to_string())
+fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
+    std::io::Error::other(e)
 }
 
 impl HttpClient {
     pub async fn connect(addr: SocketAddr) -> std::io::Result<HttpClient> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        Ok(HttpClient { stream: BufReader::new(stream), host: addr.to_string(), token: None })
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(io_error)?;
+        // Drives the connection until it closes (by either side, or when the client is dropped).
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(HttpClient { sender, host: addr.to_string(), token: None })
     }
 
     pub fn with_token(mut self, token: &str) -> Self {
@@ -47,7 +59,8 @@ impl HttpClient {
         self
     }
 
-    /// Sends a request with extra headers and reads the whole response.
+    /// Sends a request with extra headers and reads the whole response. Headers are sent
+    /// as given, after fieldgate's defaults (a `Host` given replaces the default one).
     pub async fn send(
         &mut self,
         method: &str,
@@ -55,25 +68,43 @@ impl HttpClient {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> std::io::Result<HttpResponse> {
-        let mut req = format!("{method} {path} HTTP/1.1\r\ncontent-length: {}\r\n", body.len());
+        let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
+        let mut request = hyper::Request::builder()
+            .method(method.as_bytes())
+            .uri(path)
+            .body(Full::new(Bytes::copy_from_slice(body)))
+            .map_err(io_error)?;
+        let map = request.headers_mut();
+        let mut add = |k: &str, v: &str| -> std::io::Result<()> {
+            let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| bad("a header name"))?;
+            let value = HeaderValue::from_bytes(v.as_bytes()).map_err(|_| bad("a header value"))?;
+            map.append(name, value);
+            Ok(())
+        };
+        add("content-length", &body.len().to_string())?;
         // An explicit Host header (tests of DNS rebinding) replaces the default.
         if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-            req.push_str(&format!("host: {}\r\n", self.host));
+            add("host", &self.host)?;
         }
         if !body.is_empty() {
-            req.push_str("content-type: application/json\r\n");
+            add("content-type", "application/json")?;
         }
         if let Some(t) = &self.token {
-            req.push_str(&format!("authorization: Bearer {t}\r\n"));
+            add("authorization", &format!("Bearer {t}"))?;
         }
         for (k, v) in headers {
-            req.push_str(&format!("{k}: {v}\r\n"));
+            add(k, v)?;
         }
-        req.push_str("\r\n");
-        let s = self.stream.get_mut();
-        s.write_all(req.as_bytes()).await?;
-        s.write_all(body).await?;
-        self.read_response().await
+        self.sender.ready().await.map_err(io_error)?;
+        let response = self.sender.send_request(request).await.map_err(io_error)?;
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.map_err(io_error)?.to_bytes().to_vec();
+        let headers = parts
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).trim().to_string()))
+            .collect();
+        Ok(HttpResponse { status: parts.status.as_u16(), headers, body })
     }
 
     pub async fn get(&mut self, path: &str) -> std::io::Result<HttpResponse> {
@@ -82,49 +113,5 @@ impl HttpClient {
 
     pub async fn post(&mut self, path: &str, body: &[u8]) -> std::io::Result<HttpResponse> {
         self.send("POST", path, &[], body).await
-    }
-
-    async fn read_response(&mut self) -> std::io::Result<HttpResponse> {
-        let mut line = String::new();
-        self.stream.read_line(&mut line).await?;
-        let status = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| bad("no status line"))?;
-        let mut headers = Vec::new();
-        loop {
-            line.clear();
-            if self.stream.read_line(&mut line).await? == 0 {
-                return Err(bad("connection closed in headers"));
-            }
-            let l = line.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = l.split_once(':') {
-                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-            }
-        }
-        let find =
-            |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v): &(String, String)| v.clone());
-        let mut body = Vec::new();
-        if let Some(n) = find("content-length").and_then(|v| v.parse::<usize>().ok()) {
-            body.resize(n, 0);
-            self.stream.read_exact(&mut body).await?;
-        } else if find("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
-            loop {
-                line.clear();
-                self.stream.read_line(&mut line).await?;
-                let size = usize::from_str_radix(line.trim(), 16).map_err(|_| bad("bad chunk size"))?;
-                let mut chunk = vec![0; size + 2];
-                self.stream.read_exact(&mut chunk).await?;
-                if size == 0 {
-                    break;
-                }
-                body.extend_from_slice(&chunk[..size]);
-            }
-        }
-        Ok(HttpResponse { status, headers, body })
     }
 }

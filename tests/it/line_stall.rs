@@ -201,6 +201,10 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
 }
 
 impl Lines {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
     fn count(&self, device: &str, what: &str) -> usize {
         let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
         text.lines().filter(|l| l.contains(device) && l.contains(what)).count()
@@ -255,8 +259,9 @@ async fn a_subscribed_server_that_dies_is_down_with_one_log_line_and_up_again_wh
     for h in polling {
         h.await.unwrap();
     }
-    assert_eq!(lines.count("b-oven2-opcua", "device down"), 1);
-    assert_eq!(lines.count("b-oven2-opcua", "device up again"), 1);
+    let all = lines.text();
+    assert_eq!(lines.count("b-oven2-opcua", "device down"), 1, "{all}");
+    assert_eq!(lines.count("b-oven2-opcua", "device up again"), 1, "{all}");
 }
 
 fn metric(service: &ToolService, name: &str) -> u64 {

@@ -25,4 +25,5 @@ mod stdio_service;
 mod storage;
 mod support;
 mod validation;
+mod webhook;
 mod work_orders;

@@ -13,8 +13,8 @@ use fieldgate::store::HistoryStore;
 use fieldgate::store::db::Db;
 use fieldgate::store::gorilla::{Point, Stored};
 use fieldgate::store::history::Limits;
-use fieldgate::store::work_orders::WorkOrderStore;
 use fieldgate::tools::{ErrorCode, ToolService};
+use fieldgate::work_orders::WorkOrderStore;
 use redb::StorageBackend;
 use redb::backends::InMemoryBackend;
 use serde_json::json;
@@ -198,7 +198,7 @@ async fn work_orders_answer_storage_unavailable_while_writes_fail_and_recover() 
 }
 
 /// A pending inspection of `sensor`, as the tool would hand it to the store.
-fn draft(sensor: &str) -> fieldgate::tools::defs::WorkOrder {
+fn draft(sensor: &str) -> fieldgate::work_orders::WorkOrder {
     serde_json::from_value(json!({
         "id": "", "sensor_id": sensor, "equipment": null, "type": "inspection", "priority": "low",
         "summary": "x", "status": "pending_approval", "created_at": "2026-12-01T00:00:00Z",

@@ -6,9 +6,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fieldgate::store::work_orders::{WorkOrderStore, allowed};
 use fieldgate::tools::defs::WorkOrderStatus as S;
 use fieldgate::tools::{ErrorCode, ToolService};
+use fieldgate::work_orders::{WorkOrderStore, allowed};
 use serde_json::{Value, json};
 
 use super::support::*;
@@ -275,9 +275,21 @@ async fn pending_orders_expire_after_their_ttl_and_auto_approval_is_recorded() {
     let store = svc.work_orders().unwrap().clone();
     let ttl = chrono::Duration::hours(72);
     // 71 hours later: still pending; 73 hours later: expired.
-    fieldgate::delivery::pass_at(&store, None, ttl, chrono::Utc::now() + chrono::Duration::hours(71)).await;
+    fieldgate::work_orders::delivery::pass_at(
+        &store,
+        None,
+        ttl,
+        chrono::Utc::now() + chrono::Duration::hours(71),
+    )
+    .await;
     assert_eq!(store.get(&id).unwrap().status, S::PendingApproval);
-    fieldgate::delivery::pass_at(&store, None, ttl, chrono::Utc::now() + chrono::Duration::hours(73)).await;
+    fieldgate::work_orders::delivery::pass_at(
+        &store,
+        None,
+        ttl,
+        chrono::Utc::now() + chrono::Duration::hours(73),
+    )
+    .await;
     let wo = store.get(&id).unwrap();
     assert_eq!(wo.status, S::Expired);
     assert_eq!(wo.history.last().unwrap().by, "system");
@@ -316,7 +328,7 @@ async fn the_outbox_delivers_at_least_once_through_failures_and_a_restart() {
             });
         }
     });
-    let webhook = fieldgate::delivery::parse_webhook(&format!("http://{addr}/cmms/work-orders"));
+    let webhook = fieldgate::work_orders::Webhook::parse(&format!("http://{addr}/cmms/work-orders")).ok();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("work_orders.redb");
     let ttl = chrono::Duration::hours(72);
@@ -333,16 +345,16 @@ async fn the_outbox_delivers_at_least_once_through_failures_and_a_restart() {
             .unwrap()
             .to_string();
         // Nothing is delivered before approval.
-        assert_eq!(fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, t0).await, 0);
+        assert_eq!(fieldgate::work_orders::delivery::pass_at(&store, webhook.as_ref(), ttl, t0).await, 0);
         let op = fieldgate::tools::Caller { id: "lead".into(), role: fieldgate::tools::Role::Operator };
         assert!(svc.act_on_work_order(&op, &id, "approve", None).await.ok);
         assert_eq!(
-            fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, t0).await,
+            fieldgate::work_orders::delivery::pass_at(&store, webhook.as_ref(), ttl, t0).await,
             0,
             "first attempt fails"
         );
         // Before the backoff has passed, nothing is tried.
-        assert_eq!(fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, t0).await, 0);
+        assert_eq!(fieldgate::work_orders::delivery::pass_at(&store, webhook.as_ref(), ttl, t0).await, 0);
         assert_eq!(seen.lock().unwrap().len(), 1);
         id
     };
@@ -355,18 +367,18 @@ async fn the_outbox_delivers_at_least_once_through_failures_and_a_restart() {
     );
     let later = |s: i64| t0 + chrono::Duration::seconds(s);
     assert_eq!(
-        fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, later(2)).await,
+        fieldgate::work_orders::delivery::pass_at(&store, webhook.as_ref(), ttl, later(2)).await,
         0,
         "second attempt fails"
     );
     assert_eq!(
-        fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, later(3)).await,
+        fieldgate::work_orders::delivery::pass_at(&store, webhook.as_ref(), ttl, later(3)).await,
         0,
         "backing off (2 s)"
     );
-    assert_eq!(fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, later(10)).await, 1);
+    assert_eq!(fieldgate::work_orders::delivery::pass_at(&store, webhook.as_ref(), ttl, later(10)).await, 1);
     assert_eq!(
-        fieldgate::delivery::pass_at(&store, webhook.as_ref(), ttl, later(100)).await,
+        fieldgate::work_orders::delivery::pass_at(&store, webhook.as_ref(), ttl, later(100)).await,
         0,
         "delivered once is enough"
     );
@@ -555,7 +567,7 @@ async fn the_work_orders_command_agrees_with_itself_locally_and_remotely() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "no work orders");
     assert!(!data.exists(), "reading created the data directory");
 
-    let store = std::sync::Arc::new(fieldgate::store::work_orders::WorkOrderStore::open_in(&data).unwrap());
+    let store = std::sync::Arc::new(fieldgate::work_orders::WorkOrderStore::open_in(&data).unwrap());
     let svc = service().with_work_orders(store.clone());
     svc.call("create_work_order", order("A_LINE1_005", "inspection", "cli-agree-01")).await.unwrap();
     // Another process holds the store: the local command says how to ask it instead.
@@ -570,7 +582,7 @@ async fn the_work_orders_command_agrees_with_itself_locally_and_remotely() {
         cli(vec!["work-orders".into(), "list".into(), "--data-dir".into(), d.clone(), "--json".into()])
             .await
             .unwrap();
-    let store = std::sync::Arc::new(fieldgate::store::work_orders::WorkOrderStore::open_in(&data).unwrap());
+    let store = std::sync::Arc::new(fieldgate::work_orders::WorkOrderStore::open_in(&data).unwrap());
     let server =
         Server::start(service().with_work_orders(store), fieldgate::transport::auth::Tokens::default()).await;
     let url = format!("http://{}", server.addr);

@@ -3,59 +3,39 @@
 //! is written in the same transaction as the approval). The work order ID is sent as the
 //! `Idempotency-Key`, so the receiver can drop repeats. Also expires pending orders.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::work_orders::WorkOrderStore;
-use crate::transport::client::HttpClient;
+use super::store::WorkOrderStore;
+use super::webhook::Webhook;
 
 /// First retry after a failed delivery; doubles up to `MAX_BACKOFF`.
-const FIRST_BACKOFF_MS: i64 = 1_000;
-const MAX_BACKOFF_MS: i64 = 300_000;
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
-/// `http://host:port/path` → (address, path).
-pub fn parse_webhook(url: &str) -> Option<(String, String)> {
-    let rest = url.strip_prefix("http://")?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let authority = if authority.contains(':') { authority.to_string() } else { format!("{authority}:80") };
-    Some((authority, path.to_string()))
-}
-
-async fn post(addr: &str, path: &str, id: &str, body: &[u8]) -> bool {
-    let Ok(Ok(mut addrs)) = tokio::time::timeout(Duration::from_secs(5), tokio::net::lookup_host(addr)).await
-    else {
-        return false;
-    };
-    let Some(sa): Option<SocketAddr> = addrs.next() else { return false };
-    let attempt = async {
-        let mut c = HttpClient::connect(sa).await.ok()?;
-        c.send("POST", path, &[("idempotency-key", id), ("content-type", "application/json")], body)
-            .await
-            .ok()
-    };
-    matches!(tokio::time::timeout(Duration::from_secs(10), attempt).await, Ok(Some(r)) if (200..300).contains(&r.status))
+/// How long to wait before the next attempt after `attempts` failed ones (0 after the
+/// first): 1 s, 2 s, 4 s, ... up to 5 minutes, each with the equal jitter of
+/// `crate::backoff` (between half and all of it), so that the gateways of a plant do not
+/// all retry together when the maintenance system comes back. Computed from the count the
+/// outbox keeps, so it survives a restart.
+pub fn backoff_ms(attempts: u32) -> i64 {
+    let full = FIRST_BACKOFF.saturating_mul(1 << attempts.min(20)).min(MAX_BACKOFF);
+    // Rounded up: a wait is never shorter than half its step.
+    crate::backoff::jittered(full).as_micros().div_ceil(1000) as i64
 }
 
 /// One pass now: deliver what is due, expire what is overdue. Returns deliveries made.
-pub async fn pass(
-    store: &Arc<WorkOrderStore>,
-    webhook: Option<&(String, String)>,
-    ttl: chrono::Duration,
-) -> usize {
+pub async fn pass(store: &Arc<WorkOrderStore>, webhook: Option<&Webhook>, ttl: chrono::Duration) -> usize {
     pass_at(store, webhook, ttl, Utc::now()).await
 }
 
 /// One pass as of `now_at` (tests move time forward through backoffs with it).
 pub async fn pass_at(
     store: &Arc<WorkOrderStore>,
-    webhook: Option<&(String, String)>,
+    webhook: Option<&Webhook>,
     ttl: chrono::Duration,
     now_at: chrono::DateTime<Utc>,
 ) -> usize {
@@ -68,7 +48,7 @@ pub async fn pass_at(
         Ok(Err(error)) => tracing::error!(%error, "work order expiry failed"),
         _ => {}
     }
-    let Some((addr, path)) = webhook else { return 0 };
+    let Some(webhook) = webhook else { return 0 };
     let now = now_at.timestamp_millis();
     let due = match store.due(now) {
         Ok(d) => d,
@@ -80,8 +60,9 @@ pub async fn pass_at(
     let mut delivered = 0;
     for (order, entry) in due {
         let body = serde_json::to_vec(&order).unwrap_or_default();
-        let ok = post(addr, path, &order.id, &body).await;
-        let backoff = (FIRST_BACKOFF_MS << entry.attempts.min(20)).min(MAX_BACKOFF_MS);
+        let failure = webhook.post(&order.id, body).await.err();
+        let ok = failure.is_none();
+        let backoff = backoff_ms(entry.attempts);
         let s = store.clone();
         let id = order.id.clone();
         match tokio::task::spawn_blocking(move || s.delivered(&id, ok, now + backoff)).await {
@@ -101,7 +82,8 @@ pub async fn pass_at(
             delivered += 1;
             tracing::info!(work_order = %order.id, attempts = entry.attempts + 1, "work order delivered");
         } else {
-            tracing::warn!(work_order = %order.id, attempts = entry.attempts + 1, retry_in_ms = backoff, "work order delivery failed");
+            let error = failure.map(|f| f.to_string()).unwrap_or_default();
+            tracing::warn!(work_order = %order.id, attempts = entry.attempts + 1, retry_in_ms = backoff, %error, "work order delivery failed");
         }
     }
     delivered
@@ -110,11 +92,10 @@ pub async fn pass_at(
 /// Runs `pass` every second until `stop`.
 pub fn start(
     store: Arc<WorkOrderStore>,
-    webhook_url: &str,
+    webhook: Option<Webhook>,
     ttl_hours: u64,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    let webhook = parse_webhook(webhook_url);
     let ttl = chrono::Duration::hours(ttl_hours as i64);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -125,4 +106,21 @@ pub fn start(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backoff_ms;
+
+    #[test]
+    fn backoff_doubles_from_a_second_up_to_five_minutes_with_jitter() {
+        let full = [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000];
+        for _ in 0..100 {
+            for (attempts, full) in full.into_iter().enumerate() {
+                let wait = backoff_ms(attempts as u32);
+                assert!((full / 2..=full).contains(&wait), "{wait} ms outside [{}, {full}]", full / 2);
+            }
+            assert!(backoff_ms(u32::MAX) <= 300_000, "bounded however many attempts failed");
+        }
+    }
 }

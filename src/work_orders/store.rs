@@ -13,8 +13,10 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use super::db::{Db, StorageFailure};
-use crate::tools::defs::{Delivery, Transition, WorkOrder, WorkOrderStatus, WorkOrderType};
+use super::model::{
+    Delivery, DeliveryState, Transition, WorkOrder, WorkOrderStatus, allowed, id_of, number_of,
+};
+use crate::store::db::{Db, StorageFailure};
 
 const ORDERS: TableDefinition<u64, &[u8]> = TableDefinition::new("orders");
 const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("keys");
@@ -34,7 +36,7 @@ pub enum WorkOrderError {
     NotFound(String),
     #[error("idempotency key reused with other arguments")]
     Conflict { existing: String },
-    #[error("a work order in state {} cannot move to {}", status_name(*from), status_name(*to))]
+    #[error("a work order in state {} cannot move to {}", from.as_str(), to.as_str())]
     Transition { id: String, from: WorkOrderStatus, to: WorkOrderStatus },
     #[error("no work order was created with this idempotency key")]
     UnknownKey,
@@ -55,56 +57,6 @@ impl StorageFailure for WorkOrderError {
     fn is_storage(&self) -> bool {
         matches!(self, WorkOrderError::Db(_))
     }
-}
-
-pub fn status_name(s: WorkOrderStatus) -> &'static str {
-    match s {
-        WorkOrderStatus::PendingApproval => "pending_approval",
-        WorkOrderStatus::Approved => "approved",
-        WorkOrderStatus::InProgress => "in_progress",
-        WorkOrderStatus::Completed => "completed",
-        WorkOrderStatus::Rejected => "rejected",
-        WorkOrderStatus::Cancelled => "cancelled",
-        WorkOrderStatus::Expired => "expired",
-    }
-}
-
-pub fn type_name(t: WorkOrderType) -> &'static str {
-    match t {
-        WorkOrderType::Inspection => "inspection",
-        WorkOrderType::Calibration => "calibration",
-        WorkOrderType::Repair => "repair",
-        WorkOrderType::Replacement => "replacement",
-        WorkOrderType::Cleaning => "cleaning",
-    }
-}
-
-/// Whether an order in this state still blocks a duplicate (pending, approved, in progress).
-pub fn is_open(s: WorkOrderStatus) -> bool {
-    matches!(s, WorkOrderStatus::PendingApproval | WorkOrderStatus::Approved | WorkOrderStatus::InProgress)
-}
-
-/// The lifecycle: which moves are allowed.
-pub fn allowed(from: WorkOrderStatus, to: WorkOrderStatus) -> bool {
-    use WorkOrderStatus::*;
-    matches!(
-        (from, to),
-        (PendingApproval, Approved)
-            | (PendingApproval, Rejected)
-            | (PendingApproval, Expired)
-            | (Approved, InProgress)
-            | (Approved, Cancelled)
-            | (InProgress, Completed)
-            | (InProgress, Cancelled)
-    )
-}
-
-pub fn number_of(id: &str) -> Option<u64> {
-    id.strip_prefix("WO-").and_then(|n| n.parse().ok())
-}
-
-pub fn id_of(n: u64) -> String {
-    format!("WO-{n:06}")
 }
 
 fn now() -> String {
@@ -194,7 +146,7 @@ impl WorkOrderStore {
     }
 
     /// What is wrong with the store now, if anything.
-    pub fn problem(&self) -> Option<super::db::Problem> {
+    pub fn problem(&self) -> Option<crate::store::db::Problem> {
         self.db.problem()
     }
 
@@ -258,10 +210,10 @@ fn create_in(
             let duplicate_of = k.duplicate.then(|| order.id.clone());
             return Ok(Created { order, created: false, duplicate_of });
         }
-        let kind = type_name(draft.work_type);
+        let kind = draft.work_type.as_str();
         let open_number = open.get((draft.sensor_id.as_str(), kind)).map_err(db)?.map(|v| v.value());
         let duplicate = match open_number {
-            Some(n) => Some(read(&orders, n)?).filter(|o| is_open(o.status)),
+            Some(n) => Some(read(&orders, n)?).filter(|o| o.status.is_open()),
             None => None,
         };
         if let Some(order) = duplicate {
@@ -391,9 +343,9 @@ impl WorkOrderStore {
                 order.status = to;
                 order.updated_at = at;
                 orders.insert(n, serde_json::to_vec(&order).map_err(db)?.as_slice()).map_err(db)?;
-                if !is_open(to) {
+                if !to.is_open() {
                     let mut open = tx.open_table(OPEN).map_err(db)?;
-                    let key = (order.sensor_id.as_str(), type_name(order.work_type));
+                    let key = (order.sensor_id.as_str(), order.work_type.as_str());
                     if open.get(key).map_err(db)?.map(|v| v.value()) == Some(n) {
                         open.remove(key).map_err(db)?;
                     }
@@ -475,13 +427,12 @@ impl WorkOrderStore {
 fn delivery(e: &OutboxEntry) -> Delivery {
     Delivery {
         state: if e.delivered {
-            "delivered"
+            DeliveryState::Delivered
         } else if e.attempts == 0 {
-            "pending"
+            DeliveryState::Pending
         } else {
-            "failing"
-        }
-        .into(),
+            DeliveryState::Failing
+        },
         attempts: e.attempts,
         last_attempt_at: e.last_attempt_at.clone(),
     }

@@ -1,0 +1,357 @@
+//! What a work order is, independent of any wire: its kinds, priorities and states, the
+//! lifecycle (which moves are allowed, and the operators' actions that make them), the
+//! record the store keeps, and the fingerprint that ties an idempotency key to the
+//! arguments it was first used with.
+//!
+//! The tools render a [`WorkOrder`] into the contract's type at the edge
+//! (`tools/work_orders.rs`); the store never sees that type.
+
+use std::fmt::Write as _;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+// What kind of work is asked for (a doc comment would reach the tools' schemas).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkOrderType {
+    Inspection,
+    Calibration,
+    Repair,
+    Replacement,
+    Cleaning,
+}
+
+impl WorkOrderType {
+    pub const ALL: [WorkOrderType; 5] = [
+        WorkOrderType::Inspection,
+        WorkOrderType::Calibration,
+        WorkOrderType::Repair,
+        WorkOrderType::Replacement,
+        WorkOrderType::Cleaning,
+    ];
+
+    /// The name on every wire and in the store (serde's).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkOrderType::Inspection => "inspection",
+            WorkOrderType::Calibration => "calibration",
+            WorkOrderType::Repair => "repair",
+            WorkOrderType::Replacement => "replacement",
+            WorkOrderType::Cleaning => "cleaning",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    Low,
+    Medium,
+    High,
+    Urgent,
+}
+
+impl Priority {
+    pub const ALL: [Priority; 4] = [Priority::Low, Priority::Medium, Priority::High, Priority::Urgent];
+
+    /// The name on every wire and in the store (serde's).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Low => "low",
+            Priority::Medium => "medium",
+            Priority::High => "high",
+            Priority::Urgent => "urgent",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkOrderStatus {
+    PendingApproval,
+    Approved,
+    InProgress,
+    Completed,
+    Rejected,
+    Cancelled,
+    Expired,
+}
+
+impl WorkOrderStatus {
+    /// The name on every wire and in the store (serde's).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkOrderStatus::PendingApproval => "pending_approval",
+            WorkOrderStatus::Approved => "approved",
+            WorkOrderStatus::InProgress => "in_progress",
+            WorkOrderStatus::Completed => "completed",
+            WorkOrderStatus::Rejected => "rejected",
+            WorkOrderStatus::Cancelled => "cancelled",
+            WorkOrderStatus::Expired => "expired",
+        }
+    }
+
+    /// Whether an order in this state still blocks a duplicate (pending, approved, in progress).
+    pub fn is_open(self) -> bool {
+        matches!(
+            self,
+            WorkOrderStatus::PendingApproval | WorkOrderStatus::Approved | WorkOrderStatus::InProgress
+        )
+    }
+}
+
+/// The lifecycle: which moves are allowed.
+pub fn allowed(from: WorkOrderStatus, to: WorkOrderStatus) -> bool {
+    use WorkOrderStatus::*;
+    matches!(
+        (from, to),
+        (PendingApproval, Approved)
+            | (PendingApproval, Rejected)
+            | (PendingApproval, Expired)
+            | (Approved, InProgress)
+            | (Approved, Cancelled)
+            | (InProgress, Completed)
+            | (InProgress, Cancelled)
+    )
+}
+
+/// An operator's decision on a work order. The one mapping from an action to the state
+/// it moves an order to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Approve,
+    Reject,
+    Start,
+    Complete,
+    Cancel,
+}
+
+impl Action {
+    pub const ALL: [Action; 5] =
+        [Action::Approve, Action::Reject, Action::Start, Action::Complete, Action::Cancel];
+
+    /// The names, for messages: "approve, reject, start, complete or cancel".
+    pub const NAMES: &str = "approve, reject, start, complete or cancel";
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Approve => "approve",
+            Action::Reject => "reject",
+            Action::Start => "start",
+            Action::Complete => "complete",
+            Action::Cancel => "cancel",
+        }
+    }
+
+    /// The action named `name`, if there is one.
+    pub fn named(name: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+
+    /// The state this action moves an order to.
+    pub fn target(self) -> WorkOrderStatus {
+        match self {
+            Action::Approve => WorkOrderStatus::Approved,
+            Action::Reject => WorkOrderStatus::Rejected,
+            Action::Start => WorkOrderStatus::InProgress,
+            Action::Complete => WorkOrderStatus::Completed,
+            Action::Cancel => WorkOrderStatus::Cancelled,
+        }
+    }
+
+    /// The actions allowed on an order in state `from`.
+    pub fn allowed_from(from: WorkOrderStatus) -> impl Iterator<Item = Action> {
+        Action::ALL.into_iter().filter(move |a| allowed(from, a.target()))
+    }
+}
+
+/// `WO-000042` → 42.
+pub fn number_of(id: &str) -> Option<u64> {
+    id.strip_prefix("WO-").and_then(|n| n.parse().ok())
+}
+
+/// 42 → `WO-000042`.
+pub fn id_of(n: u64) -> String {
+    format!("WO-{n:06}")
+}
+
+/// One change of state, as recorded in the order's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transition {
+    /// None for the creation.
+    pub from: Option<WorkOrderStatus>,
+    pub to: WorkOrderStatus,
+    pub at: String,
+    /// Who made the change: "agent", an operator's name, or "system".
+    pub by: String,
+    pub note: Option<String>,
+}
+
+/// Where an approved order's delivery to the maintenance system stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    /// Not attempted yet.
+    Pending,
+    Delivered,
+    /// Attempted and failed; it will be attempted again.
+    Failing,
+}
+
+impl DeliveryState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Failing => "failing",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub state: DeliveryState,
+    pub attempts: u32,
+    pub last_attempt_at: Option<String>,
+}
+
+/// A work order as the store keeps it. Its JSON (field names and order) is the format of
+/// the records already in `work_orders.redb` and of the webhook's body: change neither
+/// without a migration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkOrder {
+    /// `WO-000001`, never reused; empty in a draft.
+    pub id: String,
+    pub sensor_id: String,
+    pub equipment: Option<String>,
+    #[serde(rename = "type")]
+    pub work_type: WorkOrderType,
+    pub priority: Priority,
+    pub summary: String,
+    pub status: WorkOrderStatus,
+    /// The sensor's reading when the order was created, as the agent was shown it
+    /// (the tools' reading JSON, kept as it was).
+    pub evidence: Option<serde_json::Value>,
+    pub created_by: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub history: Vec<Transition>,
+    /// Filled from the outbox when read (never stored with the order).
+    pub delivery: Option<Delivery>,
+}
+
+/// What a `create_work_order` call asks, once validated: its idempotency fingerprint
+/// identifies these, so a key reused with other arguments is a conflict.
+pub struct Request<'a> {
+    pub sensor_id: &'a str,
+    pub work_type: WorkOrderType,
+    pub priority: Priority,
+    /// Trimmed.
+    pub summary: &'a str,
+}
+
+impl Request<'_> {
+    /// The fingerprint stored beside the idempotency key.
+    ///
+    /// Its text is the format of the fingerprints already stored in `work_orders.redb`
+    /// (the tool's name, then the arguments with sorted names and debug-quoted strings):
+    /// a different text would turn every replay of a key made before an upgrade into an
+    /// `IDEMPOTENCY_CONFLICT`. The test `fingerprint_keeps_its_stored_format` holds it.
+    pub fn fingerprint(&self) -> String {
+        canonical(
+            "create_work_order",
+            &[
+                ("priority", Some(self.priority.as_str())),
+                ("sensor_id", Some(self.sensor_id)),
+                ("summary", Some(self.summary)),
+                ("type", Some(self.work_type.as_str())),
+            ],
+        )
+    }
+}
+
+/// The fingerprint of a `list_work_orders` query, which its cursors carry so that a
+/// cursor is refused by any other query.
+pub fn query_fingerprint(
+    status: Option<WorkOrderStatus>,
+    sensor_id: Option<&str>,
+    since: Option<&str>,
+) -> String {
+    canonical(
+        "list_work_orders",
+        &[("id", sensor_id), ("s", status.map(WorkOrderStatus::as_str)), ("since", since)],
+    )
+}
+
+/// `name:{"k":"v",...}` over fields given in sorted order, `null` for none; debug quoting
+/// is injective, which is all a fingerprint needs.
+fn canonical(name: &str, fields: &[(&str, Option<&str>)]) -> String {
+    debug_assert!(fields.windows(2).all(|w| w[0].0 < w[1].0), "fields in sorted order");
+    let mut out = String::with_capacity(64);
+    out.push_str(name);
+    out.push_str(":{");
+    for (k, v) in fields {
+        let _ = write!(out, "{k:?}:");
+        match v {
+            Some(v) => {
+                let _ = write!(out, "{v:?}");
+            }
+            None => out.push_str("null"),
+        }
+        out.push(',');
+    }
+    out.push('}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_keeps_its_stored_format() {
+        let r = Request {
+            sensor_id: "A_LINE1_001",
+            work_type: WorkOrderType::Inspection,
+            priority: Priority::Medium,
+            summary: "Pump \"P-101\" hums; check it.\n",
+        };
+        assert_eq!(
+            r.fingerprint(),
+            r#"create_work_order:{"priority":"medium","sensor_id":"A_LINE1_001","summary":"Pump \"P-101\" hums; check it.\n","type":"inspection",}"#
+        );
+        assert_eq!(
+            query_fingerprint(Some(WorkOrderStatus::PendingApproval), None, Some("-1h")),
+            r#"list_work_orders:{"id":null,"s":"pending_approval","since":"-1h",}"#
+        );
+    }
+
+    #[test]
+    fn names_are_serdes() {
+        for t in WorkOrderType::ALL {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+        }
+        for p in Priority::ALL {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
+        }
+        for a in Action::ALL {
+            let s = a.target();
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+            assert_eq!(Action::named(a.as_str()), Some(a));
+            assert!(Action::NAMES.contains(a.as_str()));
+        }
+        for d in [DeliveryState::Pending, DeliveryState::Delivered, DeliveryState::Failing] {
+            assert_eq!(serde_json::to_value(d).unwrap(), d.as_str());
+        }
+    }
+
+    #[test]
+    fn every_action_leads_somewhere_allowed() {
+        assert_eq!(
+            Action::allowed_from(WorkOrderStatus::PendingApproval).collect::<Vec<_>>(),
+            [Action::Approve, Action::Reject]
+        );
+        assert_eq!(Action::allowed_from(WorkOrderStatus::Completed).count(), 0);
+    }
+}
