@@ -187,7 +187,11 @@ async fn stdio_with_server_discover_and_stateless_requests() {
     let versions: Vec<&str> =
         d["result"]["supportedVersions"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert_eq!(versions, ["2025-06-18", "2025-11-25", "2026-07-28"], "{d}");
-    assert!(d["result"]["capabilities"]["tools"].is_object());
+    assert_eq!(d["result"]["capabilities"], json!({"tools": {}}), "{d}");
+    assert!(
+        d["result"]["instructions"].as_str().unwrap().starts_with("fieldgate reads plant sensors"),
+        "{d}"
+    );
     exercise(&mut mcp, meta).await;
     assert!(mcp.close().await.success());
 }
@@ -205,7 +209,12 @@ async fn a_client_that_only_probes_and_leaves_is_not_an_error() {
             }}),
         )
         .await;
-    assert!(r["result"].is_object());
+    // The answer to this probe, not just any object: the request's id, the versions, and
+    // the server named.
+    assert_eq!(r["id"], 1, "{r}");
+    assert_eq!(r["result"]["supportedVersions"], json!(["2025-06-18", "2025-11-25", "2026-07-28"]), "{r}");
+    assert_eq!(r["result"]["capabilities"], json!({"tools": {}}), "{r}");
+    assert_eq!(r["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "fieldgate", "{r}");
     drop(mcp.stdin);
     let status = tokio::time::timeout(Duration::from_secs(10), mcp.child.wait()).await.unwrap().unwrap();
     assert!(status.success());
@@ -356,7 +365,7 @@ async fn http_get_streams_end_with_their_session() {
     let stream = open_stream(server.addr, &sid).await;
     // Requests go on while the stream is open.
     let r = in_session(&mut c, &sid, json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})).await;
-    assert!(one_event(&r)["result"].is_object());
+    assert_eq!(one_event(&r), json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
     assert_eq!(c.send("DELETE", "/mcp", &[("mcp-session-id", &sid)], b"").await.unwrap().status, 202);
     let rest = tokio::time::timeout(Duration::from_secs(10), stream).await.unwrap().unwrap();
     assert!(rest.ends_with("0\r\n\r\n"), "{rest:?}");
@@ -457,7 +466,7 @@ async fn http_a_session_belongs_to_its_caller() {
     assert_eq!((r.status, r.json()["error"]["code"].clone()), (404, json!(-32001)));
     assert_eq!(b.send("DELETE", "/mcp", &[("mcp-session-id", &sid)], b"").await.unwrap().status, 404);
     let r = in_session(&mut a, &sid, json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})).await;
-    assert!(one_event(&r)["result"].is_object());
+    assert_eq!(one_event(&r), json!({"jsonrpc": "2.0", "id": 2, "result": {}}));
 }
 
 #[tokio::test]

@@ -220,3 +220,41 @@ pub const STANDARD_FORMATS: [&str; 19] = [
     "relative-json-pointer",
     "regex",
 ];
+
+/// How often [`wait_for`] looks again. Not a synchronisation: the condition is re-checked,
+/// and only the timeout decides failure.
+const POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Waits until `check` yields a value and returns it; fails the test with `what` if it has
+/// not within `timeout`. Every test that waits for something observed (a stored point, a
+/// breaker state, a counter) waits through here, so a broken build fails instead of hanging.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        // A check that itself never completes is bounded too.
+        match tokio::time::timeout_at(deadline, check()).await {
+            Ok(Some(v)) => return v,
+            Ok(None) => {}
+            Err(_) => panic!("timed out after {timeout:?} waiting for {what} (the check did not return)"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`wait_for`] a condition.
+pub async fn wait_until<F, Fut>(what: &str, timeout: std::time::Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait_for(what, timeout, || {
+        let f = check();
+        async move { f.await.then_some(()) }
+    })
+    .await
+}
