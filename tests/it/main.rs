@@ -5,6 +5,7 @@ mod chaos;
 mod cli;
 mod docs_links;
 mod fuzz;
+mod hand_values;
 mod history;
 mod http;
 mod list_sensors;
