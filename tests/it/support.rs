@@ -258,3 +258,67 @@ where
     })
     .await
 }
+
+/// A loopback port that refuses connections for as long as this value lives: a TCP socket
+/// bound to it that never listens. The kernel answers a SYN to a bound, non-listening
+/// port with a reset, and the binding keeps anyone else from taking the port meanwhile
+/// (unlike binding a listener and closing it, after which another test may get the port).
+pub struct ClosedPort {
+    _socket: tokio::net::TcpSocket,
+    pub port: u16,
+}
+
+impl ClosedPort {
+    pub fn new() -> ClosedPort {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = socket.local_addr().unwrap().port();
+        ClosedPort { _socket: socket, port }
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+/// The demo device files in a temporary folder, each `endpoint` replaced by what
+/// `endpoint(device_id, declared)` gives (kept when it gives `None`).
+pub fn demo_devices_with(endpoint: impl Fn(&str, &str) -> Option<String>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for path in fieldgate::registry::device_files(&demo_dir()).unwrap() {
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        let id =
+            text.lines().find_map(|l| l.strip_prefix("id = \"")).unwrap().trim_end_matches('"').to_string();
+        let declared = text
+            .lines()
+            .find_map(|l| l.strip_prefix("endpoint = \""))
+            .unwrap()
+            .trim_end_matches('"')
+            .to_string();
+        if let Some(new) = endpoint(&id, &declared) {
+            text = text.replace(&format!("endpoint = \"{declared}\""), &format!("endpoint = \"{new}\""));
+        }
+        std::fs::write(dir.path().join(path.file_name().unwrap()), text).unwrap();
+    }
+    dir
+}
+
+/// The demo device files pointed at `sim` (Modbus addresses and OPC UA URLs), for a
+/// spawned fieldgate: never the demo's fixed ports, where another test's or another
+/// program's server may listen.
+pub fn demo_devices_for(sim: &Simulator) -> tempfile::TempDir {
+    let urls = sim.opcua_urls();
+    demo_devices_with(|id, _| sim.addr(id).map(|a| a.to_string()).or_else(|| urls.get(id).cloned()))
+}
+
+/// The demo device files with every endpoint at `closed`, for a spawned fieldgate that
+/// needs the demo's sensors but no device: its polls are refused at once.
+pub fn demo_devices_unreachable(closed: &ClosedPort) -> tempfile::TempDir {
+    demo_devices_with(|_, declared| {
+        Some(if declared.starts_with("opc.tcp://") {
+            format!("opc.tcp://{}/", closed.addr())
+        } else {
+            closed.addr().to_string()
+        })
+    })
+}

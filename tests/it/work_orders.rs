@@ -377,12 +377,18 @@ async fn the_outbox_delivers_at_least_once_through_failures_and_a_restart() {
     assert_eq!((d.state.as_str(), d.attempts), ("delivered", 3));
 }
 
-/// Starts `fieldgate serve` on a free port with this data directory.
-async fn serve(data: &std::path::Path) -> (tokio::process::Child, std::net::SocketAddr) {
+/// Starts `fieldgate serve` on a free port with this data directory and these device
+/// files, and nothing of the caller's environment.
+async fn serve(
+    data: &std::path::Path,
+    devices: &std::path::Path,
+) -> (tokio::process::Child, std::net::SocketAddr) {
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
         .arg("serve")
-        .current_dir(root())
+        .arg("--devices")
+        .arg(devices)
+        .env_clear()
         .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
         .env("FIELDGATE_STORAGE_DATA_DIR", data.to_str().unwrap())
         .env("FIELDGATE_SERVER_RATE_LIMIT_PER_MINUTE", "1000000")
@@ -408,6 +414,9 @@ async fn serve(data: &std::path::Path) -> (tokio::process::Child, std::net::Sock
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_at_random_moments_no_acknowledged_work_order_is_lost_or_doubled() {
     let data = tempfile::tempdir().unwrap();
+    // The demo's sensors, on no device: work orders need the registry, not readings.
+    let closed = ClosedPort::new();
+    let devices = demo_devices_unreachable(&closed);
     let sensors: Vec<String> = demo_registry().sensors().iter().map(|s| s.id.to_string()).collect();
     let types = ["inspection", "calibration", "repair", "replacement", "cleaning"];
     // Acknowledged: idempotency key → (arguments, work order ID).
@@ -415,7 +424,7 @@ async fn killed_at_random_moments_no_acknowledged_work_order_is_lost_or_doubled(
     let mut seed = 0x2545_F491_4F6C_DD1D_u64;
     let mut n = 0usize;
     for round in 0..50 {
-        let (mut child, addr) = serve(data.path()).await;
+        let (mut child, addr) = serve(data.path(), devices.path()).await;
         let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
         // Everything acknowledged before survives and comes back for its key.
         if round % 10 == 9 {
@@ -428,7 +437,22 @@ async fn killed_at_random_moments_no_acknowledged_work_order_is_lost_or_doubled(
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        let kill_after = Duration::from_micros(2_000 + seed % 40_000);
+        let create = |n: usize| {
+            let key = format!("crash-{n:06}");
+            let args = json!({"sensor_id": sensors[n % sensors.len()], "type": types[(n / sensors.len()) % types.len()],
+                "priority": "low", "summary": format!("Crash test order number {n}."), "idempotency_key": key});
+            (key, args)
+        };
+        // A few acknowledged for certain before the killer is armed, so how many orders
+        // the test covers is counted, not a matter of how fast this box is.
+        for _ in 0..2 + seed % 3 {
+            n += 1;
+            let (key, args) = create(n);
+            let r = c.post("/v1/tools/create_work_order", &serde_json::to_vec(&args).unwrap()).await.unwrap();
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+            acked.insert(key, (args, r.json()["data"]["work_order"]["id"].as_str().unwrap().to_string()));
+        }
+        let kill_after = Duration::from_micros(seed % 40_000);
         let pid = child.id().unwrap().to_string();
         let killer = tokio::spawn(async move {
             tokio::time::sleep(kill_after).await;
@@ -436,9 +460,7 @@ async fn killed_at_random_moments_no_acknowledged_work_order_is_lost_or_doubled(
         });
         loop {
             n += 1;
-            let key = format!("crash-{n:06}");
-            let args = json!({"sensor_id": sensors[n % sensors.len()], "type": types[(n / sensors.len()) % types.len()],
-                "priority": "low", "summary": format!("Crash test order number {n}."), "idempotency_key": key});
+            let (key, args) = create(n);
             match c.post("/v1/tools/create_work_order", &serde_json::to_vec(&args).unwrap()).await {
                 Ok(r) if r.status == 200 => {
                     let id = r.json()["data"]["work_order"]["id"].as_str().unwrap().to_string();
@@ -453,7 +475,7 @@ async fn killed_at_random_moments_no_acknowledged_work_order_is_lost_or_doubled(
     }
     // After the last crash: every acknowledged order exists exactly once and its key
     // returns it.
-    let (mut child, addr) = serve(data.path()).await;
+    let (mut child, addr) = serve(data.path(), devices.path()).await;
     let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
     let mut all = Vec::new();
     let mut args = json!({"limit": 500});
@@ -498,11 +520,14 @@ async fn the_cli_decides_through_a_running_service_with_an_operator_token() {
     let server =
         Server::start(svc.clone(), fieldgate::transport::auth::Tokens::load(None, env).unwrap()).await;
     let url = format!("http://{}", server.addr);
+    let data = tempfile::tempdir().unwrap();
     let run = |token: &str| {
-        let (url, id, token) = (url.clone(), id.clone(), token.to_string());
+        let (url, id, token, data) = (url.clone(), id.clone(), token.to_string(), data.path().to_owned());
         tokio::task::spawn_blocking(move || {
             std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
                 .args(["work-orders", "approve", &id, "--url", &url, "--note", "from the CLI"])
+                .env_clear()
+                .env("FIELDGATE_STORAGE_DATA_DIR", data)
                 .env("FIELDGATE_CLI_TOKEN", token)
                 .output()
                 .unwrap()
@@ -529,12 +554,16 @@ async fn the_cli_decides_through_a_running_service_with_an_operator_token() {
 /// directory created by reading, and a pointer to `--url` when a service holds the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_work_orders_command_agrees_with_itself_locally_and_remotely() {
+    // A configured listen address where nothing answers, held for the whole test.
+    let closed = ClosedPort::new();
+    let listen = closed.addr().to_string();
     let cli = |args: Vec<String>| {
+        let listen = listen.clone();
         tokio::task::spawn_blocking(move || {
             std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
                 .args(&args)
                 .env_clear()
-                .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:18080")
+                .env("FIELDGATE_SERVER_LISTEN", listen)
                 .output()
                 .unwrap()
         })
@@ -625,8 +654,23 @@ async fn a_relative_since_is_pinned_across_pages_and_stated() {
         first["since"].as_str().is_some_and(|s| s.ends_with('Z')),
         "the absolute instant is stated: {first}"
     );
-    // Time passes beyond the relative window; the next page still belongs to the first's.
-    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    // Time passes beyond the relative window (waited for until it has, not guessed): both
+    // orders are now older than 2 s, so "-2s" asked afresh finds none.
+    let created: Vec<chrono::DateTime<chrono::Utc>> =
+        svc.call("list_work_orders", json!({"since": "-1h"})).await.unwrap().json()["work_orders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["created_at"].as_str().unwrap().parse().unwrap())
+            .collect();
+    let newest = *created.iter().max().unwrap();
+    wait_until("both orders to be older than 2 s", std::time::Duration::from_secs(30), || {
+        std::future::ready(chrono::Utc::now() - chrono::Duration::milliseconds(2100) > newest)
+    })
+    .await;
+    let fresh = svc.call("list_work_orders", json!({"since": "-2s", "limit": 1})).await.unwrap().json();
+    assert_eq!(fresh["total"], 0, "the window did slide: {fresh}");
+    // The next page still belongs to the first's.
     let cursor = first["next_cursor"].as_str().unwrap();
     let second = svc
         .call("list_work_orders", json!({"since": "-2s", "limit": 1, "cursor": cursor}))
