@@ -380,3 +380,7 @@ mod tests {
         assert_eq!(b.snapshot().state, SnapshotState::Closed);
     }
 }
+
+#[cfg(test)]
+#[path = "breaker_model.rs"]
+mod model;

@@ -429,7 +429,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(24))]
+        #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
         fn ranges_agree_with_a_naive_reference(
             gaps in prop::collection::vec(1i64..120_000, 1..3000),

@@ -170,7 +170,7 @@ async fn raw_paging_returns_every_point_exactly_once() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+    #![proptest_config(ProptestConfig::with_cases(32))]
     #[test]
     fn buckets_agree_with_a_naive_reference(n in 1usize..2000, seed in any::<u64>(), width in prop::sample::select(vec![("30s", 30_000i64), ("5m", 300_000), ("1h", 3_600_000)]), limit in 1u32..40) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
