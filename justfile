@@ -14,3 +14,9 @@ schemas:
 
 ci:
     bash .ci/run
+
+# Mutation check of one file against the library's unit tests (docs/mutants.md); not in
+# CI: one run takes tens of minutes on 2 cores. `--in-place` reuses the warm target/
+# (do not edit the tree while it runs).
+mutants FILE:
+    cargo mutants --in-place --file {{FILE}} -- --lib

@@ -416,3 +416,7 @@ mod tests {
         assert_eq!(b.snapshot().state, SnapshotState::Closed);
     }
 }
+
+#[cfg(test)]
+#[path = "breaker_model.rs"]
+mod model;

@@ -429,7 +429,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(24))]
+        #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
         fn ranges_agree_with_a_naive_reference(
             gaps in prop::collection::vec(1i64..120_000, 1..3000),
@@ -542,11 +542,47 @@ mod tests {
         assert_eq!(pruned.chunks, 2);
         let left = store.points("S", 0, i64::MAX).unwrap();
         assert_eq!(left.first().unwrap().t, 2 * MAX_POINTS as i64 * 1000);
-        // By size: keep under a third of the original; the open chunk is never dropped.
-        let pruned = store.prune(i64::MIN, bytes / 3).unwrap();
-        assert!(pruned.chunks >= 1);
+        let (after_age, _) = store.size().unwrap();
+        assert_eq!(pruned.bytes, bytes - after_age, "the bytes it reports are the bytes it freed");
+        // By size: keep under a third of the original. Three chunks of about a fifth each
+        // are left, so the two oldest go and exactly the newest (the open one) stays.
+        let max_bytes = bytes / 3;
+        let pruned = store.prune(i64::MIN, max_bytes).unwrap();
+        let (remaining, chunks) = store.size().unwrap();
+        assert!(remaining <= max_bytes, "{remaining} bytes left, more than {max_bytes}");
+        assert_eq!((pruned.chunks, chunks), (2, 1));
+        assert_eq!(pruned.bytes, after_age - remaining);
         let left = store.points("S", 0, i64::MAX).unwrap();
+        assert_eq!(left.first().unwrap().t, 4 * MAX_POINTS as i64 * 1000, "the oldest went first");
         assert_eq!(left.last().unwrap().t, (MAX_POINTS as i64 * 5 - 1) * 1000);
-        assert!(left.first().unwrap().t > 2 * MAX_POINTS as i64 * 1000);
+        assert_eq!(left.len(), MAX_POINTS as usize);
+        // Not more than needed: a limit the remaining chunk fits drops nothing.
+        assert_eq!(store.prune(i64::MIN, remaining).unwrap().chunks, 0);
+    }
+
+    /// The open chunk is never dropped, even when it alone is over the size limit; every
+    /// sealed chunk is, oldest first, whichever sensor it belongs to.
+    #[test]
+    fn size_pruning_keeps_only_open_chunks_when_the_limit_is_below_them() {
+        let store = HistoryStore::in_memory().unwrap();
+        for i in 0..(MAX_POINTS as i64 * 3) {
+            store.append("A", &p(i * 1000, i as f64));
+        }
+        for i in 0..(MAX_POINTS as i64 + 10) {
+            store.append("B", &p(i * 1000 + 500, -(i as f64)));
+        }
+        store.flush().unwrap();
+        assert_eq!(store.size().unwrap().1, 5);
+        let pruned = store.prune(i64::MIN, 0).unwrap();
+        assert_eq!(pruned.chunks, 3, "the sealed chunks: two of A, one of B");
+        let a = store.points("A", 0, i64::MAX).unwrap();
+        assert_eq!(a.first().unwrap().t, 2 * MAX_POINTS as i64 * 1000);
+        let b = store.points("B", 0, i64::MAX).unwrap();
+        assert_eq!(b.len(), 10);
+        assert_eq!(store.size().unwrap().1, 2);
     }
 }
+
+#[cfg(test)]
+#[path = "history_props.rs"]
+mod props;

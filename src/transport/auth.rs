@@ -191,19 +191,18 @@ mod tests {
         )
         .err()
         .unwrap();
-        let text: Vec<String> = e.iter().map(|p| p.to_string()).collect();
-        assert_eq!(text.len(), 5, "{text:#?}");
-        assert!(
-            text.iter()
-                .any(|t| t.contains("tokens.toml:3: `role` in tokens[1]: must be one of agent, operator"))
+        let prefix = format!("{}/", dir.path().display());
+        let text: Vec<String> = e.iter().map(|p| p.to_string().replace(&prefix, "")).collect();
+        assert_eq!(
+            text,
+            [
+                "tokens.toml:3: `role` in tokens[1]: must be one of agent, operator, found \"admin\"",
+                "tokens.toml:4: `token` in tokens[1]: a token must be at least 16 characters",
+                "tokens.toml:5: unknown key `extra` in tokens[1]",
+                "environment variable FIELDGATE_TOKEN_A: must be <role>:<token>, e.g. agent:6f1c…",
+                "environment variable FIELDGATE_TOKEN_B: role must be agent or operator, found \"boss\"",
+            ]
         );
-        assert!(
-            text.iter()
-                .any(|t| t.contains("tokens.toml:4: `token` in tokens[1]: a token must be at least 16"))
-        );
-        assert!(text.iter().any(|t| t.contains("unknown key `extra`")));
-        assert!(text.iter().any(|t| t.contains("FIELDGATE_TOKEN_A: must be <role>:<token>")));
-        assert!(text.iter().any(|t| t.contains("FIELDGATE_TOKEN_B: role must be agent or operator")));
     }
 
     #[test]
@@ -215,6 +214,47 @@ mod tests {
                 ("FIELDGATE_TOKEN_B", "operator:0123456789abcdefgh"),
             ]),
         );
-        assert!(e.is_err());
+        let text: Vec<String> = e.err().unwrap().iter().map(|p| p.to_string()).collect();
+        assert_eq!(text, [r#"tokens: tokens "a" and "b" are the same"#]);
+    }
+
+    #[test]
+    fn the_same_name_twice_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.toml");
+        std::fs::write(
+            &path,
+            "[[tokens]]\nname = \"shift-lead\"\nrole = \"agent\"\ntoken = \"0123456789abcdefgh\"\n",
+        )
+        .unwrap();
+        let e = Tokens::load(
+            Some(&path),
+            env(&[("FIELDGATE_TOKEN_SHIFT_LEAD", "operator:zyxwvutsrq9876543210")]),
+        );
+        let text: Vec<String> = e.err().unwrap().iter().map(|p| p.to_string()).collect();
+        assert_eq!(text, [r#"tokens: token name "shift-lead" is used twice"#]);
+    }
+
+    #[test]
+    fn a_token_with_a_space_or_a_control_character_is_refused() {
+        for secret in ["0123456789 abcdefgh", "0123456789\tabcdefgh", "0123456789abcdéfgh"] {
+            let e = Tokens::load(None, env(&[("FIELDGATE_TOKEN_A", &format!("agent:{secret}"))]));
+            let text: Vec<String> = e.err().unwrap().iter().map(|p| p.to_string()).collect();
+            assert_eq!(
+                text,
+                ["environment variable FIELDGATE_TOKEN_A: a token must be printable ASCII without spaces"],
+                "{secret:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn tokens_are_compared_whole() {
+        let t = Tokens::load(None, env(&[("FIELDGATE_TOKEN_A", "agent:0123456789abcdefgh")])).unwrap();
+        for other in ["0123456789abcdefg", "0123456789abcdefghi", "1123456789abcdefgh", "0123456789abcdefgH"]
+        {
+            assert_eq!(t.authenticate(other), None, "{other}");
+        }
+        assert_eq!(t.authenticate("0123456789abcdefgh").map(|c| c.id), Some("a".to_string()));
     }
 }

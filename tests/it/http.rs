@@ -285,10 +285,14 @@ async fn requests_have_a_server_side_timeout() {
     plant.faults("a-line1-plc", Faults { no_reply: 1.0, ..Default::default() });
     let server = Server::start(plant.service.clone(), Tokens::default()).await;
     let mut c = server.client().await;
-    let started = std::time::Instant::now();
     let r = c.post("/v1/tools/get_sensor_reading", br#"{"sensor_id":"A_LINE1_001"}"#).await.unwrap();
+    // 408 with its own envelope, not the device's DEVICE_TIMEOUT after the call's three
+    // attempts: the server's timeout ended the request. (How soon is a bench figure.)
     assert_eq!(r.status, 408);
-    assert!(started.elapsed() < Duration::from_millis(450), "{:?}", started.elapsed());
+    let error = &r.json()["error"];
+    assert_eq!(error["code"], "REQUEST_TIMEOUT", "{error}");
+    assert_eq!(error["message"], "The request did not complete within 150 ms.");
+    assert_eq!(error["retryable"], false);
 }
 
 #[tokio::test]

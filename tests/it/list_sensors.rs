@@ -41,13 +41,84 @@ async fn all_pages(mut args: Value) -> (Vec<String>, usize) {
     }
 }
 
+/// Every sensor the demo device files declare, as `(id, plant, kind)`, read with the `toml`
+/// crate straight from the files (not through the registry, whose order is under test) and
+/// sorted by the ID's text.
+fn declared_sensors() -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(demo_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let doc: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        let plant = doc["plant"].as_str().unwrap().to_string();
+        for s in doc["sensors"].as_array().unwrap() {
+            out.push((
+                s["id"].as_str().unwrap().to_string(),
+                plant.clone(),
+                s["kind"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    out
+}
+
 #[tokio::test]
 async fn default_page_lists_every_demo_sensor_sorted() {
     let e = call("list_sensors", json!({})).await;
     let got = ids(&e);
-    let want: Vec<String> = demo_registry().sensors().iter().map(|s| s.id.to_string()).collect();
+    let want: Vec<String> = declared_sensors().into_iter().map(|s| s.0).collect();
+    assert_eq!(want.len(), 44, "the demo plant declares 44 sensors");
     assert_eq!(got, want);
     assert_eq!(e.json()["total"], want.len());
+    // Written out where plants and zones meet, so the oracle is not trusted alone.
+    let at = |id: &str| got.iter().position(|g| g == id).unwrap();
+    assert_eq!(&got[..2], ["A_LINE1_001", "A_LINE1_002"]);
+    assert_eq!(at("A_LINE1_015") + 1, at("A_UTIL_001"));
+    assert_eq!(at("A_UTIL_009") + 1, at("B_BOILER_001"));
+    assert_eq!(at("B_BOILER_012") + 1, at("B_OVEN2_001"));
+    assert_eq!(got.last().unwrap(), "B_OVEN2_008");
+}
+
+/// Sensors declared out of order, across files whose names sort the other way round, are
+/// listed by ID: the order is the tool's, not the files'.
+#[tokio::test]
+async fn sensors_declared_out_of_order_are_listed_by_id() {
+    let device = |id: &str, plant: &str, zone: &str, port: u16, sensors: &[&str]| {
+        let mut text = format!(
+            "id = \"{id}\"\nplant = \"{plant}\"\nzone = \"{zone}\"\ndescription = \"d\"\n\
+             protocol = \"modbus-tcp\"\nendpoint = \"127.0.0.1:{port}\"\n"
+        );
+        for (i, s) in sensors.iter().enumerate() {
+            text.push_str(&format!(
+                "\n[[sensors]]\nid = \"{s}\"\ndescription = \"s\"\nkind = \"flow\"\nunit = \"m3/h\"\n\
+                 table = \"holding\"\naddress = {}\ntype = \"u16\"\n",
+                i
+            ));
+        }
+        text
+    };
+    let dir = device_dir(&[
+        ("a.toml", &device("z-dev", "Z", "WEST", 1, &["Z_WEST_010", "Z_WEST_002", "Z_WEST_100"])),
+        ("b.toml", &device("m-dev", "M", "EAST", 2, &["M_EAST_007", "M_EAST_001"])),
+        ("c.toml", &device("m-dev2", "M", "BACK", 3, &["M_BACK_900"])),
+    ]);
+    let registry = fieldgate::registry::Registry::load(dir.path()).unwrap();
+    let svc = fieldgate::tools::ToolService::new(
+        std::sync::Arc::new(registry),
+        fieldgate::config::Config::default(),
+    );
+    let want = ["M_BACK_900", "M_EAST_001", "M_EAST_007", "Z_WEST_002", "Z_WEST_010", "Z_WEST_100"];
+    let e = svc.call("list_sensors", json!({})).await.unwrap();
+    assert_eq!(ids(&e), want);
+    // And across pages.
+    let mut args = json!({"limit": 4});
+    let first = svc.call("list_sensors", args.clone()).await.unwrap();
+    args["cursor"] = first.json()["next_cursor"].clone();
+    let second = svc.call("list_sensors", args).await.unwrap();
+    assert_eq!([ids(&first), ids(&second)].concat(), want);
 }
 
 #[tokio::test]
@@ -63,7 +134,7 @@ async fn paging_returns_every_sensor_exactly_once() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(40))]
+    #![proptest_config(ProptestConfig::with_cases(96))]
     #[test]
     fn paging_with_filters_matches_an_unpaged_listing(
         limit in 1u32..12,
@@ -75,11 +146,10 @@ proptest! {
         if let Some(p) = plant { args["plant"] = json!(p); }
         if let Some(k) = kind { args["kind"] = json!(k); }
         let (paged, _) = rt.block_on(all_pages(args));
-        let want: Vec<String> = demo_registry()
-            .sensors()
-            .iter()
-            .filter(|s| plant.is_none_or(|p| s.id.plant() == p) && kind.is_none_or(|k| s.kind == k))
-            .map(|s| s.id.to_string())
+        let want: Vec<String> = declared_sensors()
+            .into_iter()
+            .filter(|(_, p, k)| plant.is_none_or(|want| p == want) && kind.is_none_or(|want| k == want))
+            .map(|(id, ..)| id)
             .collect();
         prop_assert_eq!(paged, want);
     }

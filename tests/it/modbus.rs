@@ -1,7 +1,7 @@
 //! Live readings through the tools from the simulator over real sockets: values, word
 //! orders, coalescing, caching, and every fault the simulator can inject.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::support::*;
 use fieldgate::registry::SensorSource;
@@ -141,18 +141,20 @@ async fn error_of(plant: &Plant, sensor: &str) -> fieldgate::tools::ToolError {
 async fn no_reply_is_a_retryable_timeout_after_two_retries() {
     let plant = demo_plant().await;
     plant.faults("a-line1-plc", Faults { no_reply: 1.0, ..Default::default() });
-    let started = Instant::now();
+    let before = plant.sim.stats("a-line1-plc").unwrap();
     let e = plant.call("get_sensor_reading", json!({"sensor_id": "A_LINE1_001"})).await;
-    let took = started.elapsed();
+    let after = plant.sim.stats("a-line1-plc").unwrap();
     let err = e.error.unwrap();
     assert_eq!(err.code, ErrorCode::DeviceTimeout);
     assert!(err.retryable && err.retry_after_ms.is_some());
     assert_eq!(err.device_id.as_deref(), Some("a-line1-plc"));
     assert!(err.message.contains("500 ms"), "{}", err.message);
-    // Three attempts of the device's timeout_ms (500) with backoff in between, inside the
-    // call's deadline (2 s).
+    // Three attempts of the device's timeout_ms (500) inside the call's deadline (2 s):
+    // three requests the device saw, each on a new connection (one that timed out is
+    // never used again). How long this takes is a figure for the benches.
     assert_eq!(e.meta.attempts, 3);
-    assert!(took >= Duration::from_millis(1500) && took < Duration::from_millis(2200), "{took:?}");
+    assert_eq!(after.requests - before.requests, 3, "{after:?}");
+    assert_eq!(after.accepted - before.accepted, 3, "{after:?}");
 }
 
 #[tokio::test]
@@ -204,11 +206,9 @@ async fn a_device_that_is_down_fails_fast_opens_its_breaker_and_comes_back() {
     // second call opens the breaker (five transient failures in a row).
     let mut codes = Vec::new();
     for _ in 0..4 {
-        let started = Instant::now();
+        // Refused, not timed out: the code says which (DEVICE_UNAVAILABLE, not
+        // DEVICE_TIMEOUT); how fast a refusal is answered is a figure for the benches.
         let err = error_of(&plant, "A_UTIL_001").await;
-        // Refused, not timed out: three timeouts would take 1.5 s; refusals take only the
-        // reconnect backoff between the retries.
-        assert!(started.elapsed() < Duration::from_millis(1000), "{:?}", started.elapsed());
         assert!(err.retryable && err.retry_after_ms.is_some(), "{err:?}");
         codes.push(err.code);
     }
@@ -227,11 +227,10 @@ async fn a_device_that_is_down_fails_fast_opens_its_breaker_and_comes_back() {
     assert_eq!(err.code, ErrorCode::RetryLimitReached, "{err:?}");
     assert!(!err.retryable && err.retry_after_ms.is_none());
     assert!(err.hint.contains("Stop repeating this call"), "{}", err.hint);
-    // Another call to the open device is answered at once.
-    let started = Instant::now();
-    let err = error_of(&plant, "A_UTIL_002").await;
-    assert_eq!(err.code, ErrorCode::CircuitOpen);
-    assert!(started.elapsed() < Duration::from_millis(5), "{:?}", started.elapsed());
+    // Another call to the open device is answered at once: without a device attempt.
+    let e = plant.call("get_sensor_reading", json!({"sensor_id": "A_UTIL_002"})).await;
+    assert_eq!(e.error.as_ref().map(|e| e.code), Some(ErrorCode::CircuitOpen));
+    assert_eq!(e.meta.attempts, 0);
     let status = plant.call("get_device_status", json!({"device_id": "a-util-meter"})).await.json();
     let d = &status["devices"][0];
     assert_eq!((d["state"].as_str(), d["breaker"]["state"].as_str()), (Some("down"), Some("open")), "{d}");
@@ -241,16 +240,15 @@ async fn a_device_that_is_down_fails_fast_opens_its_breaker_and_comes_back() {
     plant.faults("a-util-meter", Faults::default());
     // The breaker lets a probe through after its open period; reconnects back off (at
     // most 5 s). Within that the device answers again.
-    let deadline = Instant::now() + Duration::from_secs(8);
-    loop {
+    wait_until("the device to answer again", Duration::from_secs(30), || async {
         let e = plant.call("get_sensor_reading", json!({"sensor_id": "A_UTIL_003"})).await;
-        if e.ok {
-            break;
+        if !e.ok {
+            let wait = e.error.unwrap().retry_after_ms.unwrap_or(100).min(500);
+            tokio::time::sleep(Duration::from_millis(wait)).await;
         }
-        assert!(Instant::now() < deadline, "device never came back: {:?}", e.error);
-        tokio::time::sleep(Duration::from_millis(e.error.unwrap().retry_after_ms.unwrap_or(100).min(500)))
-            .await;
-    }
+        e.ok
+    })
+    .await;
     // The device answered, so the blocked call is allowed again.
     assert!(plant.call("get_sensor_reading", json!({"sensor_id": "A_UTIL_001"})).await.ok);
     let status = plant.call("get_device_status", json!({"device_id": "a-util-meter"})).await.json();
@@ -279,8 +277,13 @@ async fn a_late_reply_is_never_the_answer_to_the_next_request() {
         assert!(e.ok, "{:?}", e.error);
         assert_eq!(e.json()["value"].as_f64(), Some(-22.2));
     }
-    // Wait past the late reply and read again: still the right sensor's value.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Wait until the stale connection has sent its late reply and closed (the simulator
+    // answers a connection's requests in turn, so it closes only after that reply), then
+    // read again: still the right sensor's value.
+    wait_until("the stale connection to close after its late reply", Duration::from_secs(30), || {
+        std::future::ready(plant.sim.stats("b-boiler-rtu").unwrap().open <= 1)
+    })
+    .await;
     let e = plant.call("get_sensor_reading", json!({"sensor_id": "B_BOILER_011"})).await;
     assert_eq!(e.json()["value"].as_f64(), Some(-22.2));
 }
@@ -304,57 +307,6 @@ async fn a_one_connection_device_serves_20_concurrent_callers_on_one_connection(
     }
     let stats = plant.sim.stats("a-line1-plc").unwrap();
     assert_eq!((stats.accepted, stats.max_open, stats.refused_over_limit), (1, 1, 0), "{stats:?}");
-}
-
-#[tokio::test]
-async fn a_dead_device_does_not_delay_another() {
-    let plant = demo_plant().await;
-    // Warm both connections up so the comparison is between reads, not connects.
-    assert!(plant.call("get_sensor_reading", json!({"sensor_id": "A_LINE1_001"})).await.ok);
-    plant.faults("a-util-meter", Faults { no_reply: 1.0, ..Default::default() });
-    let slow = plant.call("get_sensor_reading", json!({"sensor_id": "A_UTIL_001"}));
-    let fast = async {
-        let started = Instant::now();
-        let e = plant.call("get_sensor_reading", json!({"sensor_id": "A_LINE1_001"})).await;
-        (e, started.elapsed())
-    };
-    let (slow, (fast, took)) = tokio::join!(slow, fast);
-    assert_eq!(slow.error.unwrap().code, ErrorCode::DeviceTimeout);
-    assert!(fast.ok);
-    assert!(took < Duration::from_millis(200), "healthy device took {took:?}");
-
-    // In one batch: a partial result that names what failed.
-    let e = plant
-        .call("get_sensor_readings", json!({"sensor_ids": ["A_LINE1_001", "A_UTIL_001", "A_LINE1_002"]}))
-        .await;
-    assert!(e.ok);
-    let data = e.json();
-    assert_eq!(data["complete"], false);
-    assert_eq!(data["readings"].as_array().unwrap().len(), 2);
-    assert_eq!(data["failed"][0]["sensor_id"], "A_UTIL_001");
-    // Three more timeouts in this call open the breaker (five in a row), so the last
-    // attempt may already be refused by it: both are retryable device errors.
-    let code = data["failed"][0]["error"]["code"].as_str().unwrap().to_string();
-    assert!(code == "DEVICE_TIMEOUT" || code == "CIRCUIT_OPEN", "{code}");
-    assert_eq!(data["failed"][0]["error"]["retryable"], true);
-    assert_eq!(data["failed"][0]["error"]["parameter"], "sensor_ids/1");
-}
-
-#[tokio::test]
-async fn a_batch_with_nothing_readable_fails_with_details() {
-    let plant = demo_plant().await;
-    plant.faults("a-util-meter", Faults { down: true, ..Default::default() });
-    plant.faults(
-        "b-oven2-opcua",
-        Faults { exception_code: Some(2), exception_rate: 1.0, ..Default::default() },
-    );
-    let e = plant
-        .call("get_sensor_readings", json!({"sensor_ids": ["A_UTIL_001", "A_UTIL_002", "B_OVEN2_001"]}))
-        .await;
-    let err = e.error.unwrap();
-    assert_eq!(err.details.len(), 3, "{err:?}");
-    assert_eq!(err.code, ErrorCode::DeviceUnavailable);
-    assert!(err.details[2].message.starts_with("DEVICE_REJECTED"), "{:?}", err.details[2]);
 }
 
 #[tokio::test]

@@ -93,17 +93,18 @@ async fn a_server_that_is_not_there_is_unavailable_not_a_hang() {
         std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
     }
     let mut registry = fieldgate::registry::Registry::load(dir.path()).unwrap();
-    // A port nothing listens on: bind, note the port, close.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    registry
-        .override_opcua_endpoints([("b-oven2-opcua".to_string(), format!("opc.tcp://127.0.0.1:{port}/"))]);
+    // A port that refuses connections for the whole test.
+    let closed = ClosedPort::new();
+    registry.override_opcua_endpoints([(
+        "b-oven2-opcua".to_string(),
+        format!("opc.tcp://127.0.0.1:{}/", closed.port),
+    )]);
     let service = fieldgate::tools::ToolService::new(std::sync::Arc::new(registry), Default::default());
-    let started = std::time::Instant::now();
     let e = service.call("get_sensor_reading", json!({"sensor_id": "B_OVEN2_001"})).await.unwrap();
     let err = e.error.unwrap();
-    assert!(matches!(err.code, ErrorCode::DeviceUnavailable | ErrorCode::DeviceTimeout), "{err:?}");
+    // Refused, so unavailable (a timeout would be DEVICE_TIMEOUT); how fast is a bench figure.
+    assert_eq!(err.code, ErrorCode::DeviceUnavailable, "{err:?}");
     assert!(err.retryable);
-    assert!(started.elapsed() < std::time::Duration::from_secs(3), "{:?}", started.elapsed());
 }
 
 #[tokio::test]
@@ -222,8 +223,8 @@ fn call_binary(devices: &std::path::Path, data: &std::path::Path, env: &[(&str, 
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"));
     cmd.args(["--devices", devices.to_str().unwrap(), "call", "get_sensor_reading"])
         .arg(r#"{"sensor_id":"B_OVEN2_001"}"#)
-        .env("FIELDGATE_STORAGE_DATA_DIR", data)
-        .env_remove("FIELDGATE_LOG");
+        .env_clear()
+        .env("FIELDGATE_STORAGE_DATA_DIR", data);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -295,14 +296,7 @@ async fn a_user_from_the_environment_opens_the_session() {
 
 /// Waits (observing, not sleeping for a guess) until `done` holds; fails after 30 s.
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let wait = async {
-        while !done() {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(30), wait)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+    wait_until(what, std::time::Duration::from_secs(30), || std::future::ready(done())).await;
 }
 
 fn metric(service: &fieldgate::tools::ToolService, name: &str) -> u64 {
@@ -380,11 +374,12 @@ async fn a_slow_server_times_out_and_failures_open_the_breaker() {
     let plant = demo_plant().await;
     // Slower than the oven's 1000 ms timeout: a retryable timeout within the call deadline.
     plant.faults("b-oven2-opcua", Faults { latency_ms: 1500, ..Default::default() });
-    let started = std::time::Instant::now();
     let e = plant.call("get_sensor_reading", json!({"sensor_id": "B_OVEN2_001"})).await;
     let err = e.error.unwrap();
     assert_eq!((err.code, err.retryable), (ErrorCode::DeviceTimeout, true), "{err:?}");
-    assert!(started.elapsed() < std::time::Duration::from_millis(2500), "{:?}", started.elapsed());
+    // The first attempt times out at 1000 ms, the retry runs into the 2 s deadline: two
+    // attempts, counted rather than timed.
+    assert_eq!(e.meta.attempts, 2);
 
     // A server that answers every node with BadNotConnected is failing: after the
     // breaker's threshold the device is not asked any more.

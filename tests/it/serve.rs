@@ -13,23 +13,7 @@ use super::support::*;
 
 /// The demo device files with their endpoints pointed at a running simulator.
 fn devices_for(sim: &Simulator) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for path in fieldgate::registry::device_files(&demo_dir()).unwrap() {
-        let mut text = std::fs::read_to_string(&path).unwrap();
-        let id =
-            text.lines().find_map(|l| l.strip_prefix("id = \"")).unwrap().trim_end_matches('"').to_string();
-        if let Some(addr) = sim.addr(&id) {
-            let declared = text
-                .lines()
-                .find_map(|l| l.strip_prefix("endpoint = \""))
-                .unwrap()
-                .trim_end_matches('"')
-                .to_string();
-            text = text.replace(&declared, &addr.to_string());
-        }
-        std::fs::write(dir.path().join(path.file_name().unwrap()), text).unwrap();
-    }
-    dir
+    demo_devices_for(sim)
 }
 
 #[tokio::test]
@@ -65,9 +49,10 @@ async fn sigterm_lets_the_request_in_flight_finish_and_exits_0() {
         c.post("/v1/tools/get_sensor_reading", br#"{"sensor_id":"A_LINE1_001"}"#).await.unwrap()
     });
     // The request has reached the device: now stop the service.
-    while sim.stats("a-line1-plc").unwrap().requests == before {
-        tokio::task::yield_now().await;
-    }
+    wait_until("the request to reach the device", Duration::from_secs(30), || {
+        std::future::ready(sim.stats("a-line1-plc").unwrap().requests > before)
+    })
+    .await;
     let pid = child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let r = in_flight.await.unwrap();
@@ -113,9 +98,11 @@ async fn sigterm_lets_the_request_in_flight_finish_and_exits_0() {
 
 #[tokio::test]
 async fn the_demo_tour_runs_through_the_real_http_path() {
+    let data = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
-        .args(["demo", "--tour"])
+        .args(["demo", "--tour", "--data-dir", data.path().to_str().unwrap()])
         .current_dir(root())
+        .env_clear()
         .output()
         .await
         .unwrap();
@@ -250,15 +237,12 @@ async fn the_demo_prints_its_fault_control_and_a_fault_set_there_shows_in_the_se
     assert_eq!(e["error"]["code"], "DEVICE_UNAVAILABLE", "{e}");
     assert_eq!(sim.send("DELETE", "/devices/a-util-meter/faults", &[], b"").await.unwrap().status, 200);
     // Back within the breaker's schedule (it may have opened): bounded.
-    let until = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
+    wait_until("the device to answer again", Duration::from_secs(30), || async {
+        let mut c = HttpClient::connect(api).await.unwrap();
         let e =
             c.post("/v1/tools/get_sensor_reading", br#"{"sensor_id":"A_UTIL_002"}"#).await.unwrap().json();
-        if e["ok"] == true {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < until, "the device never came back: {e}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        e["ok"] == true
+    })
+    .await;
     let _ = child.kill().await;
 }

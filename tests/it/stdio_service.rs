@@ -97,24 +97,7 @@ fn order(key: &str) -> Value {
 /// The simulator on the demo devices and device files pointed at it.
 async fn plant() -> (fieldgate_sim::Simulator, tempfile::TempDir) {
     let sim = sim_for(&demo_dir()).await;
-    let dir = tempfile::tempdir().unwrap();
-    for path in fieldgate::registry::device_files(&demo_dir()).unwrap() {
-        let mut text = std::fs::read_to_string(&path).unwrap();
-        let id =
-            text.lines().find_map(|l| l.strip_prefix("id = \"")).unwrap().trim_end_matches('"').to_string();
-        let declared = text
-            .lines()
-            .find_map(|l| l.strip_prefix("endpoint = \""))
-            .unwrap()
-            .trim_end_matches('"')
-            .to_string();
-        if let Some(addr) = sim.addr(&id) {
-            text = text.replace(&declared, &addr.to_string());
-        } else if let Some(url) = sim.opcua_urls().get(&id) {
-            text = text.replace(&declared, url);
-        }
-        std::fs::write(dir.path().join(path.file_name().unwrap()), text).unwrap();
-    }
+    let dir = demo_devices_for(&sim);
     (sim, dir)
 }
 
@@ -129,16 +112,14 @@ async fn work_orders_made_over_stdio_survive_the_session_and_history_fills_meanw
     // The poller runs in this process: history fills while the session is open.
     let since = chrono::Utc::now().timestamp_millis() - 60_000;
     let from = chrono::Utc.timestamp_millis_opt(since).unwrap().to_rfc3339();
-    let until = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let h = s.call("get_sensor_history", json!({"sensor_id": "A_LINE1_001", "from": from})).await;
+    let session = tokio::sync::Mutex::new(&mut s);
+    wait_until("history of A_LINE1_001 from the poller", Duration::from_secs(30), || async {
+        let args = json!({"sensor_id": "A_LINE1_001", "from": from});
+        let h = session.lock().await.call("get_sensor_history", args).await;
         assert_eq!(h["ok"], true, "{h}");
-        if !h["data"]["points"].as_array().unwrap().is_empty() {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < until, "no history after 15 s: {h}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        !h["data"]["points"].as_array().unwrap().is_empty()
+    })
+    .await;
     assert!(s.close().await.success());
     assert!(!data.path().join(fieldgate::app::OWNER_FILE).exists(), "the owner file is removed at exit");
     // A new session, a new process: the order is still there.
@@ -245,12 +226,9 @@ async fn a_held_store_points_at_the_holders_real_address() {
 /// failed is down, and an OPC UA server that never existed is not up.
 #[tokio::test]
 async fn device_state_is_evidence_not_a_default() {
-    // A port that refuses: a listener bound and closed again is good enough here, since
-    // only "nothing answers" matters (a race would make it answer, not hang).
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    // A port that refuses for the whole test (bound, never listening).
+    let port = ClosedPort::new();
+    let closed = port.addr();
     let file = GOOD.replace("127.0.0.1:5020", &closed.to_string());
     let ua = GOOD
         .replace("t-plc", "t-ua")
@@ -296,7 +274,8 @@ async fn a_dead_device_is_one_down_line_and_one_up_line() {
     let data = tempfile::tempdir().unwrap();
     let mut serve = fieldgate(devices.path(), data.path())
         .arg("serve")
-        .env("FIELDGATE_LOG", "info")
+        // The resilience layer's debug events say when a probe failed.
+        .env("FIELDGATE_LOG", "info,fieldgate::resilience=debug")
         .env("FIELDGATE_BREAKER_OPEN_MS", "300")
         .env("FIELDGATE_BREAKER_MAX_OPEN_MS", "600")
         .spawn()
@@ -323,13 +302,21 @@ async fn a_dead_device_is_one_down_line_and_one_up_line() {
             break;
         }
     }
-    // Down a while: probes fail and reopen the breaker, without more "down" lines.
-    let until = tokio::time::Instant::now() + Duration::from_millis(2500);
-    while tokio::time::Instant::now() < until {
-        if let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_millis(200), err.next_line()).await {
-            down += usize::from(line.contains("a-line1-plc") && line.contains("device down"));
+    // Down until two probes have failed and reopened the breaker (observed in the log),
+    // without more "down" lines meanwhile.
+    let down_while_probing = tokio::time::timeout(Duration::from_secs(60), async {
+        let (mut failed_probes, mut more_down) = (0, 0);
+        while failed_probes < 2 {
+            let line = next(&mut err).await;
+            let this = line.contains("a-line1-plc");
+            more_down += usize::from(this && line.contains("device down"));
+            failed_probes += usize::from(this && line.contains("probe failed"));
         }
-    }
+        more_down
+    })
+    .await
+    .expect("two failed probes of the dead device within 60 s");
+    down += down_while_probing;
     sim.set_faults("a-line1-plc", fieldgate_sim::Faults::default()).unwrap();
     loop {
         let line = next(&mut err).await;

@@ -298,8 +298,10 @@ async fn serve_refuses_a_damaged_store_with_a_message_and_exit_1() {
     filled_data_dir(dir.path());
     let path = dir.path().join("history.redb");
     zero(&path, SeekFrom::End(-4096), 4096);
+    let closed = ClosedPort::new();
+    let devices = demo_devices_unreachable(&closed);
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
-        .args(["serve", "--devices", demo_dir().to_str().unwrap()])
+        .args(["serve", "--devices", devices.path().to_str().unwrap()])
         .env_clear()
         .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
         .env("FIELDGATE_STORAGE_DATA_DIR", dir.path())

@@ -223,3 +223,105 @@ pub const STANDARD_FORMATS: [&str; 19] = [
     "relative-json-pointer",
     "regex",
 ];
+
+/// How often [`wait_for`] looks again. Not a synchronisation: the condition is re-checked,
+/// and only the timeout decides failure.
+const POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Waits until `check` yields a value and returns it; fails the test with `what` if it has
+/// not within `timeout`. Every test that waits for something observed (a stored point, a
+/// breaker state, a counter) waits through here, so a broken build fails instead of hanging.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        // A check that itself never completes is bounded too.
+        match tokio::time::timeout_at(deadline, check()).await {
+            Ok(Some(v)) => return v,
+            Ok(None) => {}
+            Err(_) => panic!("timed out after {timeout:?} waiting for {what} (the check did not return)"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`wait_for`] a condition.
+pub async fn wait_until<F, Fut>(what: &str, timeout: std::time::Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait_for(what, timeout, || {
+        let f = check();
+        async move { f.await.then_some(()) }
+    })
+    .await
+}
+
+/// A loopback port that refuses connections for as long as this value lives: a TCP socket
+/// bound to it that never listens. The kernel answers a SYN to a bound, non-listening
+/// port with a reset, and the binding keeps anyone else from taking the port meanwhile
+/// (unlike binding a listener and closing it, after which another test may get the port).
+pub struct ClosedPort {
+    _socket: tokio::net::TcpSocket,
+    pub port: u16,
+}
+
+impl ClosedPort {
+    pub fn new() -> ClosedPort {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = socket.local_addr().unwrap().port();
+        ClosedPort { _socket: socket, port }
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+/// The demo device files in a temporary folder, each `endpoint` replaced by what
+/// `endpoint(device_id, declared)` gives (kept when it gives `None`).
+pub fn demo_devices_with(endpoint: impl Fn(&str, &str) -> Option<String>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for path in fieldgate::registry::device_files(&demo_dir()).unwrap() {
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        let id =
+            text.lines().find_map(|l| l.strip_prefix("id = \"")).unwrap().trim_end_matches('"').to_string();
+        let declared = text
+            .lines()
+            .find_map(|l| l.strip_prefix("endpoint = \""))
+            .unwrap()
+            .trim_end_matches('"')
+            .to_string();
+        if let Some(new) = endpoint(&id, &declared) {
+            text = text.replace(&format!("endpoint = \"{declared}\""), &format!("endpoint = \"{new}\""));
+        }
+        std::fs::write(dir.path().join(path.file_name().unwrap()), text).unwrap();
+    }
+    dir
+}
+
+/// The demo device files pointed at `sim` (Modbus addresses and OPC UA URLs), for a
+/// spawned fieldgate: never the demo's fixed ports, where another test's or another
+/// program's server may listen.
+pub fn demo_devices_for(sim: &Simulator) -> tempfile::TempDir {
+    let urls = sim.opcua_urls();
+    demo_devices_with(|id, _| sim.addr(id).map(|a| a.to_string()).or_else(|| urls.get(id).cloned()))
+}
+
+/// The demo device files with every endpoint at `closed`, for a spawned fieldgate that
+/// needs the demo's sensors but no device: its polls are refused at once.
+pub fn demo_devices_unreachable(closed: &ClosedPort) -> tempfile::TempDir {
+    demo_devices_with(|_, declared| {
+        Some(if declared.starts_with("opc.tcp://") {
+            format!("opc.tcp://{}/", closed.addr())
+        } else {
+            closed.addr().to_string()
+        })
+    })
+}

@@ -1,10 +1,8 @@
 //! Work orders: idempotency under concurrency, duplicates, the lifecycle, the operator
-//! role, expiry, delivery through the outbox, and crashes at any moment.
+//! role, expiry and delivery through the outbox (crashes: `work_orders_crash.rs`).
 
-use std::collections::{HashMap, HashSet};
-use std::process::Stdio;
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use fieldgate::tools::defs::WorkOrderStatus as S;
 use fieldgate::tools::{ErrorCode, ToolService};
@@ -389,122 +387,6 @@ async fn the_outbox_delivers_at_least_once_through_failures_and_a_restart() {
     assert_eq!((d.state.as_str(), d.attempts), ("delivered", 3));
 }
 
-/// Starts `fieldgate serve` on a free port with this data directory.
-async fn serve(data: &std::path::Path) -> (tokio::process::Child, std::net::SocketAddr) {
-    use tokio::io::AsyncBufReadExt;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
-        .arg("serve")
-        .current_dir(root())
-        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
-        .env("FIELDGATE_STORAGE_DATA_DIR", data.to_str().unwrap())
-        .env("FIELDGATE_SERVER_RATE_LIMIT_PER_MINUTE", "1000000")
-        .env("FIELDGATE_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    loop {
-        let line =
-            tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.unwrap().unwrap().unwrap();
-        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
-            let addr = rest.split_whitespace().next().unwrap().parse().unwrap();
-            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-            return (child, addr);
-        }
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_at_random_moments_no_acknowledged_work_order_is_lost_or_doubled() {
-    let data = tempfile::tempdir().unwrap();
-    let sensors: Vec<String> = demo_registry().sensors().iter().map(|s| s.id.to_string()).collect();
-    let types = ["inspection", "calibration", "repair", "replacement", "cleaning"];
-    // Acknowledged: idempotency key → (arguments, work order ID).
-    let mut acked: HashMap<String, (Value, String)> = HashMap::new();
-    let mut seed = 0x2545_F491_4F6C_DD1D_u64;
-    let mut n = 0usize;
-    for round in 0..50 {
-        let (mut child, addr) = serve(data.path()).await;
-        let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
-        // Everything acknowledged before survives and comes back for its key.
-        if round % 10 == 9 {
-            for (key, (args, id)) in &acked {
-                let r =
-                    c.post("/v1/tools/create_work_order", &serde_json::to_vec(args).unwrap()).await.unwrap();
-                assert_eq!(r.json()["data"]["work_order"]["id"].as_str(), Some(id.as_str()), "{key}");
-            }
-        }
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        // The kill comes at a random moment after the round's second acknowledged order
-        // (so every round adds some, however loaded the machine), while more are sent.
-        let kill_after = Duration::from_micros(seed % 40_000);
-        let pid = child.id().unwrap().to_string();
-        let mut killer = None;
-        let mut this_round = 0;
-        loop {
-            n += 1;
-            let key = format!("crash-{n:06}");
-            let args = json!({"sensor_id": sensors[n % sensors.len()], "type": types[(n / sensors.len()) % types.len()],
-                "priority": "low", "summary": format!("Crash test order number {n}."), "idempotency_key": key});
-            match c.post("/v1/tools/create_work_order", &serde_json::to_vec(&args).unwrap()).await {
-                Ok(r) if r.status == 200 => {
-                    let id = r.json()["data"]["work_order"]["id"].as_str().unwrap().to_string();
-                    acked.insert(key, (args, id));
-                    this_round += 1;
-                    if this_round == 2 {
-                        let pid = pid.clone();
-                        killer = Some(tokio::spawn(async move {
-                            tokio::time::sleep(kill_after).await;
-                            std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap();
-                        }));
-                    }
-                }
-                Ok(r) => panic!("unexpected answer {}: {}", r.status, String::from_utf8_lossy(&r.body)),
-                Err(_) => break, // killed mid-call: not acknowledged
-            }
-        }
-        killer.expect("the round acknowledged two orders before it was killed").await.unwrap();
-        let _ = child.wait().await;
-    }
-    // After the last crash: every acknowledged order exists exactly once and its key
-    // returns it.
-    let (mut child, addr) = serve(data.path()).await;
-    let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
-    let mut all = Vec::new();
-    let mut args = json!({"limit": 500});
-    loop {
-        let d = c
-            .post("/v1/tools/list_work_orders", &serde_json::to_vec(&args).unwrap())
-            .await
-            .unwrap()
-            .json()["data"]
-            .clone();
-        all.extend(
-            d["work_orders"].as_array().unwrap().iter().map(|o| o["id"].as_str().unwrap().to_string()),
-        );
-        match d["next_cursor"].as_str() {
-            Some(cur) => args["cursor"] = json!(cur),
-            None => break,
-        }
-    }
-    let unique: HashSet<&String> = all.iter().collect();
-    assert_eq!(unique.len(), all.len(), "an ID appears twice");
-    for (key, (args, id)) in &acked {
-        assert!(unique.contains(id), "{id} ({key}) was acknowledged and lost");
-        let r = c.post("/v1/tools/create_work_order", &serde_json::to_vec(args).unwrap()).await.unwrap();
-        assert_eq!(r.json()["data"]["work_order"]["id"].as_str(), Some(id.as_str()));
-        assert_eq!(r.json()["data"]["created"], false);
-    }
-    assert!(acked.len() >= 100, "only {} orders acknowledged over 50 rounds", acked.len());
-    eprintln!("crash test: 50 SIGKILLs, {} acknowledged work orders, {} stored", acked.len(), all.len());
-    child.kill().await.unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_decides_through_a_running_service_with_an_operator_token() {
     let svc = service();
@@ -518,11 +400,14 @@ async fn the_cli_decides_through_a_running_service_with_an_operator_token() {
     let server =
         Server::start(svc.clone(), fieldgate::transport::auth::Tokens::load(None, env).unwrap()).await;
     let url = format!("http://{}", server.addr);
+    let data = tempfile::tempdir().unwrap();
     let run = |token: &str| {
-        let (url, id, token) = (url.clone(), id.clone(), token.to_string());
+        let (url, id, token, data) = (url.clone(), id.clone(), token.to_string(), data.path().to_owned());
         tokio::task::spawn_blocking(move || {
             std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
                 .args(["work-orders", "approve", &id, "--url", &url, "--note", "from the CLI"])
+                .env_clear()
+                .env("FIELDGATE_STORAGE_DATA_DIR", data)
                 .env("FIELDGATE_CLI_TOKEN", token)
                 .output()
                 .unwrap()
@@ -549,12 +434,16 @@ async fn the_cli_decides_through_a_running_service_with_an_operator_token() {
 /// directory created by reading, and a pointer to `--url` when a service holds the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_work_orders_command_agrees_with_itself_locally_and_remotely() {
+    // A configured listen address where nothing answers, held for the whole test.
+    let closed = ClosedPort::new();
+    let listen = closed.addr().to_string();
     let cli = |args: Vec<String>| {
+        let listen = listen.clone();
         tokio::task::spawn_blocking(move || {
             std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
                 .args(&args)
                 .env_clear()
-                .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:18080")
+                .env("FIELDGATE_SERVER_LISTEN", listen)
                 .output()
                 .unwrap()
         })
@@ -645,8 +534,23 @@ async fn a_relative_since_is_pinned_across_pages_and_stated() {
         first["since"].as_str().is_some_and(|s| s.ends_with('Z')),
         "the absolute instant is stated: {first}"
     );
-    // Time passes beyond the relative window; the next page still belongs to the first's.
-    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    // Time passes beyond the relative window (waited for until it has, not guessed): both
+    // orders are now older than 2 s, so "-2s" asked afresh finds none.
+    let created: Vec<chrono::DateTime<chrono::Utc>> =
+        svc.call("list_work_orders", json!({"since": "-1h"})).await.unwrap().json()["work_orders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["created_at"].as_str().unwrap().parse().unwrap())
+            .collect();
+    let newest = *created.iter().max().unwrap();
+    wait_until("both orders to be older than 2 s", std::time::Duration::from_secs(30), || {
+        std::future::ready(chrono::Utc::now() - chrono::Duration::milliseconds(2100) > newest)
+    })
+    .await;
+    let fresh = svc.call("list_work_orders", json!({"since": "-2s", "limit": 1})).await.unwrap().json();
+    assert_eq!(fresh["total"], 0, "the window did slide: {fresh}");
+    // The next page still belongs to the first's.
     let cursor = first["next_cursor"].as_str().unwrap();
     let second = svc
         .call("list_work_orders", json!({"since": "-2s", "limit": 1, "cursor": cursor}))

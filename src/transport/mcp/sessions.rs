@@ -296,6 +296,21 @@ mod tests {
         assert!(s.is_empty());
     }
 
+    /// Nobody asks for an idle session again: the background sweep ends it (and so its
+    /// GET stream) within a quarter of the idle time after it expired, not before.
+    #[tokio::test(start_paused = true)]
+    async fn the_sweeper_ends_an_idle_session_nobody_asks_for() {
+        let s = sessions(10, 1000);
+        let id = s.reserve("c").unwrap().open("2025-06-18");
+        let session = s.get(&id, "c").unwrap();
+        tokio::time::sleep(Duration::from_millis(990)).await;
+        assert!(!session.ended.is_cancelled(), "not before the idle time");
+        assert_eq!(s.len(), 1);
+        tokio::time::sleep(Duration::from_millis(10 + 250 + 1)).await;
+        assert!(session.ended.is_cancelled(), "within a sweep period after it");
+        assert!(s.is_empty());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_full_table_names_when_a_slot_frees() {
         let s = sessions(1, 10_000);
