@@ -1,12 +1,9 @@
 //! The documented loss window of history after a crash (`kill -9`): at most one flush
 //! interval plus the time one flush takes, checked against the real binary.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use fieldgate_sim::{Bind, Scenario, Simulator, Wave};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 
 use super::support::*;
 
@@ -31,21 +28,11 @@ async fn after_kill_9_history_keeps_everything_older_than_one_flush_interval_plu
             .unwrap();
     let devices = device_dir(&[("t.toml", &file.replace("ADDR", &sim.addr("t-plc").unwrap().to_string()))]);
     let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
-        .args(["serve", "--devices", devices.path().to_str().unwrap()])
-        .env_clear()
-        .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
-        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
-        .env("FIELDGATE_STORAGE_FLUSH_INTERVAL_MS", FLUSH_MS.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let _addr = listening_addr(&mut lines).await;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let flush = FLUSH_MS.to_string();
+    let mut served =
+        serve_binary(devices.path(), data.path(), &[("FIELDGATE_STORAGE_FLUSH_INTERVAL_MS", &flush)]).await;
+    served.drain_stderr();
+    let mut child = served.child;
     // Let it poll and flush for a while (several flushes), then kill it without warning.
     let polls_before = sim.stats("t-plc").unwrap().requests;
     let waited = tokio::time::timeout(Duration::from_secs(30), async {

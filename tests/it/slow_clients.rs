@@ -1,12 +1,10 @@
 //! Clients that hold connections without finishing a request (slow headers, an idle
 //! kept-alive connection), against the real `fieldgate serve`.
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::process::Command;
 
 use super::support::*;
 
@@ -34,21 +32,10 @@ async fn closed_by_server(stream: &mut TcpStream) -> Vec<u8> {
 async fn slow_request_headers_and_idle_connections_are_closed_after_the_header_timeout() {
     let devices = device_dir(&[("t.toml", GOOD)]);
     let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
-        .args(["serve", "--devices", devices.path().to_str().unwrap()])
-        .env_clear()
-        .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
-        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
-        .env("FIELDGATE_SERVER_HEADER_TIMEOUT_MS", "300")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = listening_addr(&mut lines).await;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let mut served =
+        serve_binary(devices.path(), data.path(), &[("FIELDGATE_SERVER_HEADER_TIMEOUT_MS", "300")]).await;
+    let addr = served.addr;
+    served.drain_stderr();
 
     // Headers begun and never finished (a slow-loris client).
     let mut slow = TcpStream::connect(addr).await.unwrap();
@@ -69,47 +56,28 @@ async fn slow_request_headers_and_idle_connections_are_closed_after_the_header_t
     // The service itself is unaffected.
     let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
     assert_eq!(c.get("/healthz").await.unwrap().status, 200);
-    let _ = child.kill().await;
+    let _ = served.child.kill().await;
 }
 
 #[tokio::test]
 async fn a_client_still_sending_headers_does_not_hold_up_a_stop() {
     let devices = device_dir(&[("t.toml", GOOD)]);
     let data = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
-        .args(["serve", "--devices", devices.path().to_str().unwrap()])
-        .env_clear()
-        .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
-        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
-        // A grace period far longer than the wait below: a stop that waited for the
-        // slow client would not be seen within it.
-        .env("FIELDGATE_SERVER_SHUTDOWN_GRACE_MS", "120000")
-        .env("FIELDGATE_SERVER_HEADER_TIMEOUT_MS", "120000")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = listening_addr(&mut lines).await;
-    let logged = tokio::spawn(async move {
-        let mut all = String::new();
-        while let Ok(Some(l)) = lines.next_line().await {
-            all.push_str(&l);
-            all.push('\n');
-        }
-        all
-    });
+    // A grace period and header timeout far longer than the wait below: a stop that
+    // waited for the slow client would not be seen within it.
+    let env =
+        [("FIELDGATE_SERVER_SHUTDOWN_GRACE_MS", "120000"), ("FIELDGATE_SERVER_HEADER_TIMEOUT_MS", "120000")];
+    let mut served = serve_binary(devices.path(), data.path(), &env).await;
+    let (addr, logged) = (served.addr, served.drain_stderr());
     let mut slow = TcpStream::connect(addr).await.unwrap();
     slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.unwrap();
     let _idle = TcpStream::connect(addr).await.unwrap();
     // Both connections are accepted once a request on a third is answered.
     let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
     assert_eq!(c.get("/healthz").await.unwrap().status, 200);
-    let pid = child.id().unwrap().to_string();
+    let pid = served.child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+    let status = tokio::time::timeout(Duration::from_secs(30), served.child.wait())
         .await
         .expect("the stop waited for a client that never finished its request")
         .unwrap();

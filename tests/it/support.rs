@@ -325,3 +325,49 @@ pub fn demo_devices_unreachable(closed: &ClosedPort) -> tempfile::TempDir {
         })
     })
 }
+
+/// A `fieldgate serve` process on `devices` and `data`, on a free loopback port, with a
+/// cleared environment plus `env`; its address once it listens, and its stderr from then on.
+pub struct Served {
+    pub child: tokio::process::Child,
+    pub addr: std::net::SocketAddr,
+    pub stderr: Option<tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>>,
+}
+
+pub async fn serve_binary(devices: &Path, data: &Path, env: &[(&str, &str)]) -> Served {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["serve", "--devices"])
+        .arg(devices)
+        .env_clear()
+        .env("FIELDGATE_STORAGE_DATA_DIR", data)
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("fieldgate starts");
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().expect("stderr piped")).lines();
+    let addr = listening_addr(&mut stderr).await;
+    Served { child, addr, stderr: Some(stderr) }
+}
+
+impl Served {
+    /// Reads the rest of stderr in the background (so the process never blocks on it);
+    /// the text once the process has exited.
+    pub fn drain_stderr(&mut self) -> tokio::task::JoinHandle<String> {
+        let lines = self.stderr.take();
+        tokio::spawn(async move {
+            let mut all = String::new();
+            if let Some(mut lines) = lines {
+                while let Ok(Some(l)) = lines.next_line().await {
+                    all.push_str(&l);
+                    all.push('\n');
+                }
+            }
+            all
+        })
+    }
+}
