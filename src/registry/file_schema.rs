@@ -5,6 +5,7 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::bounds;
 use super::model::{DataType, OpcUaMode, Parity, Protocol, RegisterTable, WordOrder};
 use crate::ids::{DEVICE_ID_PATTERN, PLANT_PATTERN, SENSOR_ID_PATTERN, ZONE_PATTERN};
 
@@ -27,19 +28,19 @@ pub struct DeviceFile {
     /// host:port; a serial device path for modbus-rtu; opc.tcp://host:port/path for opcua.
     pub endpoint: String,
     /// Modbus unit (slave) ID. Default 1.
-    #[schemars(range(min = 0, max = 247))]
+    #[schemars(range(min = bounds::UNIT_ID.min, max = bounds::UNIT_ID.max))]
     pub unit_id: Option<u8>,
     /// Per-request timeout. Default 1000.
-    #[schemars(range(min = 1, max = 60000))]
+    #[schemars(range(min = bounds::TIMEOUT_MS.min, max = bounds::TIMEOUT_MS.max))]
     pub timeout_ms: Option<u32>,
     /// Polling period for history; 0 = not polled. Default 1000.
-    #[schemars(range(min = 0, max = 86400000))]
+    #[schemars(range(min = bounds::POLL_INTERVAL_MS.min, max = bounds::POLL_INTERVAL_MS.max))]
     pub poll_interval_ms: Option<u32>,
     /// Cap for coalesced reads. Default 125.
-    #[schemars(range(min = 1, max = 125))]
+    #[schemars(range(min = bounds::MAX_REGISTERS_PER_READ.min, max = bounds::MAX_REGISTERS_PER_READ.max))]
     pub max_registers_per_read: Option<u16>,
     /// Registers a coalesced read may skip over. Default 8.
-    #[schemars(range(min = 0, max = 124))]
+    #[schemars(range(min = bounds::MAX_GAP.min, max = bounds::MAX_GAP.max))]
     pub max_gap: Option<u16>,
     /// Default word order of multi-register values. Default ABCD.
     pub word_order: Option<WordOrder>,
@@ -56,12 +57,12 @@ pub struct DeviceFile {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Serial {
-    #[schemars(range(min = 300, max = 4000000))]
+    #[schemars(range(min = bounds::BAUD_RATE.min, max = bounds::BAUD_RATE.max))]
     pub baud_rate: Option<u32>,
     pub parity: Option<Parity>,
-    #[schemars(range(min = 5, max = 8))]
+    #[schemars(range(min = bounds::DATA_BITS.min, max = bounds::DATA_BITS.max))]
     pub data_bits: Option<u8>,
-    #[schemars(range(min = 1, max = 2))]
+    #[schemars(range(min = bounds::STOP_BITS.min, max = bounds::STOP_BITS.max))]
     pub stop_bits: Option<u8>,
 }
 
@@ -113,17 +114,17 @@ pub struct SensorEntry {
     pub equipment: Option<String>,
     pub table: Option<RegisterTable>,
     /// 0-based protocol address (not the 4xxxx notation).
-    #[schemars(range(min = 0, max = 65535))]
+    #[schemars(range(min = bounds::ADDRESS.min, max = bounds::ADDRESS.max))]
     pub address: Option<u16>,
     #[serde(rename = "type")]
     pub data_type: Option<DataType>,
     /// Overrides the device's word order.
     pub word_order: Option<WordOrder>,
     /// Read one bit (0-15) of a register as bool.
-    #[schemars(range(min = 0, max = 15))]
+    #[schemars(range(min = bounds::BIT.min, max = bounds::BIT.max))]
     pub bit: Option<u8>,
     /// Registers, for type = "string".
-    #[schemars(range(min = 1, max = 125))]
+    #[schemars(range(min = bounds::LENGTH.min, max = bounds::LENGTH.max))]
     pub length: Option<u16>,
     /// normalized = raw * scale + offset. Default 1.
     pub scale: Option<f64>,
@@ -150,18 +151,18 @@ pub struct Range {
 #[serde(deny_unknown_fields)]
 pub struct Breaker {
     /// Consecutive transient failures that open the breaker.
-    #[schemars(range(min = 1, max = 1000))]
+    #[schemars(range(min = bounds::FAILURE_THRESHOLD.min, max = bounds::FAILURE_THRESHOLD.max))]
     pub failure_threshold: Option<u32>,
     /// Share of failures in the window (percent) that opens it.
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = bounds::FAILURE_RATE_PERCENT.min, max = bounds::FAILURE_RATE_PERCENT.max))]
     pub failure_rate_percent: Option<u32>,
-    #[schemars(range(min = 1, max = 1000))]
+    #[schemars(range(min = bounds::WINDOW_SIZE.min, max = bounds::WINDOW_SIZE.max))]
     pub window_size: Option<u32>,
-    #[schemars(range(min = 1, max = 1000))]
+    #[schemars(range(min = bounds::MIN_CALLS.min, max = bounds::MIN_CALLS.max))]
     pub min_calls: Option<u32>,
     /// First open period; doubles on each reopening.
-    #[schemars(range(min = 10, max = 86400000))]
+    #[schemars(range(min = bounds::OPEN_MS.min, max = bounds::OPEN_MS.max))]
     pub open_ms: Option<u64>,
-    #[schemars(range(min = 10, max = 86400000))]
+    #[schemars(range(min = bounds::MAX_OPEN_MS.min, max = bounds::MAX_OPEN_MS.max))]
     pub max_open_ms: Option<u64>,
 }

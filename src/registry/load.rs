@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
+use super::bounds;
 use super::model::*;
 use crate::ids::{DeviceId, SensorId, check_plant, check_zone};
 use crate::toml_reader::{Doc, Problem, Table};
@@ -166,11 +167,13 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
     let description = t.req_str("description");
     let protocol = t.req_choice("protocol", &Protocol::NAMES).and_then(Protocol::parse);
     let endpoint_text = t.req_str("endpoint");
-    let unit_id = t.int("unit_id", 0..=247).unwrap_or(1) as u8;
-    let timeout_ms = t.int("timeout_ms", 1..=60_000).unwrap_or(1000);
-    let poll_ms = t.int("poll_interval_ms", 0..=86_400_000).unwrap_or(1000);
-    let max_regs = t.int("max_registers_per_read", 1..=125).unwrap_or(125) as u16;
-    let max_gap = t.int("max_gap", 0..=124).unwrap_or(8) as u16;
+    let unit_id = t.int(bounds::UNIT_ID.key, bounds::UNIT_ID.range()).unwrap_or(1) as u8;
+    let timeout_ms = t.int(bounds::TIMEOUT_MS.key, bounds::TIMEOUT_MS.range()).unwrap_or(1000);
+    let poll_ms = t.int(bounds::POLL_INTERVAL_MS.key, bounds::POLL_INTERVAL_MS.range()).unwrap_or(1000);
+    let max_regs = t
+        .int(bounds::MAX_REGISTERS_PER_READ.key, bounds::MAX_REGISTERS_PER_READ.range())
+        .unwrap_or(125) as u16;
+    let max_gap = t.int(bounds::MAX_GAP.key, bounds::MAX_GAP.range()).unwrap_or(8) as u16;
     let word_order =
         t.choice("word_order", &WordOrder::NAMES).and_then(WordOrder::parse).unwrap_or(WordOrder::ABCD);
 
@@ -214,12 +217,16 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
 
     let breaker = t.table("breaker").map(|b| {
         let o = BreakerOverrides {
-            failure_threshold: b.int("failure_threshold", 1..=1000).map(|v| v as u32),
-            failure_rate_percent: b.int("failure_rate_percent", 1..=100).map(|v| v as u32),
-            window_size: b.int("window_size", 1..=1000).map(|v| v as u32),
-            min_calls: b.int("min_calls", 1..=1000).map(|v| v as u32),
-            open_ms: b.int("open_ms", 10..=86_400_000).map(|v| v as u64),
-            max_open_ms: b.int("max_open_ms", 10..=86_400_000).map(|v| v as u64),
+            failure_threshold: b
+                .int(bounds::FAILURE_THRESHOLD.key, bounds::FAILURE_THRESHOLD.range())
+                .map(|v| v as u32),
+            failure_rate_percent: b
+                .int(bounds::FAILURE_RATE_PERCENT.key, bounds::FAILURE_RATE_PERCENT.range())
+                .map(|v| v as u32),
+            window_size: b.int(bounds::WINDOW_SIZE.key, bounds::WINDOW_SIZE.range()).map(|v| v as u32),
+            min_calls: b.int(bounds::MIN_CALLS.key, bounds::MIN_CALLS.range()).map(|v| v as u32),
+            open_ms: b.int(bounds::OPEN_MS.key, bounds::OPEN_MS.range()).map(|v| v as u64),
+            max_open_ms: b.int(bounds::MAX_OPEN_MS.key, bounds::MAX_OPEN_MS.range()).map(|v| v as u64),
         };
         if let (Some(m), Some(w)) = (o.min_calls, o.window_size)
             && m > w
@@ -346,14 +353,14 @@ fn parse_endpoint(protocol: Protocol, e: &str) -> Result<Endpoint, String> {
 }
 
 fn read_serial(s: &Table<'_, '_>) -> Option<SerialSettings> {
-    let baud = s.int("baud_rate", 300..=4_000_000);
+    let baud = s.int(bounds::BAUD_RATE.key, bounds::BAUD_RATE.range());
     let parity = s.choice("parity", &["none", "even", "odd"]).map(|p| match p {
         "even" => Parity::Even,
         "odd" => Parity::Odd,
         _ => Parity::None,
     });
-    let data_bits = s.int("data_bits", 5..=8);
-    let stop_bits = s.int("stop_bits", 1..=2);
+    let data_bits = s.int(bounds::DATA_BITS.key, bounds::DATA_BITS.range());
+    let stop_bits = s.int(bounds::STOP_BITS.key, bounds::STOP_BITS.range());
     Some(SerialSettings {
         baud_rate: baud.unwrap_or(19200) as u32,
         parity: parity.unwrap_or(Parity::Even),
@@ -511,13 +518,14 @@ fn read_sensor(
 
 fn read_modbus_point(s: &Table<'_, '_>, device_word_order: WordOrder) -> Option<ModbusPoint> {
     let table = s.req_choice("table", &RegisterTable::NAMES).and_then(RegisterTable::parse);
-    let address = if s.require("address") { s.int("address", 0..=65535) } else { None };
+    let address =
+        if s.require("address") { s.int(bounds::ADDRESS.key, bounds::ADDRESS.range()) } else { None };
     let data_type = s.req_choice("type", &DataType::NAMES).and_then(DataType::parse);
     let word_order =
         s.choice("word_order", &WordOrder::NAMES).and_then(WordOrder::parse).unwrap_or(device_word_order);
-    let bit = s.int("bit", 0..=15);
+    let bit = s.int(bounds::BIT.key, bounds::BIT.range());
     let has_bit = s.has("bit");
-    let length = s.int("length", 1..=125);
+    let length = s.int(bounds::LENGTH.key, bounds::LENGTH.range());
     let scale = s.float("scale").unwrap_or(1.0);
     let offset = s.float("offset").unwrap_or(0.0);
     if scale == 0.0 {

@@ -4,6 +4,7 @@
 //! **Invariant:** every `Sensor` refers to a `Device` of the same PLANT and ZONE, and
 //! IDs are unique. A `Registry` that exists is valid; loading reports every problem.
 
+pub mod bounds;
 pub mod file_schema;
 mod load;
 mod model;
