@@ -39,6 +39,10 @@ pub enum ErrorCode {
     RequestTimeout,
     /// The request body is over the server's limit.
     PayloadTooLarge,
+    /// The request is not valid HTTP/1.1 (HTTP only).
+    MalformedRequest,
+    /// The request line or headers are over the server's limit (HTTP only).
+    RequestHeadTooLarge,
     Internal,
 }
 
@@ -81,6 +85,8 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             ErrorCode::RequestTimeout => "REQUEST_TIMEOUT",
             ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            ErrorCode::MalformedRequest => "MALFORMED_REQUEST",
+            ErrorCode::RequestHeadTooLarge => "REQUEST_HEAD_TOO_LARGE",
             ErrorCode::Internal => "INTERNAL",
         }
     }

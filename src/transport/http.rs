@@ -53,6 +53,8 @@ pub fn status_of(e: &Envelope) -> StatusCode {
         ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
         ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::MalformedRequest => StatusCode::BAD_REQUEST,
+        ErrorCode::RequestHeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

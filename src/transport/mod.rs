@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod bridge;
 pub mod client;
+mod head_refusal;
 pub mod http;
 mod json_body;
 pub mod mcp;

@@ -22,12 +22,13 @@ fn envelope_responses(op: OperationBuilder, schema: &str) -> OperationBuilder {
         .build();
     let mut op = op.response("200", ok);
     for (code, text) in [
-        ("400", "INVALID_ARGUMENT"),
+        ("400", "INVALID_ARGUMENT; MALFORMED_REQUEST for bytes that are not HTTP"),
         ("401", "UNAUTHORIZED: missing or wrong bearer token"),
         ("403", "foreign Host or Origin"),
         ("404", "SENSOR_NOT_FOUND, DEVICE_NOT_FOUND, WORK_ORDER_NOT_FOUND"),
         ("409", "IDEMPOTENCY_CONFLICT, INVALID_STATE"),
-        ("413", "request body over the limit"),
+        ("413", "PAYLOAD_TOO_LARGE: request body over the limit"),
+        ("431", "REQUEST_HEAD_TOO_LARGE: request line or headers over the limit"),
         ("429", "RATE_LIMITED or RETRY_LIMIT_REACHED, with Retry-After"),
         ("502", "DEVICE_REJECTED: a configuration fault"),
         (

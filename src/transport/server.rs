@@ -66,7 +66,8 @@ pub async fn serve(
             () = &mut stop => break,
         };
         let _ = stream.set_nodelay(true);
-        connections.spawn(connection(http1.clone(), TokioIo::new(stream), app.clone(), stopping.clone()));
+        let io = TokioIo::new(super::head_refusal::EnvelopeIo::new(stream));
+        connections.spawn(connection(http1.clone(), io, app.clone(), stopping.clone()));
     }
     drop(listener);
     shutdown.cancel();
@@ -85,7 +86,7 @@ pub async fn serve(
 /// client still sending headers) is closed at once; one with a request finishes it first.
 async fn connection(
     http1: hyper::server::conn::http1::Builder,
-    io: hyper_util::rt::TokioIo<tokio::net::TcpStream>,
+    io: hyper_util::rt::TokioIo<super::head_refusal::EnvelopeIo<tokio::net::TcpStream>>,
     app: Router,
     stopping: CancellationToken,
 ) {

@@ -468,13 +468,20 @@ async fn refusals_are_envelopes_with_their_own_codes_and_headers_are_checked() {
             413,
             "PAYLOAD_TOO_LARGE",
         ),
+        // hyper refuses these heads itself, before any handler runs.
+        ("\u{16}\u{3}\u{1} not http at all\r\n\r\n".to_string(), 400, "MALFORMED_REQUEST"),
+        (
+            format!("GET /v1/sensors HTTP/1.1\r\n{host}X-Big: {}\r\n\r\n", "b".repeat(1 << 20)),
+            431,
+            "REQUEST_HEAD_TOO_LARGE",
+        ),
     ];
     for (request, status, code) in cases {
         let (got, head, body) = raw(a, request.as_bytes()).await;
         let first = request.lines().next().unwrap_or_default().to_string();
         assert_eq!((got, body["error"]["code"].as_str()), (status, Some(code)), "{first}: {head} {body}");
         assert!(body["meta"]["call_id"].is_string(), "{first}: no meta: {body}");
-        if status == 405 || status == 413 {
+        if matches!(status, 405 | 413 | 431) || code == "MALFORMED_REQUEST" {
             assert!(head.contains("connection: close"), "{first}: {head}");
         }
     }

@@ -382,16 +382,35 @@ async fn http_get_streams_end_with_their_session() {
 
 #[tokio::test]
 async fn http_sessions_are_capped() {
-    let server = Server::start(service_with(|c| c.server.mcp_max_sessions = 2), Default::default()).await;
-    let mut c = server.client().await;
+    let env = [
+        ("FIELDGATE_TOKEN_A".to_string(), "agent:agent-a-token-0123456789".to_string()),
+        ("FIELDGATE_TOKEN_B".to_string(), "agent:agent-b-token-0123456789".to_string()),
+    ];
+    let tokens = fieldgate::transport::auth::Tokens::load(None, env).unwrap();
+    let server = Server::start(service_with(|c| c.server.mcp_max_sessions = 4), tokens).await;
+    let mut c = server.client().await.with_token("agent-a-token-0123456789");
+    let mut other = server.client().await.with_token("agent-b-token-0123456789");
     let (first, _) = open_session(&mut c, "2025-06-18").await;
     open_session(&mut c, "2025-11-25").await;
-    let r = c.send("POST", "/mcp", &[ACCEPT], &init_body(7, "2025-06-18")).await.unwrap();
+    // One caller holds at most half of the sessions; another caller still gets one.
+    let r = c.send("POST", "/mcp", &[ACCEPT], &init_body(6, "2025-06-18")).await.unwrap();
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!((&v["error"]["code"], &v["id"]), (&json!(-32000), &json!(6)), "{v}");
+    assert_eq!(
+        (&v["error"]["data"]["reason"], &v["error"]["data"]["held"]),
+        (&json!("caller_session_limit"), &json!(2))
+    );
+    assert!(r.header("retry-after").is_some());
+    open_session(&mut other, "2025-06-18").await;
+    open_session(&mut other, "2025-06-18").await;
+    // The table is full now.
+    let r = other.send("POST", "/mcp", &[ACCEPT], &init_body(7, "2025-06-18")).await.unwrap();
     assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
     let v = r.json();
     assert_eq!((&v["error"]["code"], &v["id"]), (&json!(-32000), &json!(7)), "{v}");
     assert_eq!(v["error"]["data"]["reason"], "session_limit");
-    assert_eq!(v["error"]["data"]["max_sessions"], 2);
+    assert_eq!(v["error"]["data"]["max_sessions"], 4);
     assert!(v["error"]["message"].as_str().unwrap().contains("server.mcp_max_sessions"), "{v}");
     let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=300).contains(&wait), "{wait}");

@@ -254,6 +254,23 @@ impl McpHttp {
                 set_retry_after(&mut res, retry_after);
                 return res;
             }
+            Err(Refusal::CallerFull { held, retry_after }) => {
+                let mut res = rpc_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    SERVER_ERROR,
+                    &format!(
+                        "This caller holds {held} MCP sessions, its share (half of server.mcp_max_sessions). End unused ones with DELETE /mcp, retry after {} s, or use protocol 2026-07-28, which needs no session.",
+                        retry_after.as_secs()
+                    ),
+                    id,
+                    Some(&format!(
+                        "{{\"reason\":\"caller_session_limit\",\"held\":{held},\"retry_after_ms\":{}}}",
+                        retry_after.as_millis()
+                    )),
+                );
+                set_retry_after(&mut res, retry_after);
+                return res;
+            }
             Err(Refusal::RateLimited { retry_after }) => {
                 let mut res = rpc_error(
                     StatusCode::TOO_MANY_REQUESTS,

@@ -7,10 +7,11 @@
 //! by the one server instance of the process, so an idle session costs a map entry
 //! (a few hundred bytes), not a server instance with its tool definitions and a task.
 //!
-//! Opening is limited three ways: at most `server.mcp_max_sessions` open at once, a
-//! per-caller rate (`server.rate_limit_per_minute` opens per minute, like tool calls), and
-//! sessions unused for `server.mcp_session_idle_s` are closed (checked on every use and
-//! swept in the background).
+//! Opening is limited four ways: at most `server.mcp_max_sessions` open at once, no
+//! caller holding more than half of them (so one caller, a looping script say, cannot
+//! take every session from the others), a per-caller rate (`server.rate_limit_per_minute`
+//! opens per minute, like tool calls), and sessions unused for `server.mcp_session_idle_s`
+//! are closed (checked on every use and swept in the background).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -75,6 +76,9 @@ pub enum Refusal {
     /// `max` sessions are open; one frees up in `retry_after` at the latest (when the
     /// longest-idle session expires).
     Full { max: usize, retry_after: Duration },
+    /// This caller already holds its share (`held`, half of the maximum); one of its
+    /// sessions frees up in `retry_after` at the latest.
+    CallerFull { held: usize, retry_after: Duration },
     /// This caller opened sessions faster than its rate.
     RateLimited { retry_after: Duration },
 }
@@ -118,6 +122,16 @@ struct Table {
     /// `initialize` requests admitted and not yet answered.
     reserved: usize,
     sweeper: bool,
+}
+
+impl Table {
+    /// The unexpired sessions `caller` holds at `now`, and when the first of them expires.
+    fn held_by(&self, caller: &str, idle: Duration, now: Instant) -> (usize, Option<Instant>) {
+        let expiries = self.map.values().filter(|s| &*s.caller == caller).map(|s| s.idle_since() + idle);
+        expiries
+            .filter(|e| *e > now)
+            .fold((0, None), |(n, first), e| (n + 1, Some(first.map_or(e, |f: Instant| f.min(e)))))
+    }
 }
 
 struct Inner {
@@ -184,6 +198,13 @@ impl Sessions {
                         next.map_or(Duration::from_secs(1), |n| n - now).max(Duration::from_secs(1));
                     return Err(Refusal::Full { max: self.inner.max, retry_after });
                 }
+            }
+            let share = (self.inner.max / 2).max(1);
+            let (held, first) = t.held_by(caller, self.inner.idle, now);
+            if held >= share {
+                let retry_after =
+                    first.map_or(Duration::from_secs(1), |f| f - now).max(Duration::from_secs(1));
+                return Err(Refusal::CallerFull { held, retry_after });
             }
             self.inner.opens.take(caller).map_err(|retry_after| Refusal::RateLimited { retry_after })?;
             t.reserved += 1;
@@ -272,10 +293,10 @@ mod tests {
     async fn the_cap_counts_open_and_opening_sessions() {
         let s = sessions(2, 60_000);
         let a = s.reserve("c").unwrap().open("2025-06-18");
-        let pending = s.reserve("c").unwrap();
-        assert!(matches!(s.reserve("c"), Err(Refusal::Full { max: 2, .. })));
+        let pending = s.reserve("d").unwrap();
+        assert!(matches!(s.reserve("e"), Err(Refusal::Full { max: 2, .. })));
         drop(pending);
-        let _b = s.reserve("c").unwrap().open("2025-06-18");
+        let _b = s.reserve("d").unwrap().open("2025-06-18");
         assert!(s.close(&a, "c"));
         assert!(!s.close(&a, "c"));
         assert!(s.reserve("c").is_ok());
@@ -322,6 +343,25 @@ mod tests {
         }
         tokio::time::advance(Duration::from_secs(6)).await;
         assert!(s.reserve("c").is_ok(), "the expired session is swept on demand");
+    }
+
+    /// One caller cannot take every session: past half of them it is refused, with the
+    /// time its own oldest session expires, while another caller still gets one.
+    #[tokio::test(start_paused = true)]
+    async fn one_caller_holds_at_most_half_of_the_sessions() {
+        let s = sessions(4, 10_000);
+        let first = s.reserve("greedy").unwrap().open("2025-06-18");
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let _second = s.reserve("greedy").unwrap().open("2025-06-18");
+        match s.reserve("greedy") {
+            Err(Refusal::CallerFull { held: 2, retry_after }) => {
+                assert_eq!(retry_after, Duration::from_secs(7))
+            }
+            other => panic!("{:?}", other.err()),
+        }
+        let _other = s.reserve("other").unwrap().open("2025-06-18");
+        assert!(s.close(&first, "greedy"));
+        assert!(s.reserve("greedy").is_ok(), "a closed session gives the caller its slot back");
     }
 
     #[tokio::test(start_paused = true)]
