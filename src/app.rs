@@ -153,8 +153,8 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
     }
     let ttl = config.work_orders.pending_ttl_hours;
     let timeouts = http::Timeouts::of(&config.server);
-    let tools = ToolService::with_history(Arc::new(registry), config, Some(Arc::new(history)))
-        .with_work_orders(orders.clone());
+    let stores = crate::tools::Stores { history: Some(Arc::new(history)), work_orders: Some(orders.clone()) };
+    let tools = ToolService::with_stores(Arc::new(registry), config, stores);
     let shutdown = CancellationToken::new();
     let mut tasks = crate::poller::start(&tools, shutdown.clone());
     tasks.push(crate::work_orders::delivery::start(orders, webhook, ttl, shutdown.clone()));

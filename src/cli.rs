@@ -371,12 +371,12 @@ pub async fn call(
             let dir = crate::app::absolute(&config.storage.data_dir);
             match crate::app::open_stores(&config, &dir) {
                 Ok((history, orders)) => {
-                    let service = crate::tools::ToolService::with_history(
-                        std::sync::Arc::new(registry),
-                        config,
-                        Some(std::sync::Arc::new(history)),
-                    )
-                    .with_work_orders(std::sync::Arc::new(orders));
+                    let stores = crate::tools::Stores {
+                        history: Some(std::sync::Arc::new(history)),
+                        work_orders: Some(std::sync::Arc::new(orders)),
+                    };
+                    let service =
+                        crate::tools::ToolService::with_stores(std::sync::Arc::new(registry), config, stores);
                     let answered = service.call(tool, args).await;
                     // The server frees an OPC UA session now, not at its timeout.
                     service.reader().close().await;

@@ -1,9 +1,13 @@
 //! fieldgate: field devices as safe, well-described tools for an AI reporting agent.
 //!
 //! See ARCHITECTURE.md for the codemap and the invariants.
+//!
+//! Public are the modules the binary (`main.rs`), the integration tests and the benches
+//! use; the rest (`backoff`, `metrics`, `reading`, `suggest`) are the crate's own, reached
+//! from outside only through `app`, `tools` and `transport`.
 
 pub mod app;
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod cli;
 pub mod config;
 #[cfg(feature = "demo")]
@@ -11,13 +15,13 @@ pub mod demo;
 pub mod driver;
 pub mod ids;
 pub mod logs;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod poller;
-pub mod reading;
+pub(crate) mod reading;
 pub mod registry;
 pub mod resilience;
 pub mod store;
-pub mod suggest;
+pub(crate) mod suggest;
 pub mod tls;
 pub mod toml_reader;
 pub mod tools;

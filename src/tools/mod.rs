@@ -99,19 +99,40 @@ pub(crate) struct Inner {
     pub(crate) work_orders: Option<Arc<crate::work_orders::WorkOrderStore>>,
 }
 
+/// The stores a service keeps its data in, given when it is built (a service is shared
+/// from then on, so they cannot change afterwards).
+pub struct Stores {
+    pub history: Option<Arc<HistoryStore>>,
+    pub work_orders: Option<Arc<crate::work_orders::WorkOrderStore>>,
+}
+
+impl Stores {
+    /// Both stores in memory (tests, one-shot commands without a data directory).
+    pub fn in_memory() -> Stores {
+        Stores {
+            history: HistoryStore::in_memory().ok().map(Arc::new),
+            work_orders: crate::work_orders::WorkOrderStore::in_memory().ok().map(Arc::new),
+        }
+    }
+}
+
 impl ToolService {
-    /// A service with history kept in memory (tests, one-shot commands).
+    /// A service with its stores in memory (tests, one-shot commands).
     pub fn new(registry: Arc<Registry>, config: Config) -> ToolService {
-        let store = HistoryStore::in_memory().ok().map(Arc::new);
-        ToolService::with_history(registry, config, store)
+        ToolService::with_stores(registry, config, Stores::in_memory())
     }
 
-    /// A service over a history store (`serve`, `demo`: a file in the data directory).
+    /// A service over a history store, work orders in memory (benches).
     pub fn with_history(
         registry: Arc<Registry>,
         config: Config,
         history: Option<Arc<HistoryStore>>,
     ) -> ToolService {
+        ToolService::with_stores(registry, config, Stores { history, ..Stores::in_memory() })
+    }
+
+    /// A service over these stores (`serve`, `demo`, `call`: files in the data directory).
+    pub fn with_stores(registry: Arc<Registry>, config: Config, stores: Stores) -> ToolService {
         let validators = TOOLS
             .iter()
             .filter(|t| t.served)
@@ -140,8 +161,8 @@ impl ToolService {
             metrics,
             limiter,
             repeat,
-            history,
-            work_orders: crate::work_orders::WorkOrderStore::in_memory().ok().map(Arc::new),
+            history: stores.history,
+            work_orders: stores.work_orders,
         };
         ToolService { inner: Arc::new(inner) }
     }
@@ -202,14 +223,6 @@ impl ToolService {
 
     pub fn config(&self) -> &Config {
         &self.inner.config
-    }
-
-    /// Uses this work-order store (`serve`, `demo`: a file in the data directory).
-    pub fn with_work_orders(mut self, store: Arc<crate::work_orders::WorkOrderStore>) -> ToolService {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.work_orders = Some(store);
-        }
-        self
     }
 
     pub fn work_orders(&self) -> Option<&Arc<crate::work_orders::WorkOrderStore>> {

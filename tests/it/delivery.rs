@@ -106,7 +106,7 @@ impl Webhook {
 /// A store in `dir` with one approved order (an outbox entry due now); its ID.
 async fn approved_order(dir: &std::path::Path) -> (Arc<WorkOrderStore>, String) {
     let store = Arc::new(WorkOrderStore::open_in(dir).unwrap());
-    let svc = service().with_work_orders(store.clone());
+    let svc = service_with_orders(store.clone());
     let args = json!({"sensor_id": "A_UTIL_004", "type": "inspection", "priority": "medium",
         "summary": "Voltage dips on the feeder; inspect the meter.", "idempotency_key": "delivery-0001"});
     let created = svc.call("create_work_order", args).await.unwrap();

@@ -8,12 +8,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use fieldgate::config::Config;
 use fieldgate::store::HistoryStore;
 use fieldgate::store::db::Db;
 use fieldgate::store::gorilla::{Point, Stored};
 use fieldgate::store::history::Limits;
-use fieldgate::tools::{ErrorCode, ToolService};
+use fieldgate::tools::ErrorCode;
 use fieldgate::work_orders::WorkOrderStore;
 use redb::StorageBackend;
 use redb::backends::InMemoryBackend;
@@ -177,7 +176,7 @@ fn order(key: &str) -> serde_json::Value {
 async fn work_orders_answer_storage_unavailable_while_writes_fail_and_recover() {
     let (db, fail) = flaky_db("work orders");
     let orders = Arc::new(WorkOrderStore::init(db).unwrap());
-    let svc = ToolService::new(Arc::new(demo_registry()), Config::default()).with_work_orders(orders);
+    let svc = service_with_orders(orders);
     fail.store(true, Ordering::SeqCst);
     let e = svc.call("create_work_order", order("disk-full-0001")).await.unwrap();
     let err = e.error.unwrap();

@@ -25,6 +25,13 @@ pub fn service() -> ToolService {
     ToolService::new(Arc::new(demo_registry()), Config::default())
 }
 
+/// The demo service over this work-order store (history in memory).
+pub fn service_with_orders(orders: Arc<fieldgate::work_orders::WorkOrderStore>) -> ToolService {
+    let stores =
+        fieldgate::tools::Stores { work_orders: Some(orders), ..fieldgate::tools::Stores::in_memory() };
+    ToolService::with_stores(Arc::new(demo_registry()), Config::default(), stores)
+}
+
 /// Calls a tool on the demo plant.
 pub async fn call(tool: &str, args: Value) -> Envelope {
     service().call(tool, args).await.expect("tool is served")

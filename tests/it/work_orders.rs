@@ -333,7 +333,7 @@ async fn the_outbox_delivers_at_least_once_through_failures_and_a_restart() {
     let t0 = chrono::Utc::now();
     let id = {
         let store = Arc::new(WorkOrderStore::open(&path).unwrap());
-        let svc = service().with_work_orders(store.clone());
+        let svc = service_with_orders(store.clone());
         let id = svc
             .call("create_work_order", order("A_UTIL_004", "inspection", "deliver-0001"))
             .await
@@ -457,7 +457,7 @@ async fn the_work_orders_command_agrees_with_itself_locally_and_remotely() {
     assert!(!data.exists(), "reading created the data directory");
 
     let store = std::sync::Arc::new(fieldgate::work_orders::WorkOrderStore::open_in(&data).unwrap());
-    let svc = service().with_work_orders(store.clone());
+    let svc = service_with_orders(store.clone());
     svc.call("create_work_order", order("A_LINE1_005", "inspection", "cli-agree-01")).await.unwrap();
     // Another process holds the store: the local command says how to ask it instead.
     let o = cli(vec!["work-orders".into(), "list".into(), "--data-dir".into(), d.clone()]).await.unwrap();
@@ -473,7 +473,7 @@ async fn the_work_orders_command_agrees_with_itself_locally_and_remotely() {
             .unwrap();
     let store = std::sync::Arc::new(fieldgate::work_orders::WorkOrderStore::open_in(&data).unwrap());
     let server =
-        Server::start(service().with_work_orders(store), fieldgate::transport::auth::Tokens::default()).await;
+        Server::start(service_with_orders(store), fieldgate::transport::auth::Tokens::default()).await;
     let url = format!("http://{}", server.addr);
     let remote = cli(vec!["work-orders".into(), "list".into(), "--url".into(), url.clone()]).await.unwrap();
     let remote_json =
