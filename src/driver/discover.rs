@@ -109,7 +109,8 @@ pub fn toml_string(s: &str) -> String {
     out
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "lowercase")]
 enum Table {
     Holding,
     Input,
@@ -118,15 +119,10 @@ enum Table {
 }
 
 impl Table {
-    const ALL: [Table; 4] = [Table::Holding, Table::Input, Table::Coil, Table::Discrete];
+    const ALL: &[Table] = <Table as strum::VariantArray>::VARIANTS;
 
     fn name(self) -> &'static str {
-        match self {
-            Table::Holding => "holding",
-            Table::Input => "input",
-            Table::Coil => "coil",
-            Table::Discrete => "discrete",
-        }
+        self.into()
     }
 }
 
@@ -215,7 +211,7 @@ pub async fn discover_modbus(p: &ModbusProbe) -> Result<String, DiscoverError> {
         .map_err(|_| DiscoverError::Connect(p.addr.to_string()))?;
     let mut ctx = tokio_modbus::client::tcp::attach_slave(stream, Slave(p.unit));
     let mut points = Vec::new();
-    for table in Table::ALL {
+    for &table in Table::ALL {
         for a in probe_table(&mut ctx, table, p.max_address, p.timeout).await? {
             points.push((table, a));
         }

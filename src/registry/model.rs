@@ -7,8 +7,22 @@ use serde::Serialize;
 use crate::ids::{DeviceId, SensorId};
 
 /// How fieldgate talks to a device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantNames,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Protocol {
     ModbusTcp,
     ModbusRtu,
@@ -17,25 +31,14 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    pub const NAMES: [&'static str; 4] = ["modbus-tcp", "modbus-rtu", "modbus-rtu-over-tcp", "opcua"];
+    pub const NAMES: &[&str] = <Protocol as strum::VariantNames>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            Protocol::ModbusTcp => "modbus-tcp",
-            Protocol::ModbusRtu => "modbus-rtu",
-            Protocol::ModbusRtuOverTcp => "modbus-rtu-over-tcp",
-            Protocol::Opcua => "opcua",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<Protocol> {
-        Some(match s {
-            "modbus-tcp" => Protocol::ModbusTcp,
-            "modbus-rtu" => Protocol::ModbusRtu,
-            "modbus-rtu-over-tcp" => Protocol::ModbusRtuOverTcp,
-            "opcua" => Protocol::Opcua,
-            _ => return None,
-        })
+        s.parse().ok()
     }
 
     pub fn is_modbus(self) -> bool {
@@ -65,7 +68,19 @@ impl std::fmt::Display for Endpoint {
 }
 
 /// Register byte/word order of multi-register values (see docs/device-files.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+    strum::EnumString,
+    strum::VariantNames,
+)]
 pub enum WordOrder {
     ABCD,
     BADC,
@@ -74,16 +89,10 @@ pub enum WordOrder {
 }
 
 impl WordOrder {
-    pub const NAMES: [&'static str; 4] = ["ABCD", "BADC", "CDAB", "DCBA"];
+    pub const NAMES: &[&str] = <WordOrder as strum::VariantNames>::VARIANTS;
 
     pub fn parse(s: &str) -> Option<WordOrder> {
-        Some(match s {
-            "ABCD" => WordOrder::ABCD,
-            "BADC" => WordOrder::BADC,
-            "CDAB" => WordOrder::CDAB,
-            "DCBA" => WordOrder::DCBA,
-            _ => return None,
-        })
+        s.parse().ok()
     }
 
     /// Registers are sent least significant first.
@@ -176,8 +185,11 @@ pub struct Device {
     Serialize,
     serde::Deserialize,
     schemars::JsonSchema,
+    strum::EnumString,
+    strum::VariantNames,
 )]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum RegisterTable {
     Coil,
     Discrete,
@@ -186,16 +198,10 @@ pub enum RegisterTable {
 }
 
 impl RegisterTable {
-    pub const NAMES: [&'static str; 4] = ["coil", "discrete", "input", "holding"];
+    pub const NAMES: &[&str] = <RegisterTable as strum::VariantNames>::VARIANTS;
 
     pub fn parse(s: &str) -> Option<RegisterTable> {
-        Some(match s {
-            "coil" => RegisterTable::Coil,
-            "discrete" => RegisterTable::Discrete,
-            "input" => RegisterTable::Input,
-            "holding" => RegisterTable::Holding,
-            _ => return None,
-        })
+        s.parse().ok()
     }
 
     /// Coils and discrete inputs hold bits, the others 16-bit registers.
@@ -205,8 +211,22 @@ impl RegisterTable {
 }
 
 /// The type a sensor's registers are decoded as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantNames,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum DataType {
     Bool,
     U16,
@@ -221,27 +241,14 @@ pub enum DataType {
 }
 
 impl DataType {
-    pub const NAMES: [&'static str; 10] =
-        ["bool", "u16", "i16", "u32", "i32", "u64", "i64", "f32", "f64", "string"];
+    pub const NAMES: &[&str] = <DataType as strum::VariantNames>::VARIANTS;
 
     pub fn parse(s: &str) -> Option<DataType> {
-        Some(match s {
-            "bool" => DataType::Bool,
-            "u16" => DataType::U16,
-            "i16" => DataType::I16,
-            "u32" => DataType::U32,
-            "i32" => DataType::I32,
-            "u64" => DataType::U64,
-            "i64" => DataType::I64,
-            "f32" => DataType::F32,
-            "f64" => DataType::F64,
-            "string" => DataType::String,
-            _ => return None,
-        })
+        s.parse().ok()
     }
 
     pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
+        self.into()
     }
 
     /// Registers a value of this type occupies (strings: their `length`).

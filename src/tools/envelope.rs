@@ -4,8 +4,21 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The stable error codes. Whether a code is retryable is decided here and nowhere else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
     InvalidArgument,
     SensorNotFound,
@@ -61,34 +74,9 @@ impl ErrorCode {
         )
     }
 
+    /// The name on every wire (serde's; a test holds the two equal).
     pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
-            ErrorCode::SensorNotFound => "SENSOR_NOT_FOUND",
-            ErrorCode::DeviceNotFound => "DEVICE_NOT_FOUND",
-            ErrorCode::WorkOrderNotFound => "WORK_ORDER_NOT_FOUND",
-            ErrorCode::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
-            ErrorCode::InvalidState => "INVALID_STATE",
-            ErrorCode::DeviceTimeout => "DEVICE_TIMEOUT",
-            ErrorCode::DeviceUnavailable => "DEVICE_UNAVAILABLE",
-            ErrorCode::DeviceBusy => "DEVICE_BUSY",
-            ErrorCode::CircuitOpen => "CIRCUIT_OPEN",
-            ErrorCode::DeviceRejected => "DEVICE_REJECTED",
-            ErrorCode::DeviceProtocolError => "DEVICE_PROTOCOL_ERROR",
-            ErrorCode::StorageUnavailable => "STORAGE_UNAVAILABLE",
-            ErrorCode::RateLimited => "RATE_LIMITED",
-            ErrorCode::RetryLimitReached => "RETRY_LIMIT_REACHED",
-            ErrorCode::Unauthorized => "UNAUTHORIZED",
-            ErrorCode::Forbidden => "FORBIDDEN",
-            ErrorCode::UnknownTool => "UNKNOWN_TOOL",
-            ErrorCode::NotFound => "NOT_FOUND",
-            ErrorCode::MethodNotAllowed => "METHOD_NOT_ALLOWED",
-            ErrorCode::RequestTimeout => "REQUEST_TIMEOUT",
-            ErrorCode::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
-            ErrorCode::MalformedRequest => "MALFORMED_REQUEST",
-            ErrorCode::RequestHeadTooLarge => "REQUEST_HEAD_TOO_LARGE",
-            ErrorCode::Internal => "INTERNAL",
-        }
+        self.into()
     }
 }
 
@@ -321,6 +309,13 @@ impl Envelope {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn code_names_are_serdes() {
+        for code in <super::ErrorCode as strum::VariantArray>::VARIANTS {
+            assert_eq!(serde_json::to_value(code).unwrap(), code.as_str());
+        }
+    }
+
     use super::*;
 
     fn meta() -> Meta {

@@ -12,8 +12,21 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 // What kind of work is asked for (a doc comment would reach the tools' schemas).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Deserialize,
+    Serialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum WorkOrderType {
     Inspection,
     Calibration,
@@ -23,28 +36,29 @@ pub enum WorkOrderType {
 }
 
 impl WorkOrderType {
-    pub const ALL: [WorkOrderType; 5] = [
-        WorkOrderType::Inspection,
-        WorkOrderType::Calibration,
-        WorkOrderType::Repair,
-        WorkOrderType::Replacement,
-        WorkOrderType::Cleaning,
-    ];
+    pub const ALL: &[WorkOrderType] = <WorkOrderType as strum::VariantArray>::VARIANTS;
 
     /// The name on every wire and in the store (serde's).
     pub fn as_str(self) -> &'static str {
-        match self {
-            WorkOrderType::Inspection => "inspection",
-            WorkOrderType::Calibration => "calibration",
-            WorkOrderType::Repair => "repair",
-            WorkOrderType::Replacement => "replacement",
-            WorkOrderType::Cleaning => "cleaning",
-        }
+        self.into()
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Deserialize,
+    Serialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Priority {
     Low,
     Medium,
@@ -53,21 +67,29 @@ pub enum Priority {
 }
 
 impl Priority {
-    pub const ALL: [Priority; 4] = [Priority::Low, Priority::Medium, Priority::High, Priority::Urgent];
+    pub const ALL: &[Priority] = <Priority as strum::VariantArray>::VARIANTS;
 
     /// The name on every wire and in the store (serde's).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Priority::Low => "low",
-            Priority::Medium => "medium",
-            Priority::High => "high",
-            Priority::Urgent => "urgent",
-        }
+        self.into()
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Deserialize,
+    Serialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum WorkOrderStatus {
     PendingApproval,
     Approved,
@@ -81,15 +103,7 @@ pub enum WorkOrderStatus {
 impl WorkOrderStatus {
     /// The name on every wire and in the store (serde's).
     pub fn as_str(self) -> &'static str {
-        match self {
-            WorkOrderStatus::PendingApproval => "pending_approval",
-            WorkOrderStatus::Approved => "approved",
-            WorkOrderStatus::InProgress => "in_progress",
-            WorkOrderStatus::Completed => "completed",
-            WorkOrderStatus::Rejected => "rejected",
-            WorkOrderStatus::Cancelled => "cancelled",
-            WorkOrderStatus::Expired => "expired",
-        }
+        self.into()
     }
 
     /// Whether an order in this state still blocks a duplicate (pending, approved, in progress).
@@ -118,7 +132,8 @@ pub fn allowed(from: WorkOrderStatus, to: WorkOrderStatus) -> bool {
 
 /// An operator's decision on a work order. The one mapping from an action to the state
 /// it moves an order to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "lowercase")]
 pub enum Action {
     Approve,
     Reject,
@@ -128,25 +143,18 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 5] =
-        [Action::Approve, Action::Reject, Action::Start, Action::Complete, Action::Cancel];
+    pub const ALL: &[Action] = <Action as strum::VariantArray>::VARIANTS;
 
     /// The names, for messages: "approve, reject, start, complete or cancel".
     pub const NAMES: &str = "approve, reject, start, complete or cancel";
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Approve => "approve",
-            Action::Reject => "reject",
-            Action::Start => "start",
-            Action::Complete => "complete",
-            Action::Cancel => "cancel",
-        }
+        self.into()
     }
 
     /// The action named `name`, if there is one.
     pub fn named(name: &str) -> Option<Action> {
-        Action::ALL.into_iter().find(|a| a.as_str() == name)
+        Action::ALL.iter().copied().find(|a| a.as_str() == name)
     }
 
     /// The state this action moves an order to.
@@ -162,7 +170,7 @@ impl Action {
 
     /// The actions allowed on an order in state `from`.
     pub fn allowed_from(from: WorkOrderStatus) -> impl Iterator<Item = Action> {
-        Action::ALL.into_iter().filter(move |a| allowed(from, a.target()))
+        Action::ALL.iter().copied().filter(move |a| allowed(from, a.target()))
     }
 }
 
@@ -189,8 +197,11 @@ pub struct Transition {
 }
 
 /// Where an approved order's delivery to the maintenance system stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum DeliveryState {
     /// Not attempted yet.
     Pending,
@@ -201,11 +212,7 @@ pub enum DeliveryState {
 
 impl DeliveryState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryState::Pending => "pending",
-            DeliveryState::Delivered => "delivered",
-            DeliveryState::Failing => "failing",
-        }
+        self.into()
     }
 }
 
@@ -335,13 +342,16 @@ mod tests {
         for p in Priority::ALL {
             assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
         }
-        for a in Action::ALL {
+        for s in <WorkOrderStatus as strum::VariantArray>::VARIANTS {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for &a in Action::ALL {
             let s = a.target();
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
             assert_eq!(Action::named(a.as_str()), Some(a));
             assert!(Action::NAMES.contains(a.as_str()));
         }
-        for d in [DeliveryState::Pending, DeliveryState::Delivered, DeliveryState::Failing] {
+        for d in <DeliveryState as strum::VariantArray>::VARIANTS {
             assert_eq!(serde_json::to_value(d).unwrap(), d.as_str());
         }
     }

@@ -168,7 +168,7 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
         }
     });
     let description = t.req_str("description");
-    let protocol = t.req_choice("protocol", &Protocol::NAMES).and_then(Protocol::parse);
+    let protocol = t.req_choice("protocol", Protocol::NAMES).and_then(Protocol::parse);
     let endpoint_text = t.req_str("endpoint");
     let unit_id = t.int(bounds::UNIT_ID.key, bounds::UNIT_ID.range()).unwrap_or(1) as u8;
     let timeout_ms = t.int(bounds::TIMEOUT_MS.key, bounds::TIMEOUT_MS.range()).unwrap_or(1000);
@@ -178,7 +178,7 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
         .unwrap_or(125) as u16;
     let max_gap = t.int(bounds::MAX_GAP.key, bounds::MAX_GAP.range()).unwrap_or(8) as u16;
     let word_order =
-        t.choice("word_order", &WordOrder::NAMES).and_then(WordOrder::parse).unwrap_or(WordOrder::ABCD);
+        t.choice("word_order", WordOrder::NAMES).and_then(WordOrder::parse).unwrap_or(WordOrder::ABCD);
 
     let endpoint = match (protocol, endpoint_text) {
         (Some(p), Some(e)) => parse_endpoint(p, e).map_err(|m| t.problem("endpoint", m)).ok(),
