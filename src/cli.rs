@@ -383,7 +383,7 @@ pub async fn call(
                     return match answered {
                         Ok(envelope) => print_envelope(&serde_json::to_value(&envelope).unwrap_or_default()),
                         Err(e) => {
-                            let served: Vec<_> = service.served().map(|t| t.name).collect();
+                            let served: Vec<_> = service.served().map(|t| t.name()).collect();
                             fail(2, &format!("{e}; tools served: {}", served.join(", ")))
                         }
                     };

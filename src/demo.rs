@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::config::Config;
 use crate::registry::Registry;
-use crate::tools::ToolService;
+use crate::tools::{Tool, ToolService};
 use crate::transport::auth::Tokens;
 use crate::transport::client::HttpClient;
 use crate::transport::http;
@@ -191,7 +191,7 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     let v = step(
         &mut client,
         "Discover sensors on line 1",
-        "list_sensors",
+        Tool::ListSensors.name(),
         json!({"zone": "LINE1", "limit": 4}),
         out,
     )
@@ -200,7 +200,7 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     let v = step(
         &mut client,
         "Read three sensors on three devices in one call",
-        "get_sensor_readings",
+        Tool::GetSensorReadings.name(),
         json!({"sensor_ids": ["A_LINE1_001", "A_UTIL_001", "B_BOILER_003"]}),
         out,
     )
@@ -209,7 +209,7 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     let v = step(
         &mut client,
         "A malformed ID: rejected, with the ID that was meant",
-        "get_sensor_reading",
+        Tool::GetSensorReading.name(),
         json!({"sensor_id": "a_line1_001"}),
         out,
     )
@@ -220,7 +220,7 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     let v = step(
         &mut client,
         "Reading it gives a retryable error (the call retried inside its deadline; meta.attempts counts the tries)",
-        "get_sensor_reading",
+        Tool::GetSensorReading.name(),
         json!({"sensor_id": "A_UTIL_005"}),
         out,
     )
@@ -239,7 +239,8 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
         } else {
             "Another sensor of the same meter"
         };
-        let v = step(&mut client, title, "get_sensor_reading", json!({ "sensor_id": sensor }), out).await;
+        let v = step(&mut client, title, Tool::GetSensorReading.name(), json!({ "sensor_id": sensor }), out)
+            .await;
         if v["error"]["code"] == "CIRCUIT_OPEN" {
             opened = true;
             break;
@@ -249,7 +250,7 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     let v = step(
         &mut client,
         "While it is open, calls are answered at once, with the time until a probe",
-        "get_sensor_reading",
+        Tool::GetSensorReading.name(),
         json!({"sensor_id": "A_UTIL_007"}),
         out,
     )
@@ -262,7 +263,7 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     let v = step(
         &mut client,
         "get_device_status shows the device down",
-        "get_device_status",
+        Tool::GetDeviceStatus.name(),
         json!({"device_id": "a-util-meter"}),
         out,
     )
@@ -273,7 +274,7 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     let v = step(
         &mut client,
         "Too early: still open",
-        "get_sensor_reading",
+        Tool::GetSensorReading.name(),
         json!({"sensor_id": "A_UTIL_005", "unit": "raw"}),
         out,
     )
@@ -284,7 +285,7 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     let v = step(
         &mut client,
         "The probe succeeds and the breaker closes",
-        "get_sensor_reading",
+        Tool::GetSensorReading.name(),
         json!({"sensor_id": "A_UTIL_005", "unit": "raw"}),
         out,
     )
@@ -293,7 +294,7 @@ pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
     let v = step(
         &mut client,
         "The device is up again",
-        "get_device_status",
+        Tool::GetDeviceStatus.name(),
         json!({"device_id": "a-util-meter"}),
         out,
     )

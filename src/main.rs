@@ -392,9 +392,10 @@ async fn devices_local(config: Config, registry: Registry, action: &str, id: Opt
     let service = ToolService::new(Arc::new(registry), config);
     let envelope = match (action, id) {
         ("probe", Some(id)) => Some(service.probe_device(&Caller::local(), &id).await),
-        ("status", id) => {
-            service.call("get_device_status", serde_json::json!({ "device_id": id })).await.ok()
-        }
+        ("status", id) => service
+            .call(fieldgate::tools::Tool::GetDeviceStatus.name(), serde_json::json!({ "device_id": id }))
+            .await
+            .ok(),
         _ => None,
     };
     match envelope {

@@ -37,9 +37,48 @@ const CREATE: Annotations = Annotations {
     open_world_hint: true,
 };
 
+/// The tools of the contract, one variant each, named as on every wire. Dispatch, the
+/// retry limit, the HTTP routes and the catalogue all go by this type.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::EnumString, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
+pub enum Tool {
+    ListSensors,
+    GetSensorReading,
+    GetSensorReadings,
+    GetSensorHistory,
+    GetDeviceStatus,
+    CreateWorkOrder,
+    GetWorkOrder,
+    ListWorkOrders,
+}
+
+impl Tool {
+    /// The tool's name on every wire.
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+
+    /// The tool named `name`, if there is one.
+    pub fn named(name: &str) -> Option<Tool> {
+        name.parse().ok()
+    }
+
+    /// This tool's entry in the catalogue.
+    pub fn spec(self) -> &'static ToolSpec {
+        &TOOLS[self as usize]
+    }
+
+    /// Whether a call reads devices (and so counts towards the cross-call retry limit).
+    pub fn reads_devices(self) -> bool {
+        matches!(self, Tool::GetSensorReading | Tool::GetSensorReadings)
+    }
+}
+
 /// One tool's static description.
 pub struct ToolSpec {
-    pub name: &'static str,
+    pub tool: Tool,
     pub title: &'static str,
     pub description: &'static str,
     pub annotations: Annotations,
@@ -50,6 +89,10 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
+    pub fn name(&self) -> &'static str {
+        self.tool.name()
+    }
+
     pub fn input_schema(&self) -> Value {
         (self.input)()
     }
@@ -60,7 +103,7 @@ impl ToolSpec {
     /// The definition as `fieldgate tools`, MCP `tools/list` and `GET /v1/tools` show it.
     pub fn definition(&self) -> Value {
         serde_json::json!({
-            "name": self.name,
+            "name": self.name(),
             "title": self.title,
             "description": self.description,
             "inputSchema": self.input_schema(),
@@ -278,9 +321,9 @@ pub fn output_schema<T: JsonSchema>() -> Value {
 }
 
 macro_rules! spec {
-    ($name:literal, $title:literal, $ann:expr, $served:expr, $args:ty, $data:ty, $desc:expr) => {
+    ($tool:expr, $title:literal, $ann:expr, $served:expr, $args:ty, $data:ty, $desc:expr) => {
         ToolSpec {
-            name: $name,
+            tool: $tool,
             title: $title,
             description: $desc,
             annotations: $ann,
@@ -291,10 +334,10 @@ macro_rules! spec {
     };
 }
 
-/// Every tool of the contract, served or not yet.
+/// Every tool of the contract, in the order of [`Tool`] (a test holds them so).
 pub static TOOLS: [ToolSpec; 8] = [
     spec!(
-        "list_sensors",
+        Tool::ListSensors,
         "List sensors",
         READ_LOCAL,
         true,
@@ -308,7 +351,7 @@ pub static TOOLS: [ToolSpec; 8] = [
          continues the listing. No side effects; does not contact devices."
     ),
     spec!(
-        "get_sensor_reading",
+        Tool::GetSensorReading,
         "Read one sensor",
         READ_DEVICE,
         true,
@@ -322,7 +365,7 @@ pub static TOOLS: [ToolSpec; 8] = [
          before retrying, and stop when the error is not retryable. No side effects."
     ),
     spec!(
-        "get_sensor_readings",
+        Tool::GetSensorReadings,
         "Read several sensors",
         READ_DEVICE,
         true,
@@ -335,7 +378,7 @@ pub static TOOLS: [ToolSpec; 8] = [
          as a whole only when no sensor could be read. No side effects."
     ),
     spec!(
-        "get_sensor_history",
+        Tool::GetSensorHistory,
         "Sensor history",
         READ_LOCAL,
         true,
@@ -348,7 +391,7 @@ pub static TOOLS: [ToolSpec; 8] = [
          Pages with `next_cursor` when `limit` is reached. No side effects; does not contact devices."
     ),
     spec!(
-        "get_device_status",
+        Tool::GetDeviceStatus,
         "Device status",
         READ_LOCAL,
         true,
@@ -361,7 +404,7 @@ pub static TOOLS: [ToolSpec; 8] = [
          No side effects; does not contact devices."
     ),
     spec!(
-        "create_work_order",
+        Tool::CreateWorkOrder,
         "Propose a work order",
         CREATE,
         true,
@@ -375,7 +418,7 @@ pub static TOOLS: [ToolSpec; 8] = [
          type exists for the sensor, it is returned with `duplicate_of` and nothing new is created."
     ),
     spec!(
-        "get_work_order",
+        Tool::GetWorkOrder,
         "Get a work order",
         READ_LOCAL,
         true,
@@ -386,7 +429,7 @@ pub static TOOLS: [ToolSpec; 8] = [
          next_check_after_seconds. Do not use it to search (call list_work_orders). No side effects."
     ),
     spec!(
-        "list_work_orders",
+        Tool::ListWorkOrders,
         "List work orders",
         READ_LOCAL,
         true,
@@ -399,7 +442,7 @@ pub static TOOLS: [ToolSpec; 8] = [
 ];
 
 pub fn spec(name: &str) -> Option<&'static ToolSpec> {
-    TOOLS.iter().find(|t| t.name == name)
+    Tool::named(name).map(Tool::spec)
 }
 
 /// The JSON Schema of device files.
@@ -411,4 +454,23 @@ pub fn device_file_schema() -> Value {
     flatten_descriptions(&mut v);
     standard_formats(&mut v);
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TOOLS, Tool};
+
+    #[test]
+    fn the_table_follows_the_enum_and_names_round_trip() {
+        let tools = <Tool as strum::VariantArray>::VARIANTS;
+        assert_eq!(TOOLS.len(), tools.len());
+        for (spec, &tool) in TOOLS.iter().zip(tools) {
+            assert_eq!(spec.tool, tool);
+            assert_eq!(Tool::named(tool.name()), Some(tool));
+            // Reading devices is what the open-world, read-only annotation says.
+            let a = spec.annotations;
+            assert_eq!(tool.reads_devices(), a.read_only_hint && a.open_world_hint, "{}", tool.name());
+        }
+        assert_eq!(Tool::named("get_sensor"), None);
+    }
 }

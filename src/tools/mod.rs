@@ -27,7 +27,7 @@ use std::time::Instant;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use catalog::{TOOLS, ToolSpec};
+pub use catalog::{TOOLS, Tool, ToolSpec};
 pub use envelope::{Detail, Envelope, ErrorCode, Meta, ToolError};
 
 use crate::config::Config;
@@ -87,7 +87,7 @@ pub struct ToolService {
 pub(crate) struct Inner {
     pub(crate) registry: Arc<Registry>,
     pub(crate) config: Config,
-    validators: HashMap<&'static str, InputValidator>,
+    validators: HashMap<Tool, InputValidator>,
     /// Every device read goes through the reading core.
     pub(crate) reader: Arc<Reader>,
     /// Each sensor's fixed reading JSON, at its place in the registry.
@@ -137,10 +137,10 @@ impl ToolService {
             .iter()
             .filter(|t| t.served)
             .filter_map(|t| match InputValidator::new(&t.input_schema()) {
-                Ok(v) => Some((t.name, v)),
+                Ok(v) => Some((t.tool, v)),
                 Err(error) => {
                     // The schemas are generated from our own types; the golden test keeps them valid.
-                    tracing::error!(tool = t.name, %error, "input schema does not compile");
+                    tracing::error!(tool = t.name(), %error, "input schema does not compile");
                     None
                 }
             })
@@ -301,8 +301,8 @@ impl ToolService {
         let logged = tracing::enabled!(tracing::Level::INFO).then(|| redact(&args));
         // The cross-call retry limit applies to calls that read devices. While no call is
         // failing the guard is empty, and the call's key is not even built.
-        let reads = matches!(spec.name, "get_sensor_reading" | "get_sensor_readings");
-        let key = (reads && !self.inner.repeat.is_empty()).then(|| call_key(spec.name, &args));
+        let reads = spec.tool.reads_devices();
+        let key = (reads && !self.inner.repeat.is_empty()).then(|| call_key(spec.name(), &args));
         let blocked = key.as_deref().and_then(|k| {
             self.inner.repeat.check(k, |d| {
                 d.parse()
@@ -313,7 +313,7 @@ impl ToolService {
         });
         let result = match self.inner.limiter.take(&caller.id) {
             Ok(()) if blocked.is_some() => Err(retry_limit(blocked.as_ref())),
-            Ok(()) => self.dispatch(caller, spec.name, &args, &mut attempts).await,
+            Ok(()) => self.dispatch(caller, spec.tool, &args, &mut attempts).await,
             Err(wait) => Err(ToolError::new(
                 ErrorCode::RateLimited,
                 format!("Caller {} exceeded {} calls per minute.", caller.id, self.inner.config.server.rate_limit_per_minute),
@@ -323,7 +323,7 @@ impl ToolService {
         };
         let meta = Meta {
             call_id: call_id.clone(),
-            tool: spec.name.to_string(),
+            tool: spec.name().to_string(),
             duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
             attempts,
         };
@@ -332,7 +332,7 @@ impl ToolService {
             // Only a failure has to be remembered, and an empty guard has no streak to end.
             if verdict != Verdict::Ended || !self.inner.repeat.is_empty() {
                 let device = result.as_ref().err().and_then(|e| e.device_id.as_deref());
-                let key = key.unwrap_or_else(|| call_key(spec.name, &args));
+                let key = key.unwrap_or_else(|| call_key(spec.name(), &args));
                 self.inner.repeat.record(key, verdict, device);
             }
         }
@@ -341,7 +341,7 @@ impl ToolService {
             Err(e) => Envelope::failure(e, meta),
         };
         let code = envelope.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
-        self.inner.metrics.call(spec.name, code, started.elapsed());
+        self.inner.metrics.call(spec.name(), code, started.elapsed());
         if let Some(logged_args) = logged {
             let device = match envelope.error.as_ref() {
                 Some(e) => e.device_id.clone().unwrap_or_default(),
@@ -401,7 +401,7 @@ impl ToolService {
         self.resource(caller, "describe_sensor", |r| resources::sensor(r, id))
     }
 
-    async fn dispatch(&self, caller: &Caller, tool: &str, args: &Value, attempts: &mut u32) -> ToolResult {
+    async fn dispatch(&self, caller: &Caller, tool: Tool, args: &Value, attempts: &mut u32) -> ToolResult {
         // Absent arguments mean "all defaults".
         let defaults = Value::Object(Default::default());
         let args = if args.is_null() { &defaults } else { args };
@@ -416,20 +416,19 @@ impl ToolService {
         }
         let registry = &self.inner.registry;
         let suggest = |param: &str, received: &str| suggestions_for(registry, param, received);
-        match self.inner.validators.get(tool) {
+        match self.inner.validators.get(&tool) {
             Some(v) => v.check(args, &suggest)?,
             None => return Err(ToolError::internal()),
         }
         match tool {
-            "list_sensors" => list_sensors::run(parse(args)?, registry),
-            "get_sensor_reading" => readings::get_one(&self.inner, parse(args)?, attempts).await,
-            "get_sensor_readings" => readings::get_many(&self.inner, parse_borrowed(args)?, attempts).await,
-            "get_device_status" => status::run(&self.inner, parse(args)?),
-            "get_sensor_history" => history::run(&self.inner, parse(args)?),
-            "create_work_order" => work_orders::create(&self.inner, caller, parse(args)?).await,
-            "get_work_order" => work_orders::get(&self.inner, parse(args)?),
-            "list_work_orders" => work_orders::list(&self.inner, parse(args)?),
-            _ => Err(ToolError::internal()),
+            Tool::ListSensors => list_sensors::run(parse(args)?, registry),
+            Tool::GetSensorReading => readings::get_one(&self.inner, parse(args)?, attempts).await,
+            Tool::GetSensorReadings => readings::get_many(&self.inner, parse_borrowed(args)?, attempts).await,
+            Tool::GetDeviceStatus => status::run(&self.inner, parse(args)?),
+            Tool::GetSensorHistory => history::run(&self.inner, parse(args)?),
+            Tool::CreateWorkOrder => work_orders::create(&self.inner, caller, parse(args)?).await,
+            Tool::GetWorkOrder => work_orders::get(&self.inner, parse(args)?),
+            Tool::ListWorkOrders => work_orders::list(&self.inner, parse(args)?),
         }
     }
 }

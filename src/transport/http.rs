@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::Tokens;
 use super::mcp::http::McpHttp;
-use crate::tools::{Caller, Envelope, ErrorCode, Role, ToolError, ToolService};
+use crate::tools::{Caller, Envelope, ErrorCode, Role, Tool, ToolError, ToolService};
 
 /// What the HTTP layer shares between requests.
 #[derive(Clone)]
@@ -235,7 +235,7 @@ async fn call_tool(
     match st.tools.call_as(&caller, &name, args).await {
         Ok(e) => envelope_response(&e),
         Err(e) => {
-            let served: Vec<&str> = st.tools.served().map(|t| t.name).collect();
+            let served: Vec<&str> = st.tools.served().map(|t| t.name()).collect();
             let mut err = ToolError::new(
                 ErrorCode::UnknownTool,
                 e.to_string(),
@@ -270,7 +270,7 @@ fn query_args(q: HashMap<String, String>) -> Value {
 }
 
 async fn sensors(State(st): State<AppState>, Extension(c): Extension<Caller>, Params(q): Params) -> Response {
-    match st.tools.call_as(&c, "list_sensors", query_args(q)).await {
+    match st.tools.call_as(&c, Tool::ListSensors.name(), query_args(q)).await {
         Ok(e) => envelope_response(&e),
         Err(_) => refusal(ToolError::internal()),
     }
@@ -290,7 +290,7 @@ async fn reading(
     Path(id): Path<String>,
     Params(q): Params,
 ) -> Response {
-    sensor_tool(&st, &c, "get_sensor_reading", id, q).await
+    sensor_tool(&st, &c, Tool::GetSensorReading.name(), id, q).await
 }
 
 async fn history(
@@ -299,7 +299,7 @@ async fn history(
     Path(id): Path<String>,
     Params(q): Params,
 ) -> Response {
-    sensor_tool(&st, &c, "get_sensor_history", id, q).await
+    sensor_tool(&st, &c, Tool::GetSensorHistory.name(), id, q).await
 }
 
 /// `GET /v1/sensors/{id}/...`: the query string as arguments, with the path's sensor ID.
@@ -325,7 +325,7 @@ async fn list_work_orders(
     Extension(c): Extension<Caller>,
     Params(q): Params,
 ) -> Response {
-    match st.tools.call_as(&c, "list_work_orders", query_args(q)).await {
+    match st.tools.call_as(&c, Tool::ListWorkOrders.name(), query_args(q)).await {
         Ok(e) => envelope_response(&e),
         Err(_) => refusal(ToolError::internal()),
     }
@@ -336,7 +336,7 @@ async fn get_work_order(
     Extension(c): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    match st.tools.call_as(&c, "get_work_order", json!({ "work_order_id": id })).await {
+    match st.tools.call_as(&c, Tool::GetWorkOrder.name(), json!({ "work_order_id": id })).await {
         Ok(e) => envelope_response(&e),
         Err(_) => refusal(ToolError::internal()),
     }
@@ -366,7 +366,7 @@ async fn probe_device(
 }
 
 async fn devices(State(st): State<AppState>, Extension(c): Extension<Caller>) -> Response {
-    match st.tools.call_as(&c, "get_device_status", json!({})).await {
+    match st.tools.call_as(&c, Tool::GetDeviceStatus.name(), json!({})).await {
         Ok(e) => envelope_response(&e),
         Err(_) => refusal(ToolError::internal()),
     }
@@ -377,7 +377,7 @@ async fn device(
     Extension(c): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    match st.tools.call_as(&c, "get_device_status", json!({ "device_id": id })).await {
+    match st.tools.call_as(&c, Tool::GetDeviceStatus.name(), json!({ "device_id": id })).await {
         Ok(e) => envelope_response(&e),
         Err(_) => refusal(ToolError::internal()),
     }

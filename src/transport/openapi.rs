@@ -66,17 +66,20 @@ pub fn document() -> Value {
     for t in TOOLS.iter().filter(|t| t.served) {
         let op = OperationBuilder::new()
             .tag("tools")
-            .operation_id(Some(t.name))
+            .operation_id(Some(t.name()))
             .summary(Some(t.title))
             .description(Some(t.description))
             .request_body(Some(
                 RequestBodyBuilder::new()
                     .required(Some(Required::True))
-                    .content("application/json", Content::new(Some(schema_ref(&format!("{}.input", t.name)))))
+                    .content(
+                        "application/json",
+                        Content::new(Some(schema_ref(&format!("{}.input", t.name())))),
+                    )
                     .build(),
             ));
-        let op = envelope_responses(op, &format!("{}.output", t.name));
-        paths = paths.path(format!("/v1/tools/{}", t.name), PathItem::new(HttpMethod::Post, op.build()));
+        let op = envelope_responses(op, &format!("{}.output", t.name()));
+        paths = paths.path(format!("/v1/tools/{}", t.name()), PathItem::new(HttpMethod::Post, op.build()));
     }
     let list = OperationBuilder::new()
         .tag("tools")
@@ -256,8 +259,8 @@ pub fn document() -> Value {
     let mut doc = serde_json::to_value(api).unwrap_or(Value::Null);
     let mut schemas = serde_json::Map::new();
     for t in TOOLS.iter().filter(|t| t.served) {
-        schemas.insert(format!("{}.input", t.name), strip(t.input_schema()));
-        schemas.insert(format!("{}.output", t.name), strip(t.output_schema()));
+        schemas.insert(format!("{}.input", t.name()), strip(t.input_schema()));
+        schemas.insert(format!("{}.output", t.name()), strip(t.output_schema()));
     }
     schemas.insert(
         "envelope".into(),

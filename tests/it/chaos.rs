@@ -91,7 +91,7 @@ async fn thousands_of_calls_under_faults_stay_correct_and_on_time() {
         fieldgate::tools::TOOLS
             .iter()
             .filter(|t| t.served)
-            .map(|t| (t.name, jsonschema::validator_for(&t.output_schema()).unwrap()))
+            .map(|t| (t.name(), jsonschema::validator_for(&t.output_schema()).unwrap()))
             .collect(),
     );
     let sensors: Arc<Vec<(String, String)>> =

@@ -356,7 +356,7 @@ async fn every_route_is_documented_and_every_documented_route_is_served() {
     let tool_paths: Vec<(String, String)> = fieldgate::tools::TOOLS
         .iter()
         .filter(|t| t.served)
-        .map(|t| ("POST".to_string(), format!("/v1/tools/{}", t.name)))
+        .map(|t| ("POST".to_string(), format!("/v1/tools/{}", t.name())))
         .collect();
     // The document names each tool's route; the router has one route for all of them.
     served.retain(|r| r.1 != "/v1/tools/{name}");

@@ -210,7 +210,7 @@ async fn cursors_are_checked() {
 
 #[tokio::test]
 async fn every_result_matches_the_output_schema() {
-    let schema = TOOLS.iter().find(|t| t.name == "list_sensors").unwrap().output_schema();
+    let schema = TOOLS.iter().find(|t| t.name() == "list_sensors").unwrap().output_schema();
     let validator = jsonschema::validator_for(&schema).unwrap();
     for args in [
         json!({}),

@@ -531,7 +531,7 @@ async fn every_reading_result_matches_its_output_schema() {
     let plant = demo_plant().await;
     let validators: std::collections::HashMap<&str, jsonschema::Validator> = fieldgate::tools::TOOLS
         .iter()
-        .map(|t| (t.name, jsonschema::validator_for(&t.output_schema()).unwrap()))
+        .map(|t| (t.name(), jsonschema::validator_for(&t.output_schema()).unwrap()))
         .collect();
     plant.faults("a-util-meter", Faults { down: true, ..Default::default() });
     let calls = [

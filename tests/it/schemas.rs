@@ -9,8 +9,8 @@ use serde_json::Value;
 fn generated() -> Vec<(String, Value)> {
     let mut out = vec![("device-file.json".to_string(), device_file_schema())];
     for t in &TOOLS {
-        out.push((format!("{}.input.json", t.name), t.input_schema()));
-        out.push((format!("{}.output.json", t.name), t.output_schema()));
+        out.push((format!("{}.input.json", t.name()), t.input_schema()));
+        out.push((format!("{}.output.json", t.name()), t.output_schema()));
     }
     out
 }
@@ -53,25 +53,25 @@ fn every_schema_compiles() {
 fn every_parameter_is_described_with_an_example_and_its_default() {
     for t in &TOOLS {
         let schema = t.input_schema();
-        assert_eq!(schema["type"], "object", "{}", t.name);
-        assert_eq!(schema["additionalProperties"], false, "{}", t.name);
+        assert_eq!(schema["type"], "object", "{}", t.name());
+        assert_eq!(schema["additionalProperties"], false, "{}", t.name());
         let required: Vec<&str> = schema["required"]
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         for (param, p) in schema["properties"].as_object().unwrap() {
             let desc = p["description"].as_str().unwrap_or("");
-            assert!(desc.len() > 15, "{}.{param} has no useful description", t.name);
+            assert!(desc.len() > 15, "{}.{param} has no useful description", t.name());
             assert!(
                 p.get("examples").is_some_and(|e| e.as_array().is_some_and(|a| !a.is_empty())),
                 "{}.{param} has no example",
-                t.name
+                t.name()
             );
             if !required.contains(&param.as_str()) {
                 assert!(
                     desc.contains("Default"),
                     "{}.{param} is optional but does not state its default",
-                    t.name
+                    t.name()
                 );
             }
         }
@@ -82,16 +82,16 @@ fn every_parameter_is_described_with_an_example_and_its_default() {
 fn every_description_says_when_and_when_not() {
     for t in &TOOLS {
         let d = t.description;
-        assert!(d.contains("Use it") || d.contains("Use this"), "{}: when to use", t.name);
-        assert!(d.contains("Do not use"), "{}: when not to use", t.name);
-        assert!(d.contains("side effect") || d.contains("Creates a record"), "{}: side effects", t.name);
-        let other_tools = TOOLS.iter().filter(|o| o.name != t.name && d.contains(o.name)).count();
-        assert!(other_tools >= 1, "{}: names the right tool instead", t.name);
+        assert!(d.contains("Use it") || d.contains("Use this"), "{}: when to use", t.name());
+        assert!(d.contains("Do not use"), "{}: when not to use", t.name());
+        assert!(d.contains("side effect") || d.contains("Creates a record"), "{}: side effects", t.name());
+        let other_tools = TOOLS.iter().filter(|o| o.name() != t.name() && d.contains(o.name())).count();
+        assert!(other_tools >= 1, "{}: names the right tool instead", t.name());
         let def = t.definition();
         assert_eq!(def["outputSchema"]["type"], "object");
         assert!(def["annotations"]["readOnlyHint"].is_boolean());
     }
-    let create = TOOLS.iter().find(|t| t.name == "create_work_order").unwrap();
+    let create = TOOLS.iter().find(|t| t.name() == "create_work_order").unwrap();
     assert_eq!(create.definition()["annotations"]["readOnlyHint"], false);
 }
 
@@ -133,8 +133,8 @@ fn formats(v: &Value, at: &str, out: &mut Vec<(String, String)>) {
 fn published() -> Vec<(String, Value)> {
     let mut out = Vec::new();
     for t in &TOOLS {
-        out.push((format!("{} input", t.name), t.input_schema()));
-        out.push((format!("{} output", t.name), t.output_schema()));
+        out.push((format!("{} input", t.name()), t.input_schema()));
+        out.push((format!("{} output", t.name()), t.output_schema()));
     }
     for entry in std::fs::read_dir(root().join("schemas")).unwrap() {
         let path = entry.unwrap().path();
@@ -173,7 +173,7 @@ fn published_schemas_are_valid_2020_12_with_standard_formats_only() {
     }
     assert!(wrong.is_empty(), "{} problems:\n{}", wrong.len(), wrong.join("\n"));
     // The bounds the formats stood for are still said: a count is never negative.
-    let history = TOOLS.iter().find(|t| t.name == "get_sensor_history").unwrap().output_schema();
+    let history = TOOLS.iter().find(|t| t.name() == "get_sensor_history").unwrap().output_schema();
     let count = &history["properties"]["data"]["properties"]["buckets"]["items"]["properties"]["count"];
     assert_eq!((&count["type"], &count["minimum"]), (&Value::from("integer"), &Value::from(0)), "{count}");
 }
@@ -197,21 +197,21 @@ fn admits_null(v: &Value) -> bool {
 fn optional_parameters_are_published_as_their_type_with_a_default() {
     for t in &TOOLS {
         let schema = t.input_schema();
-        assert!(!admits_null(&schema), "{}: {schema:#}", t.name);
+        assert!(!admits_null(&schema), "{}: {schema:#}", t.name());
         for (param, p) in schema["properties"].as_object().unwrap() {
-            assert!(p["type"].is_string(), "{}.{param} has one type: {p}", t.name);
+            assert!(p["type"].is_string(), "{}.{param} has one type: {p}", t.name());
         }
     }
     let limit = &TOOLS[0].input_schema()["properties"]["limit"];
-    assert_eq!(TOOLS[0].name, "list_sensors");
+    assert_eq!(TOOLS[0].name(), "list_sensors");
     assert_eq!(limit["type"], "integer", "{limit}");
     assert_eq!(limit["default"], 100, "{limit}");
     assert_eq!((&limit["minimum"], &limit["maximum"]), (&Value::from(1), &Value::from(1000)));
-    let reading = TOOLS.iter().find(|t| t.name == "get_sensor_reading").unwrap().input_schema();
+    let reading = TOOLS.iter().find(|t| t.name() == "get_sensor_reading").unwrap().input_schema();
     assert_eq!(reading["properties"]["unit"]["default"], "normalized");
     assert_eq!(reading["properties"]["max_age_ms"]["default"], 0);
     for (tool, default) in [("get_sensor_history", 500), ("list_work_orders", 50)] {
-        let schema = TOOLS.iter().find(|t| t.name == tool).unwrap().input_schema();
+        let schema = TOOLS.iter().find(|t| t.name() == tool).unwrap().input_schema();
         assert_eq!(schema["properties"]["limit"]["default"], default, "{tool}");
     }
 }
@@ -235,16 +235,16 @@ async fn null_is_still_taken_for_every_optional_parameter() {
             args.insert(param.clone(), value);
         }
         // get_work_order takes one of its two; the other may still be null.
-        if t.name == "get_work_order" {
+        if t.name() == "get_work_order" {
             args.insert("work_order_id".into(), "WO-000042".into());
         }
         let args = Value::Object(args);
-        assert!(v.check(&args, &|_, _| Vec::new()).is_ok(), "{}: {args}", t.name);
+        assert!(v.check(&args, &|_, _| Vec::new()).is_ok(), "{}: {args}", t.name());
         // A required parameter is not optional because it is null.
         if let Some(first) = required.first() {
             let mut args = args.clone();
             args[*first] = Value::Null;
-            assert!(v.check(&args, &|_, _| Vec::new()).is_err(), "{}: {args}", t.name);
+            assert!(v.check(&args, &|_, _| Vec::new()).is_err(), "{}: {args}", t.name());
         }
     }
     // And through the service: `limit: null` is the default limit.

@@ -66,7 +66,7 @@ pub fn tool_definition(spec: &ToolSpec) -> Tool {
         .destructive(a.destructive_hint)
         .idempotent(a.idempotent_hint)
         .open_world(a.open_world_hint);
-    Tool::new(spec.name, spec.description, object(spec.input_schema()))
+    Tool::new(spec.name(), spec.description, object(spec.input_schema()))
         .with_title(spec.title)
         .with_raw_output_schema(object(spec.output_schema()))
         .with_annotations(annotations)
@@ -165,7 +165,7 @@ impl McpServer {
         match self.tools.call_as(caller, name, args).await {
             Ok(envelope) => to_result(&envelope).map(CallToolResponse::from),
             Err(CallError::UnknownTool(name)) => {
-                let served: Vec<&str> = self.tools.served().map(|t| t.name).collect();
+                let served: Vec<&str> = self.tools.served().map(|t| t.name()).collect();
                 Err(ErrorData::invalid_params(
                     format!("Unknown tool {name}; tools: {}", served.join(", ")),
                     None,
