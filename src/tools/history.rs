@@ -1,7 +1,5 @@
 //! `get_sensor_history`: stored points over a range, raw or per bucket, with cursors.
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{SecondsFormat, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -21,12 +19,12 @@ const MAX_BUCKETS: i64 = 100_000;
 /// Tolerated clock difference for `to` in the future.
 const SKEW_MS: i64 = 5_000;
 
+const PAGING: super::cursor::Paging = super::cursor::Paging { this: "this query", other: "another query" };
+
 #[derive(Serialize, Deserialize)]
 struct Cursor {
     /// Raw: the last point's time; buckets: the last bucket's start.
     t: i64,
-    /// Fingerprint of the query as written.
-    f: u64,
     /// The range the first page resolved (`to` omitted means "now", `-1h` an hour before
     /// it): later pages keep it, so paging returns each point exactly once.
     from: i64,
@@ -87,37 +85,14 @@ fn value_of(sensor: &Sensor, p: &Point) -> (Option<Value>, Quality, Option<f64>)
     }
 }
 
-fn fingerprint(parts: &str) -> u64 {
-    parts.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
-}
-
 pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
     let registry = &inner.registry;
     let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
     let id = &sensor.id;
     let now = Utc::now().timestamp_millis();
-    let f = fingerprint(&format!("{id}|{}|{:?}|{:?}", args.from, args.to, args.bucket));
+    let f = super::cursor::fingerprint(&format!("{id}|{}|{:?}|{:?}", args.from, args.to, args.bucket));
     let cursor = match &args.cursor {
-        Some(c) => {
-            let bad = |m: &str| {
-                invalid(
-                    "cursor",
-                    c,
-                    "the next_cursor of the previous page of this query",
-                    m.to_string(),
-                    "Pass next_cursor unchanged with the same arguments, or omit cursor to start over.",
-                )
-            };
-            let cur: Cursor = URL_SAFE_NO_PAD
-                .decode(c)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .ok_or_else(|| bad("`cursor` is not a cursor this service issued."))?;
-            if cur.f != f {
-                return Err(bad("`cursor` belongs to another query."));
-            }
-            Some(cur)
-        }
+        Some(c) => Some(super::cursor::decode::<Cursor>(c, f, &PAGING)?),
         None => None,
     };
     let (from, to) = match &cursor {
@@ -203,8 +178,7 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
         .filter(|w| w[1].t - w[0].t > gap_ms)
         .map(|w| Gap { from: rfc3339(w[0].t), to: rfc3339(w[1].t) })
         .collect();
-    let encode =
-        |t: i64| URL_SAFE_NO_PAD.encode(serde_json::to_vec(&Cursor { t, f, from, to }).unwrap_or_default());
+    let encode = |t: i64| super::cursor::encode(Cursor { t, from, to }, f);
     let (mut raw_out, mut buckets_out, mut next) = (Vec::new(), Vec::new(), None);
     match bucket {
         None => {

@@ -1,7 +1,5 @@
 //! `list_sensors`: the registry, filtered and paged with an opaque cursor.
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 
 use super::ToolResult;
@@ -13,13 +11,14 @@ use crate::suggest;
 
 pub const DEFAULT_LIMIT: u32 = 100;
 
-/// What the cursor carries: where the last page ended, and which filters it was for.
+const PAGING: super::cursor::Paging =
+    super::cursor::Paging { this: "the same listing", other: "a listing with other filters" };
+
+/// Where the last page ended (the cursor also carries the filters' fingerprint).
 #[derive(Serialize, Deserialize)]
 struct Cursor {
     /// The last sensor ID returned.
     a: String,
-    /// Fingerprint of the filters.
-    f: u64,
 }
 
 pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
@@ -43,7 +42,7 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
         args.text.as_deref().unwrap_or("").split_whitespace().map(str::to_lowercase).collect();
     let fingerprint = fingerprint(&args, &words);
     let after = match &args.cursor {
-        Some(c) => Some(decode_cursor(c, fingerprint)?),
+        Some(c) => Some(super::cursor::decode::<Cursor>(c, fingerprint, &PAGING)?.a),
         None => None,
     };
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT) as usize;
@@ -64,7 +63,7 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
         }
     }
     let next_cursor = match (more, page.last()) {
-        (true, Some(last)) => Some(encode_cursor(&last.sensor_id, fingerprint)),
+        (true, Some(last)) => Some(super::cursor::encode(Cursor { a: last.sensor_id.clone() }, fingerprint)),
         _ => None,
     };
     let data = ListSensorsData { sensors: page, total, complete: next_cursor.is_none(), next_cursor };
@@ -140,34 +139,8 @@ pub(crate) fn info(s: &Sensor, registry: &Registry) -> SensorInfo {
     }
 }
 
-/// FNV-1a over the filters, so a cursor cannot be replayed with other filters.
+/// The filters' fingerprint, so a cursor cannot be replayed with other filters.
 fn fingerprint(a: &ListSensorsArgs, words: &[String]) -> u64 {
     let text = format!("{:?}|{:?}|{:?}|{:?}|{}", a.plant, a.zone, a.device_id, a.kind, words.join(" "));
-    text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
-}
-
-fn encode_cursor(last: &str, f: u64) -> String {
-    let json = serde_json::to_vec(&Cursor { a: last.to_string(), f }).unwrap_or_default();
-    URL_SAFE_NO_PAD.encode(json)
-}
-
-fn decode_cursor(c: &str, expected: u64) -> Result<String, ToolError> {
-    let bad = |msg: &str| {
-        ToolError::invalid(
-            "cursor",
-            Some(c),
-            "the next_cursor of the previous page of the same listing",
-            msg.to_string(),
-            "Pass next_cursor from the previous page unchanged with the same filters, or omit cursor to start over.",
-        )
-    };
-    let cursor: Cursor = URL_SAFE_NO_PAD
-        .decode(c)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| bad("`cursor` is not a cursor this service issued."))?;
-    if cursor.f != expected {
-        return Err(bad("`cursor` belongs to a listing with other filters."));
-    }
-    Ok(cursor.a)
+    super::cursor::fingerprint(&text)
 }

@@ -4,6 +4,7 @@
 
 mod call_key;
 pub mod catalog;
+mod cursor;
 pub mod defs;
 mod device_error;
 pub mod envelope;

@@ -8,8 +8,6 @@
 
 use std::sync::Arc;
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::defs::{
@@ -253,38 +251,33 @@ pub(crate) async fn act(
     to_data(&WorkOrderData { work_order: shown(inner, order) })
 }
 
+const PAGING: super::cursor::Paging =
+    super::cursor::Paging { this: "the same listing", other: "a listing with other filters" };
+
+/// Where a page of `list_work_orders` ended: the last number shown, and the `since` the
+/// first page resolved (`-1h` means an hour before the first page, on every page).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Cursor {
+    n: u64,
+    since: Option<i64>,
+}
+
 pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
     let sensor = match &args.sensor_id {
         Some(raw) => Some(parse_sensor_id("sensor_id", raw, &inner.registry)?),
         None => None,
     };
-    let f = query_fingerprint(args.status, args.sensor_id.as_deref(), args.since.as_deref());
-    // The cursor: the last number shown, the query's fingerprint, and the `since` the first
-    // page resolved (`-1h` means an hour before the first page, on every page).
+    let f = super::cursor::fingerprint(&query_fingerprint(
+        args.status,
+        args.sensor_id.as_deref(),
+        args.since.as_deref(),
+    ));
     let cursor = match &args.cursor {
-        Some(c) => {
-            let decoded = URL_SAFE_NO_PAD.decode(c).ok().and_then(|b| String::from_utf8(b).ok());
-            let parts: Option<(u64, Option<i64>)> = decoded.as_deref().and_then(|d| {
-                let mut it = d.splitn(3, '|');
-                let n = it.next()?.parse::<u64>().ok()?;
-                (it.next()? == f).then_some(())?;
-                let since = it.next().and_then(|s| s.parse::<i64>().ok());
-                Some((n, since))
-            });
-            Some(parts.ok_or_else(|| {
-                ToolError::invalid(
-                    "cursor",
-                    Some(c),
-                    "the next_cursor of the previous page",
-                    "`cursor` does not belong to this listing.",
-                    "Pass next_cursor unchanged, or omit cursor to start over.",
-                )
-            })?)
-        }
+        Some(c) => Some(super::cursor::decode::<Cursor>(c, f, &PAGING)?),
         None => None,
     };
     let since_ms = match (&cursor, &args.since) {
-        (Some((_, pinned)), _) => *pinned,
+        (Some(c), _) => c.since,
         (None, Some(raw)) => Some(super::when::instant("since", raw, Utc::now().timestamp_millis())?),
         (None, None) => None,
     };
@@ -294,7 +287,7 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
         }
         None => None,
     };
-    let before = cursor.map(|(n, _)| n);
+    let before = cursor.map(|c| c.n);
     let matching: Vec<model::WorkOrder> = store(inner)?
         .list()
         .map_err(store_error)?
@@ -310,9 +303,8 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
         matching.into_iter().filter(|o| before.is_none_or(|b| number(o) < b)).collect();
     let more = page.len() > limit;
     page.truncate(limit);
-    let pinned = since_ms.map(|ms| ms.to_string()).unwrap_or_default();
     let next_cursor = if more {
-        page.last().map(|o| URL_SAFE_NO_PAD.encode(format!("{}|{f}|{pinned}", number(o))))
+        page.last().map(|o| super::cursor::encode(Cursor { n: number(o), since: since_ms }, f))
     } else {
         None
     };
