@@ -85,17 +85,14 @@ fn value_of(sensor: &Sensor, p: &Point) -> (Option<Value>, Quality, Option<f64>)
     }
 }
 
-pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
-    let registry = &inner.registry;
-    let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
-    let id = &sensor.id;
-    let now = Utc::now().timestamp_millis();
-    let f = super::cursor::fingerprint(&format!("{id}|{}|{:?}|{:?}", args.from, args.to, args.bucket));
-    let cursor = match &args.cursor {
-        Some(c) => Some(super::cursor::decode::<Cursor>(c, f, &PAGING)?),
-        None => None,
-    };
-    let (from, to) = match &cursor {
+/// The range and bucket width of a query: the cursor's pinned range on later pages, else
+/// `from`/`to` resolved against `now`; refused when empty, in the future, or too large.
+fn range(
+    args: &GetSensorHistoryArgs,
+    cursor: Option<&Cursor>,
+    now: i64,
+) -> Result<(i64, i64, Option<i64>), ToolError> {
+    let (from, to) = match cursor {
         Some(c) => (c.from, c.to),
         None => {
             let from = when::instant("from", &args.from, now)?;
@@ -106,7 +103,6 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
             (from, to)
         }
     };
-    let after = cursor.as_ref().map(|c| c.t);
     if to > now + SKEW_MS {
         return Err(invalid(
             "to",
@@ -158,6 +154,95 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
         }
         _ => {}
     }
+    Ok((from, to, bucket))
+}
+
+/// One page of raw points after `after`, and the time of its last point when more follow.
+fn raw_page(
+    sensor: &Sensor,
+    points: &[Point],
+    after: Option<i64>,
+    limit: usize,
+) -> (Vec<HistoryPoint>, Option<i64>) {
+    let mut page = points.iter().filter(|p| after.is_none_or(|a| p.t > a));
+    let mut out = Vec::new();
+    let mut last = None;
+    for p in page.by_ref().take(limit) {
+        let (value, quality, _) = value_of(sensor, p);
+        out.push(HistoryPoint { t: rfc3339(p.t), value, quality });
+        last = Some(p.t);
+    }
+    (out, last.filter(|_| page.next().is_some()))
+}
+
+/// One page of buckets of width `w` starting after `after`, aligned to multiples of their
+/// width since the epoch (empty ones are left out: see `gaps`), and the start of its last
+/// bucket when more follow.
+fn bucket_page(
+    sensor: &Sensor,
+    points: &[Point],
+    w: i64,
+    after: Option<i64>,
+    limit: usize,
+) -> (Vec<HistoryBucket>, Option<i64>) {
+    let mut current: Option<(i64, HistoryBucket, f64, u64)> = None;
+    let mut done: Vec<(i64, HistoryBucket)> = Vec::new();
+    let mut more = false;
+    for p in points {
+        let start = p.t.div_euclid(w) * w;
+        if after.is_some_and(|a| start <= a) {
+            continue;
+        }
+        if current.as_ref().is_some_and(|c| c.0 != start) {
+            if let Some((s, b, sum, n)) = current.take() {
+                done.push((s, finish(sensor, b, sum, n)));
+            }
+            if done.len() == limit {
+                more = true;
+                break;
+            }
+        }
+        let (value, _, num) = value_of(sensor, p);
+        let c = current.get_or_insert_with(|| {
+            let bucket = HistoryBucket {
+                start: rfc3339(start),
+                count: 0,
+                min: None,
+                max: None,
+                avg: None,
+                first: value.clone(),
+                last: None,
+            };
+            (start, bucket, 0.0, 0)
+        });
+        c.1.count += 1;
+        c.1.last = value;
+        if let Some(x) = num {
+            c.1.min = Some(c.1.min.map_or(x, |m| m.min(x)));
+            c.1.max = Some(c.1.max.map_or(x, |m| m.max(x)));
+            c.2 += x;
+            c.3 += 1;
+        }
+    }
+    if !more && let Some((s, b, sum, n)) = current.take() {
+        done.push((s, finish(sensor, b, sum, n)));
+    }
+    let last = done.last().map(|(s, _)| *s).filter(|_| more);
+    (done.into_iter().map(|(_, b)| b).collect(), last)
+}
+
+pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
+    let registry = &inner.registry;
+    let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
+    let id = &sensor.id;
+    let now = Utc::now().timestamp_millis();
+    let f = super::cursor::fingerprint(&format!("{id}|{}|{:?}|{:?}", args.from, args.to, args.bucket));
+    let cursor = match &args.cursor {
+        Some(c) => Some(super::cursor::decode::<Cursor>(c, f, &PAGING)?),
+        None => None,
+    };
+    let (from, to, bucket) = range(&args, cursor.as_ref(), now)?;
+    let after = cursor.as_ref().map(|c| c.t);
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT) as usize;
     let Some(store) = inner.history.as_ref() else {
         return Err(ToolError::new(
@@ -179,81 +264,25 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
         .map(|w| Gap { from: rfc3339(w[0].t), to: rfc3339(w[1].t) })
         .collect();
     let encode = |t: i64| super::cursor::encode(Cursor { t, from, to }, f);
-    let (mut raw_out, mut buckets_out, mut next) = (Vec::new(), Vec::new(), None);
-    match bucket {
+    let (raw_out, buckets_out, last) = match bucket {
         None => {
-            let mut page = points.iter().filter(|p| after.is_none_or(|a| p.t > a));
-            for p in page.by_ref().take(limit) {
-                let (value, quality, _) = value_of(sensor, p);
-                raw_out.push((p.t, HistoryPoint { t: rfc3339(p.t), value, quality }));
-            }
-            if page.next().is_some() {
-                next = raw_out.last().map(|(t, _)| encode(*t));
-            }
+            let (page, last) = raw_page(sensor, &points, after, limit);
+            (page, Vec::new(), last)
         }
         Some(w) => {
-            // Buckets aligned to multiples of their width since the epoch; empty ones are
-            // left out (see `gaps`).
-            let mut current: Option<(i64, HistoryBucket, f64, u64)> = None;
-            let mut done: Vec<(i64, HistoryBucket)> = Vec::new();
-            let mut more = false;
-            for p in &points {
-                let start = p.t.div_euclid(w) * w;
-                if after.is_some_and(|a| start <= a) {
-                    continue;
-                }
-                if current.as_ref().is_some_and(|c| c.0 != start) {
-                    if let Some((s, b, sum, n)) = current.take() {
-                        done.push((s, finish(sensor, b, sum, n)));
-                    }
-                    if done.len() == limit {
-                        more = true;
-                        break;
-                    }
-                }
-                let (value, _, num) = value_of(sensor, p);
-                let c = current.get_or_insert_with(|| {
-                    (
-                        start,
-                        HistoryBucket {
-                            start: rfc3339(start),
-                            count: 0,
-                            min: None,
-                            max: None,
-                            avg: None,
-                            first: value.clone(),
-                            last: None,
-                        },
-                        0.0,
-                        0,
-                    )
-                });
-                c.1.count += 1;
-                c.1.last = value;
-                if let Some(x) = num {
-                    c.1.min = Some(c.1.min.map_or(x, |m| m.min(x)));
-                    c.1.max = Some(c.1.max.map_or(x, |m| m.max(x)));
-                    c.2 += x;
-                    c.3 += 1;
-                }
-            }
-            if !more && let Some((s, b, sum, n)) = current.take() {
-                done.push((s, finish(sensor, b, sum, n)));
-            }
-            if more {
-                next = done.last().map(|(s, _)| encode(*s));
-            }
-            buckets_out = done;
+            let (page, last) = bucket_page(sensor, &points, w, after, limit);
+            (Vec::new(), page, last)
         }
-    }
+    };
+    let next = last.map(encode);
     let data = HistoryData {
         sensor_id: id.to_string(),
         unit: sensor.unit.clone(),
         from: rfc3339(from),
         to: rfc3339(to),
         bucket: args.bucket.clone(),
-        points: raw_out.into_iter().map(|(_, p)| p).collect(),
-        buckets: buckets_out.into_iter().map(|(_, b)| b).collect(),
+        points: raw_out,
+        buckets: buckets_out,
         first_sample: points.first().map(|p| rfc3339(p.t)),
         last_sample: points.last().map(|p| rfc3339(p.t)),
         gaps,
