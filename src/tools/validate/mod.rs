@@ -101,182 +101,157 @@ impl InputValidator {
         if self.validator.is_valid(args) {
             return Ok(());
         }
-        let mut details = Vec::new();
-        // Unknown parameters and the real ones they most likely meant, for the hint.
-        let mut meant: Vec<(String, String)> = Vec::new();
-        let mut unknown = false;
+        let mut found = Found::default();
         for error in self.validator.iter_errors(args) {
-            let path = error.instance_path().to_string();
-            let parameter = path.trim_start_matches('/').to_string();
-            let received = Some(render(error.instance()));
-            let mut d = |parameter: String, received: Option<String>, expected: String, message: String| {
-                details.push(Detail {
-                    parameter,
-                    received,
-                    expected: Some(expected),
-                    message,
-                    suggestions: Vec::new(),
-                })
-            };
-            match error.kind() {
-                ValidationErrorKind::Required { property } => {
-                    let name = property.as_str().unwrap_or("?").to_string();
-                    d(name.clone(), None, "a value".into(), format!("`{name}` is required."));
-                }
-                ValidationErrorKind::AdditionalProperties { unexpected } => {
-                    // Parameters the call already gives are not what another name meant.
-                    let given = args.as_object();
-                    let open: Vec<&str> = self
-                        .params
-                        .iter()
-                        .filter(|p| given.is_none_or(|g| !g.contains_key(*p)))
-                        .map(String::as_str)
-                        .collect();
-                    for name in unexpected {
-                        unknown = true;
-                        let near = crate::suggest::closest_parameter(name, &open);
-                        if let Some(n) = near {
-                            meant.push((cut(name), n.to_string()));
-                        }
-                        details.push(Detail {
-                            parameter: name.clone(),
-                            received: None,
-                            expected: Some(format!("one of the parameters: {}", self.params.join(", "))),
-                            message: format!("`{}` is not a parameter of this tool.", cut(name)),
-                            suggestions: near.map(|n| vec![n.to_string()]).unwrap_or_default(),
-                        });
+            self.describe(&error, args, suggest, &mut found);
+        }
+        found.into_result()
+    }
+
+    /// Adds what `error` says about the arguments to `found`.
+    fn describe(
+        &self,
+        error: &jsonschema::ValidationError<'_>,
+        args: &Value,
+        suggest: &dyn Fn(&str, &str) -> Vec<String>,
+        found: &mut Found,
+    ) {
+        let path = error.instance_path().to_string();
+        let parameter = path.trim_start_matches('/').to_string();
+        let received = Some(render(error.instance()));
+        let detail = |parameter: String, received: Option<String>, expected: String, message: String| {
+            Detail { parameter, received, expected: Some(expected), message, suggestions: Vec::new() }
+        };
+        match error.kind() {
+            ValidationErrorKind::Required { property } => {
+                let name = property.as_str().unwrap_or("?").to_string();
+                found.details.push(detail(name.clone(), None, "a value".into(), format!("`{name}` is required.")));
+            }
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                // Parameters the call already gives are not what another name meant.
+                let given = args.as_object();
+                let open: Vec<&str> = self
+                    .params
+                    .iter()
+                    .filter(|p| given.is_none_or(|g| !g.contains_key(*p)))
+                    .map(String::as_str)
+                    .collect();
+                for name in unexpected {
+                    found.unknown = true;
+                    let near = crate::suggest::closest_parameter(name, &open);
+                    if let Some(n) = near {
+                        found.meant.push((cut(name), n.to_string()));
                     }
-                }
-                ValidationErrorKind::Type { kind } => {
-                    let want = match kind {
-                        TypeKind::Single(t) => t.to_string(),
-                        TypeKind::Multiple(set) => {
-                            let names: Vec<String> =
-                                set.iter().map(|t| t.to_string()).filter(|t| t != "null").collect();
-                            names.join(" or ")
-                        }
-                    };
-                    let name = if parameter.is_empty() { "arguments".into() } else { parameter.clone() };
-                    d(
-                        parameter.clone(),
-                        received,
-                        want.clone(),
-                        format!("`{name}` must be {}.", article(&want)),
-                    );
-                }
-                ValidationErrorKind::Enum { options } => {
-                    let opts: Vec<String> = options
-                        .as_array()
-                        .map(|a| a.iter().filter(|v| !v.is_null()).map(render).collect())
-                        .unwrap_or_default();
-                    d(
-                        parameter.clone(),
-                        received,
-                        format!("one of {}", opts.join(", ")),
-                        format!("`{parameter}` is not an allowed value."),
-                    );
-                }
-                // Our `uniqueItems` (above).
-                ValidationErrorKind::Custom { keyword, .. } if keyword == "uniqueItems" => {
-                    d(
-                        parameter.clone(),
-                        None,
-                        "distinct items".into(),
-                        format!("`{parameter}` lists an item twice."),
-                    );
-                }
-                ValidationErrorKind::Pattern { pattern }
-                // Our other custom keyword is `pattern` (above); its message is the pattern.
-                | ValidationErrorKind::Custom { keyword: _, message: pattern } => {
-                    let (expected, message) = pattern_text(&parameter, pattern);
-                    let suggestions =
-                        error.instance().as_str().map(|s| suggest(&parameter, s)).unwrap_or_default();
-                    details.push(Detail {
-                        parameter: parameter.clone(),
-                        received,
-                        expected: Some(expected),
-                        message,
-                        suggestions,
+                    found.details.push(Detail {
+                        parameter: name.clone(),
+                        received: None,
+                        expected: Some(format!("one of the parameters: {}", self.params.join(", "))),
+                        message: format!("`{}` is not a parameter of this tool.", cut(name)),
+                        suggestions: near.map(|n| vec![n.to_string()]).unwrap_or_default(),
                     });
                 }
-                ValidationErrorKind::Minimum { limit } | ValidationErrorKind::ExclusiveMinimum { limit } => {
-                    d(
-                        parameter.clone(),
-                        received,
-                        format!(">= {limit}"),
-                        format!("`{parameter}` is too small."),
-                    );
-                }
-                ValidationErrorKind::Maximum { limit } | ValidationErrorKind::ExclusiveMaximum { limit } => {
-                    d(
-                        parameter.clone(),
-                        received,
-                        format!("<= {limit}"),
-                        format!("`{parameter}` is too large."),
-                    );
-                }
-                ValidationErrorKind::MinLength { limit } => {
-                    d(
-                        parameter.clone(),
-                        received,
-                        format!("at least {limit} characters"),
-                        format!("`{parameter}` is too short."),
-                    );
-                }
-                ValidationErrorKind::MaxLength { limit } => {
-                    d(
-                        parameter.clone(),
-                        received,
-                        format!("at most {limit} characters"),
-                        format!("`{parameter}` is too long."),
-                    );
-                }
-                ValidationErrorKind::MinItems { limit } => {
-                    d(
-                        parameter.clone(),
-                        None,
-                        format!("at least {limit} items"),
-                        format!("`{parameter}` has too few items."),
-                    );
-                }
-                ValidationErrorKind::MaxItems { limit } => {
-                    d(
-                        parameter.clone(),
-                        None,
-                        format!("at most {limit} items"),
-                        format!("`{parameter}` has too many items."),
-                    );
-                }
-                ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. }
-                    if self.choices.contains_key(&parameter) =>
-                {
-                    let opts = self.choices[&parameter].join(", ");
-                    d(
-                        parameter.clone(),
-                        received,
-                        format!("one of {opts}"),
-                        format!("`{parameter}` is not an allowed value."),
-                    );
-                }
-                _ => {
-                    d(
-                        parameter.clone(),
-                        received,
-                        "a value matching the input schema".into(),
-                        format!("`{parameter}` does not match the input schema."),
-                    );
-                }
+            }
+            // Our `uniqueItems` (see `new`).
+            ValidationErrorKind::Custom { keyword, .. } if keyword == "uniqueItems" => {
+                let message = format!("`{parameter}` lists an item twice.");
+                found.details.push(detail(parameter, None, "distinct items".into(), message));
+            }
+            ValidationErrorKind::Pattern { pattern }
+            // Our other custom keyword is `pattern` (see `new`); its message is the pattern.
+            | ValidationErrorKind::Custom { keyword: _, message: pattern } => {
+                let (expected, message) = pattern_text(&parameter, pattern);
+                let suggestions = error.instance().as_str().map(|s| suggest(&parameter, s)).unwrap_or_default();
+                found.details.push(Detail { parameter, received, expected: Some(expected), message, suggestions });
+            }
+            kind => {
+                let (shows_received, expected, message) = self.plain(kind, &parameter);
+                found.details.push(detail(parameter, received.filter(|_| shows_received), expected, message));
             }
         }
-        match details.len() {
+    }
+
+    /// What a type, enum, bound or size error expects and says, and whether the value
+    /// received is shown with it (not for arrays).
+    fn plain(&self, kind: &ValidationErrorKind, parameter: &str) -> (bool, String, String) {
+        match kind {
+            ValidationErrorKind::Type { kind } => {
+                let want = match kind {
+                    TypeKind::Single(t) => t.to_string(),
+                    TypeKind::Multiple(set) => {
+                        let names: Vec<String> =
+                            set.iter().map(|t| t.to_string()).filter(|t| t != "null").collect();
+                        names.join(" or ")
+                    }
+                };
+                let name = if parameter.is_empty() { "arguments" } else { parameter };
+                let message = format!("`{name}` must be {}.", article(&want));
+                (true, want, message)
+            }
+            ValidationErrorKind::Enum { options } => {
+                let opts: Vec<String> = options
+                    .as_array()
+                    .map(|a| a.iter().filter(|v| !v.is_null()).map(render).collect())
+                    .unwrap_or_default();
+                (
+                    true,
+                    format!("one of {}", opts.join(", ")),
+                    format!("`{parameter}` is not an allowed value."),
+                )
+            }
+            ValidationErrorKind::Minimum { limit } | ValidationErrorKind::ExclusiveMinimum { limit } => {
+                (true, format!(">= {limit}"), format!("`{parameter}` is too small."))
+            }
+            ValidationErrorKind::Maximum { limit } | ValidationErrorKind::ExclusiveMaximum { limit } => {
+                (true, format!("<= {limit}"), format!("`{parameter}` is too large."))
+            }
+            ValidationErrorKind::MinLength { limit } => {
+                (true, format!("at least {limit} characters"), format!("`{parameter}` is too short."))
+            }
+            ValidationErrorKind::MaxLength { limit } => {
+                (true, format!("at most {limit} characters"), format!("`{parameter}` is too long."))
+            }
+            ValidationErrorKind::MinItems { limit } => {
+                (false, format!("at least {limit} items"), format!("`{parameter}` has too few items."))
+            }
+            ValidationErrorKind::MaxItems { limit } => {
+                (false, format!("at most {limit} items"), format!("`{parameter}` has too many items."))
+            }
+            ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. }
+                if self.choices.contains_key(parameter) =>
+            {
+                let opts = self.choices[parameter].join(", ");
+                (true, format!("one of {opts}"), format!("`{parameter}` is not an allowed value."))
+            }
+            _ => (
+                true,
+                "a value matching the input schema".into(),
+                format!("`{parameter}` does not match the input schema."),
+            ),
+        }
+    }
+}
+
+/// What the schema errors of one call said, gathered into one refusal.
+#[derive(Default)]
+struct Found {
+    details: Vec<Detail>,
+    /// Unknown parameters and the real ones they most likely meant, for the hint.
+    meant: Vec<(String, String)>,
+    unknown: bool,
+}
+
+impl Found {
+    /// One problem: its own error; several: one error listing them in `details`.
+    fn into_result(mut self) -> Result<(), ToolError> {
+        match self.details.len() {
             0 => Ok(()),
             1 => {
-                let d = details.remove(0);
-                let hint = match meant.first() {
+                let d = self.details.remove(0);
+                let hint = match self.meant.first() {
                     Some((name, near)) => {
                         format!("Did you mean `{near}`? Call again with `{near}` instead of `{name}`.")
                     }
-                    None if unknown => {
+                    None if self.unknown => {
                         format!(
                             "Remove `{}` and call again; expected lists the tool's parameters.",
                             cut(&d.parameter)
@@ -292,9 +267,12 @@ impl InputValidator {
             }
             n => {
                 let mut hint = String::from("Fix every parameter listed in details and call again");
-                if !meant.is_empty() {
-                    let renames: Vec<String> =
-                        meant.iter().map(|(name, near)| format!("`{near}` instead of `{name}`")).collect();
+                if !self.meant.is_empty() {
+                    let renames: Vec<String> = self
+                        .meant
+                        .iter()
+                        .map(|(name, near)| format!("`{near}` instead of `{name}`"))
+                        .collect();
                     hint.push_str(&format!("; did you mean {}?", renames.join(", ")));
                     hint.push_str(" The tool's inputSchema lists what is allowed.");
                 } else {
@@ -302,7 +280,7 @@ impl InputValidator {
                 }
                 let mut e =
                     ToolError::new(ErrorCode::InvalidArgument, format!("{n} arguments are invalid."), hint);
-                e.details = details;
+                e.details = self.details;
                 Err(e)
             }
         }
