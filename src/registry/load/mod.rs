@@ -22,6 +22,9 @@ struct Origin {
 /// What one file yielded: a device (if the file was valid) and its valid sensors, and the
 /// IDs it declares whatever else is wrong with it (for the cross-file checks, which must
 /// not wait until every file is fixed).
+/// Things read from a file, each with where it was found.
+type Found<T> = Vec<(T, Origin)>;
+
 struct Parsed {
     device: Option<Device>,
     sensors: Vec<(Sensor, Origin)>,
@@ -141,6 +144,93 @@ fn dup_problem(what: &str, id: &str, here: &Origin, first: &Origin) -> Problem {
 const MODBUS_SENSOR_KEYS: [&str; 8] =
     ["table", "address", "type", "word_order", "bit", "length", "scale", "offset"];
 
+/// What a device's sensors are read with: the device's own fields, as far as they parsed.
+struct Context<'a> {
+    protocol: Option<Protocol>,
+    plant: Option<&'a str>,
+    zone: Option<&'a str>,
+    word_order: WordOrder,
+    device: Option<&'a DeviceId>,
+    max_regs: u16,
+}
+
+/// The `[[sensors]]` of a device file, each checked against the device's request size and
+/// against the other sensors' registers; and every sensor ID the file declares, with its
+/// line, for the cross-file checks.
+fn read_sensors(t: &Table<'_, '_>, cx: Context<'_>) -> (Found<Sensor>, Found<SensorId>) {
+    let doc = t.doc();
+    let mut sensors = Vec::new();
+    let mut spans: Vec<(RegisterTable, u32, u32, DataType, String)> = Vec::new();
+    let mut declared_sensors = Vec::new();
+    for mut s in t.tables("sensors") {
+        let line = doc.line(s.span().start);
+        if let Some(sid) = s.str("id") {
+            s.set_path(format!("sensor {sid}"));
+            if let Ok(parsed) = sid.parse::<SensorId>() {
+                declared_sensors.push((parsed, Origin { file: doc.name().to_string(), line }));
+            }
+        }
+        if let Some(sensor) = read_sensor(&s, cx.protocol, cx.plant, cx.zone, cx.word_order, cx.device) {
+            if let SensorSource::Modbus(p) = &sensor.source
+                && !p.table.is_bits()
+                && p.count > cx.max_regs
+            {
+                s.table_problem(format!(
+                    "needs {} registers but the device reads at most {} per request (max_registers_per_read)",
+                    p.count, cx.max_regs
+                ));
+            }
+            if let SensorSource::Modbus(p) = &sensor.source {
+                let (start, end) = (u32::from(p.address), u32::from(p.address) + u32::from(p.count));
+                for (table, s0, e0, ty, other) in &spans {
+                    if *table == p.table && start < *e0 && *s0 < end && *ty != p.data_type {
+                        s.table_problem(format!(
+                            "{} {} registers {}..{} overlap {other} ({}) with a different type",
+                            p.data_type.name(),
+                            RegisterTable::NAMES[p.table as usize],
+                            start,
+                            end - 1,
+                            ty.name()
+                        ));
+                    }
+                }
+                spans.push((p.table, start, end, p.data_type, sensor.id.to_string()));
+            }
+            sensors.push((sensor, Origin { file: doc.name().to_string(), line }));
+        }
+        s.finish();
+    }
+    (sensors, declared_sensors)
+}
+
+/// A device's `[breaker]` overrides, checked against each other.
+fn read_breaker(b: &Table<'_, '_>) -> BreakerOverrides {
+    let o = BreakerOverrides {
+        failure_threshold: b
+            .int(bounds::FAILURE_THRESHOLD.key, bounds::FAILURE_THRESHOLD.range())
+            .map(|v| v as u32),
+        failure_rate_percent: b
+            .int(bounds::FAILURE_RATE_PERCENT.key, bounds::FAILURE_RATE_PERCENT.range())
+            .map(|v| v as u32),
+        window_size: b.int(bounds::WINDOW_SIZE.key, bounds::WINDOW_SIZE.range()).map(|v| v as u32),
+        min_calls: b.int(bounds::MIN_CALLS.key, bounds::MIN_CALLS.range()).map(|v| v as u32),
+        open_ms: b.int(bounds::OPEN_MS.key, bounds::OPEN_MS.range()).map(|v| v as u64),
+        max_open_ms: b.int(bounds::MAX_OPEN_MS.key, bounds::MAX_OPEN_MS.range()).map(|v| v as u64),
+    };
+    if let (Some(m), Some(w)) = (o.min_calls, o.window_size)
+        && m > w
+    {
+        b.problem("min_calls", format!("must not exceed window_size ({w})"));
+    }
+    if let (Some(open), Some(max)) = (o.open_ms, o.max_open_ms)
+        && open > max
+    {
+        b.problem("open_ms", format!("must not exceed max_open_ms ({max})"));
+    }
+    b.finish();
+    o
+}
+
 fn read_device_file(t: &Table<'_, '_>) -> Parsed {
     let doc = t.doc();
     let id_line = t.key_span("id").map_or(1, |s| doc.line(s.start));
@@ -218,73 +308,9 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
         (_, o) => o,
     };
 
-    let breaker = t.table("breaker").map(|b| {
-        let o = BreakerOverrides {
-            failure_threshold: b
-                .int(bounds::FAILURE_THRESHOLD.key, bounds::FAILURE_THRESHOLD.range())
-                .map(|v| v as u32),
-            failure_rate_percent: b
-                .int(bounds::FAILURE_RATE_PERCENT.key, bounds::FAILURE_RATE_PERCENT.range())
-                .map(|v| v as u32),
-            window_size: b.int(bounds::WINDOW_SIZE.key, bounds::WINDOW_SIZE.range()).map(|v| v as u32),
-            min_calls: b.int(bounds::MIN_CALLS.key, bounds::MIN_CALLS.range()).map(|v| v as u32),
-            open_ms: b.int(bounds::OPEN_MS.key, bounds::OPEN_MS.range()).map(|v| v as u64),
-            max_open_ms: b.int(bounds::MAX_OPEN_MS.key, bounds::MAX_OPEN_MS.range()).map(|v| v as u64),
-        };
-        if let (Some(m), Some(w)) = (o.min_calls, o.window_size)
-            && m > w
-        {
-            b.problem("min_calls", format!("must not exceed window_size ({w})"));
-        }
-        if let (Some(open), Some(max)) = (o.open_ms, o.max_open_ms)
-            && open > max
-        {
-            b.problem("open_ms", format!("must not exceed max_open_ms ({max})"));
-        }
-        b.finish();
-        o
-    });
-    let mut sensors = Vec::new();
-    let mut spans: Vec<(RegisterTable, u32, u32, DataType, String)> = Vec::new();
-    let mut declared_sensors = Vec::new();
-    for mut s in t.tables("sensors") {
-        let line = doc.line(s.span().start);
-        if let Some(sid) = s.str("id") {
-            s.set_path(format!("sensor {sid}"));
-            if let Ok(parsed) = sid.parse::<SensorId>() {
-                declared_sensors.push((parsed, Origin { file: doc.name().to_string(), line }));
-            }
-        }
-        if let Some(sensor) = read_sensor(&s, protocol, plant, zone, word_order, id.as_ref()) {
-            if let SensorSource::Modbus(p) = &sensor.source
-                && !p.table.is_bits()
-                && p.count > max_regs
-            {
-                s.table_problem(format!(
-                    "needs {} registers but the device reads at most {max_regs} per request (max_registers_per_read)",
-                    p.count
-                ));
-            }
-            if let SensorSource::Modbus(p) = &sensor.source {
-                let (start, end) = (u32::from(p.address), u32::from(p.address) + u32::from(p.count));
-                for (table, s0, e0, ty, other) in &spans {
-                    if *table == p.table && start < *e0 && *s0 < end && *ty != p.data_type {
-                        s.table_problem(format!(
-                            "{} {} registers {}..{} overlap {other} ({}) with a different type",
-                            p.data_type.name(),
-                            RegisterTable::NAMES[p.table as usize],
-                            start,
-                            end - 1,
-                            ty.name()
-                        ));
-                    }
-                }
-                spans.push((p.table, start, end, p.data_type, sensor.id.to_string()));
-            }
-            sensors.push((sensor, Origin { file: doc.name().to_string(), line }));
-        }
-        s.finish();
-    }
+    let breaker = t.table("breaker").map(|b| read_breaker(&b));
+    let (mut sensors, declared_sensors) =
+        read_sensors(t, Context { protocol, plant, zone, word_order, device: id.as_ref(), max_regs });
     t.finish();
 
     let declared_device = id.clone();
