@@ -1,6 +1,6 @@
 //! `get_sensor_reading` and `get_sensor_readings`: live values, or young cached ones.
 
-use super::defs::{FailedSensor, GetSensorReadingArgs, GetSensorReadingsArgs, ReadingSource};
+use super::defs::{FailedSensor, GetSensorReadingArgs, GetSensorReadingsArgs, ReadingSource, UnitMode};
 use super::device_error::device_error;
 use super::envelope::{Detail, ErrorCode, ToolError};
 use super::reading_json::{ReadingJson, Stamps, reading, write_reading};
@@ -8,7 +8,7 @@ use super::validate::registered_sensor;
 use super::{Inner, ToolResult, json, to_data};
 use crate::driver::Sample;
 use crate::reading::{Cache, Source};
-use crate::registry::Sensor;
+use crate::registry::{Registry, Sensor};
 
 /// The largest `max_age_ms` the input schemas accept.
 const MAX_AGE_MS: u64 = 86_400_000;
@@ -99,32 +99,7 @@ pub(crate) async fn get_many(
     attempts: &mut u32,
 ) -> ToolResult {
     let registry = &inner.registry;
-    let mut sensors = Vec::with_capacity(args.sensor_ids.len());
-    // Each sensor's position in the request, when some IDs are unknown.
-    let mut positions: Vec<usize> = Vec::new();
-    // Unknown (or removed) sensors fail alone, next to the readings of the others.
-    let mut unknown: Vec<(usize, FailedSensor)> = Vec::new();
-    for (i, raw) in args.sensor_ids.iter().enumerate() {
-        // The parameter's name is only spelled out for an error.
-        let found = match registry.sensor_named(raw) {
-            Some(s) => Ok(s),
-            None => registered_sensor(&format!("sensor_ids/{i}"), raw, registry),
-        };
-        match found {
-            Ok(s) => {
-                sensors.push(s);
-                if !unknown.is_empty() {
-                    positions.push(i);
-                }
-            }
-            Err(error) => {
-                if unknown.is_empty() {
-                    positions.extend(0..sensors.len());
-                }
-                unknown.push((i, FailedSensor { sensor_id: super::envelope::cut(raw), error }));
-            }
-        }
-    }
+    let Batch { sensors, positions, unknown } = batch(registry, &args.sensor_ids);
     if sensors.is_empty() {
         return Err(whole_call_failure(unknown.into_iter().map(|(_, f)| f.error).collect()));
     }
@@ -186,12 +161,63 @@ pub(crate) async fn get_many(
         }
         return Err(e);
     }
-    // `ReadingsData`, written directly: readings, failed, complete.
+    write_readings(inner, &sensors, &slots, &failed, mode, &mut stamps)
+}
+
+/// The sensors of a batch in request order, with their positions in the request when
+/// some IDs are unknown.
+struct Batch<'r> {
+    sensors: Vec<&'r Sensor>,
+    /// Each sensor's position in the request; empty while every ID so far was known.
+    positions: Vec<usize>,
+    /// Unknown (or removed) sensors, which fail alone next to the readings of the others.
+    unknown: Vec<(usize, FailedSensor)>,
+}
+
+fn batch<'r>(registry: &'r Registry, ids: &[&str]) -> Batch<'r> {
+    let mut sensors = Vec::with_capacity(ids.len());
+    // Each sensor's position in the request, when some IDs are unknown.
+    let mut positions: Vec<usize> = Vec::new();
+    // Unknown (or removed) sensors fail alone, next to the readings of the others.
+    let mut unknown: Vec<(usize, FailedSensor)> = Vec::new();
+    for (i, raw) in ids.iter().enumerate() {
+        // The parameter's name is only spelled out for an error.
+        let found = match registry.sensor_named(raw) {
+            Some(s) => Ok(s),
+            None => registered_sensor(&format!("sensor_ids/{i}"), raw, registry),
+        };
+        match found {
+            Ok(s) => {
+                sensors.push(s);
+                if !unknown.is_empty() {
+                    positions.push(i);
+                }
+            }
+            Err(error) => {
+                if unknown.is_empty() {
+                    positions.extend(0..sensors.len());
+                }
+                unknown.push((i, FailedSensor { sensor_id: super::envelope::cut(raw), error }));
+            }
+        }
+    }
+    Batch { sensors, positions, unknown }
+}
+
+/// `ReadingsData`, written directly: readings, failed, complete.
+fn write_readings(
+    inner: &Inner,
+    sensors: &[&Sensor],
+    slots: &[Slot],
+    failed: &[FailedSensor],
+    mode: UnitMode,
+    stamps: &mut Stamps,
+) -> ToolResult {
     let mut out = String::with_capacity(64 + 256 * sensors.len().saturating_sub(failed.len()));
     out.push_str("{\"readings\":[");
     for (n, (s, (sample, source))) in sensors
         .iter()
-        .zip(&slots)
+        .zip(slots)
         .filter_map(|(s, slot)| match slot {
             Slot::Read(sample, source) => Some((s, (sample, *source))),
             _ => None,
@@ -202,18 +228,17 @@ pub(crate) async fn get_many(
             out.push(',');
         }
         match inner.reading_json.get(s.place.sensor) {
-            Some(parts) => write_reading(&mut out, parts, s, sample, mode, source, &mut stamps),
-            None => write_reading(&mut out, &ReadingJson::of(s), s, sample, mode, source, &mut stamps),
+            Some(parts) => write_reading(&mut out, parts, s, sample, mode, source, stamps),
+            None => write_reading(&mut out, &ReadingJson::of(s), s, sample, mode, source, stamps),
         }
     }
     out.push_str("],\"failed\":");
-    out.push_str(&serde_json::to_string(&failed).map_err(|_| ToolError::internal())?);
+    out.push_str(&serde_json::to_string(failed).map_err(|_| ToolError::internal())?);
     out.push_str(",\"complete\":");
     json::boolean(&mut out, failed.is_empty());
     out.push('}');
     json::into_data(out)
 }
-
 /// Where each sensor of a batch stands.
 enum Slot {
     Pending,
