@@ -62,7 +62,36 @@ fn string_param(
 
 /// The OpenAPI 3.1 document of the HTTP API.
 pub fn document() -> Value {
-    let mut paths = PathsBuilder::new();
+    let paths = service_paths(work_order_paths(resource_paths(tool_paths(PathsBuilder::new()))));
+    let api = OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new()
+                .title("fieldgate")
+                .version(env!("CARGO_PKG_VERSION"))
+                .description(Some("Field devices as tools for an AI reporting agent. Every tool answers with the envelope of docs/tool-contract.md; send `Authorization: Bearer <token>` when tokens are configured."))
+                .build(),
+        )
+        .paths(paths.build())
+        .build();
+    let mut doc = serde_json::to_value(api).unwrap_or(Value::Null);
+    let mut schemas = serde_json::Map::new();
+    for t in TOOLS.iter().filter(|t| t.served) {
+        schemas.insert(format!("{}.input", t.name()), strip(t.input_schema()));
+        schemas.insert(format!("{}.output", t.name()), strip(t.output_schema()));
+    }
+    schemas.insert(
+        "envelope".into(),
+        json!({"type": "object", "required": ["ok", "meta"], "properties": {"ok": {"type": "boolean"}, "data": {}, "error": {"type": "object"}, "meta": {"type": "object"}}}),
+    );
+    if let Some(o) = doc.as_object_mut() {
+        o.insert("openapi".into(), Value::String("3.1.0".into()));
+        o.insert("components".into(), json!({ "schemas": schemas }));
+    }
+    doc
+}
+
+/// `POST /v1/tools/{name}` for every served tool, and `GET /v1/tools`.
+fn tool_paths(mut paths: PathsBuilder) -> PathsBuilder {
     for t in TOOLS.iter().filter(|t| t.served) {
         let op = OperationBuilder::new()
             .tag("tools")
@@ -88,6 +117,11 @@ pub fn document() -> Value {
         .response("200", ResponseBuilder::new().description("{\"tools\": [definition, ...]}").build());
     paths = paths.path("/v1/tools", PathItem::new(HttpMethod::Get, list.build()));
 
+    paths
+}
+
+/// The resources: sensors, readings, history, devices and the operator's probe.
+fn resource_paths(mut paths: PathsBuilder) -> PathsBuilder {
     let mut sensors = OperationBuilder::new()
         .tag("resources")
         .operation_id(Some("get_sensors"))
@@ -165,6 +199,22 @@ pub fn document() -> Value {
         "/v1/sensors/{id}/history",
         PathItem::new(HttpMethod::Get, envelope_responses(history, "get_sensor_history.output").build()),
     );
+    let probe = OperationBuilder::new()
+        .tag("resources")
+        .operation_id(Some("probe_device"))
+        .summary(Some(
+            "An operator's probe of the device, at once, whatever its breaker says (operator token)",
+        ))
+        .parameter(string_param("id", ParameterIn::Path, true, "Device ID, e.g. a-line1-plc"));
+    paths = paths.path(
+        "/v1/devices/{id}/probe",
+        PathItem::new(HttpMethod::Post, envelope_responses(probe, "envelope").build()),
+    );
+    paths
+}
+
+/// Work orders: the listing, one order, and an operator's decision.
+fn work_order_paths(mut paths: PathsBuilder) -> PathsBuilder {
     let mut orders = OperationBuilder::new()
         .tag("work orders")
         .operation_id(Some("get_work_orders"))
@@ -213,17 +263,11 @@ pub fn document() -> Value {
         "/v1/work-orders/{id}/{action}",
         PathItem::new(HttpMethod::Post, envelope_responses(decide, "get_work_order.output").build()),
     );
-    let probe = OperationBuilder::new()
-        .tag("resources")
-        .operation_id(Some("probe_device"))
-        .summary(Some(
-            "An operator's probe of the device, at once, whatever its breaker says (operator token)",
-        ))
-        .parameter(string_param("id", ParameterIn::Path, true, "Device ID, e.g. a-line1-plc"));
-    paths = paths.path(
-        "/v1/devices/{id}/probe",
-        PathItem::new(HttpMethod::Post, envelope_responses(probe, "envelope").build()),
-    );
+    paths
+}
+
+/// The service's own routes: index, this document, health, metrics and MCP.
+fn service_paths(mut paths: PathsBuilder) -> PathsBuilder {
     for (path, id, summary) in [
         ("/", "index", "What is served here"),
         ("/openapi.json", "openapi", "This document"),
@@ -246,31 +290,7 @@ pub fn document() -> Value {
         paths = paths.path("/mcp", PathItem::new(method, op.build()));
     }
 
-    let api = OpenApiBuilder::new()
-        .info(
-            InfoBuilder::new()
-                .title("fieldgate")
-                .version(env!("CARGO_PKG_VERSION"))
-                .description(Some("Field devices as tools for an AI reporting agent. Every tool answers with the envelope of docs/tool-contract.md; send `Authorization: Bearer <token>` when tokens are configured."))
-                .build(),
-        )
-        .paths(paths.build())
-        .build();
-    let mut doc = serde_json::to_value(api).unwrap_or(Value::Null);
-    let mut schemas = serde_json::Map::new();
-    for t in TOOLS.iter().filter(|t| t.served) {
-        schemas.insert(format!("{}.input", t.name()), strip(t.input_schema()));
-        schemas.insert(format!("{}.output", t.name()), strip(t.output_schema()));
-    }
-    schemas.insert(
-        "envelope".into(),
-        json!({"type": "object", "required": ["ok", "meta"], "properties": {"ok": {"type": "boolean"}, "data": {}, "error": {"type": "object"}, "meta": {"type": "object"}}}),
-    );
-    if let Some(o) = doc.as_object_mut() {
-        o.insert("openapi".into(), Value::String("3.1.0".into()));
-        o.insert("components".into(), json!({ "schemas": schemas }));
-    }
-    doc
+    paths
 }
 
 /// `$schema` belongs to documents, not to component schemas.
