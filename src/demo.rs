@@ -177,128 +177,137 @@ async fn step(
 
 /// The scripted tour. Returns whether every step answered as expected.
 pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
-    let Ok(mut client) = HttpClient::connect(demo.addr).await else {
+    let Ok(client) = HttpClient::connect(demo.addr).await else {
         out("cannot reach the demo's HTTP API");
         return false;
     };
-    let mut ok = true;
-    let mut expect = |cond: bool, what: &str, out: &mut dyn FnMut(&str)| {
+    let mut t = Tour { client, out, ok: true };
+    t.normal_calls().await;
+    t.outage(demo).await;
+    t.recovery(demo).await;
+    t.ok
+}
+
+/// The tour's client, where it writes, and whether every step went as expected.
+struct Tour<'a> {
+    client: HttpClient,
+    out: &'a mut dyn FnMut(&str),
+    ok: bool,
+}
+
+impl Tour<'_> {
+    async fn step(&mut self, title: &str, tool: Tool, args: Value) -> Value {
+        step(&mut self.client, title, tool.name(), args, self.out).await
+    }
+
+    fn expect(&mut self, cond: bool, what: &str) {
         if !cond {
-            out(&format!("!! unexpected: {what}"));
-            ok = false;
-        }
-    };
-    let v = step(
-        &mut client,
-        "Discover sensors on line 1",
-        Tool::ListSensors.name(),
-        json!({"zone": "LINE1", "limit": 4}),
-        out,
-    )
-    .await;
-    expect(v["ok"] == true, "list_sensors should succeed", out);
-    let v = step(
-        &mut client,
-        "Read three sensors on three devices in one call",
-        Tool::GetSensorReadings.name(),
-        json!({"sensor_ids": ["A_LINE1_001", "A_UTIL_001", "B_BOILER_003"]}),
-        out,
-    )
-    .await;
-    expect(v["data"]["complete"] == true, "all three readings", out);
-    let v = step(
-        &mut client,
-        "A malformed ID: rejected, with the ID that was meant",
-        Tool::GetSensorReading.name(),
-        json!({"sensor_id": "a_line1_001"}),
-        out,
-    )
-    .await;
-    expect(v["error"]["suggestions"][0] == "A_LINE1_001", "a suggestion", out);
-    out("\n== The power meter stops answering (simulator fault: no reply)");
-    let _ = demo.sim.set_faults("a-util-meter", Faults { no_reply: 1.0, ..Default::default() });
-    let v = step(
-        &mut client,
-        "Reading it gives a retryable error (the call retried inside its deadline; meta.attempts counts the tries)",
-        Tool::GetSensorReading.name(),
-        json!({"sensor_id": "A_UTIL_005"}),
-        out,
-    )
-    .await;
-    expect(
-        v["error"]["code"] == "DEVICE_TIMEOUT" && v["error"]["retryable"] == true,
-        "DEVICE_TIMEOUT, retryable",
-        out,
-    );
-    // The poller reads the meter too and shares its breaker, so it opens after a few
-    // more failures, whoever makes them.
-    let mut opened = false;
-    for (i, sensor) in ["A_UTIL_006", "A_UTIL_008", "A_UTIL_009"].into_iter().enumerate() {
-        let title = if i == 0 {
-            "More failures open the meter's circuit breaker"
-        } else {
-            "Another sensor of the same meter"
-        };
-        let v = step(&mut client, title, Tool::GetSensorReading.name(), json!({ "sensor_id": sensor }), out)
-            .await;
-        if v["error"]["code"] == "CIRCUIT_OPEN" {
-            opened = true;
-            break;
+            (self.out)(&format!("!! unexpected: {what}"));
+            self.ok = false;
         }
     }
-    expect(opened, "CIRCUIT_OPEN", out);
-    let v = step(
-        &mut client,
-        "While it is open, calls are answered at once, with the time until a probe",
-        Tool::GetSensorReading.name(),
-        json!({"sensor_id": "A_UTIL_007"}),
-        out,
-    )
+
+    /// Discovery, a batch, and a malformed ID.
+    async fn normal_calls(&mut self) {
+        let t = self;
+        let v = t
+            .step("Discover sensors on line 1", Tool::ListSensors, json!({"zone": "LINE1", "limit": 4}))
+            .await;
+        t.expect(v["ok"] == true, "list_sensors should succeed");
+        let v = t
+            .step(
+                "Read three sensors on three devices in one call",
+                Tool::GetSensorReadings,
+                json!({"sensor_ids": ["A_LINE1_001", "A_UTIL_001", "B_BOILER_003"]}),
+            )
+            .await;
+        t.expect(v["data"]["complete"] == true, "all three readings");
+        let v = t
+            .step(
+                "A malformed ID: rejected, with the ID that was meant",
+                Tool::GetSensorReading,
+                json!({"sensor_id": "a_line1_001"}),
+            )
+            .await;
+        t.expect(v["error"]["suggestions"][0] == "A_LINE1_001", "a suggestion");
+    }
+
+    /// The meter stops answering: a retryable error, then the breaker opens.
+    async fn outage(&mut self, demo: &Demo) {
+        let t = self;
+        (t.out)("\n== The power meter stops answering (simulator fault: no reply)");
+        let _ = demo.sim.set_faults("a-util-meter", Faults { no_reply: 1.0, ..Default::default() });
+        let v = t.step("Reading it gives a retryable error (the call retried inside its deadline; meta.attempts counts the tries)",
+        Tool::GetSensorReading,
+        json!({"sensor_id": "A_UTIL_005"}))
     .await;
-    expect(
-        v["error"]["code"] == "CIRCUIT_OPEN" && v["meta"]["attempts"] == 0,
-        "CIRCUIT_OPEN without a device attempt",
-        out,
-    );
-    let v = step(
-        &mut client,
-        "get_device_status shows the device down",
-        Tool::GetDeviceStatus.name(),
-        json!({"device_id": "a-util-meter"}),
-        out,
-    )
-    .await;
-    expect(v["data"]["devices"][0]["state"] == "down", "device down", out);
-    out("\n== The meter answers again");
-    let _ = demo.sim.set_faults("a-util-meter", Faults::default());
-    let v = step(
-        &mut client,
-        "Too early: still open",
-        Tool::GetSensorReading.name(),
-        json!({"sensor_id": "A_UTIL_005", "unit": "raw"}),
-        out,
-    )
-    .await;
-    let wait = v["error"]["retry_after_ms"].as_u64().unwrap_or(0);
-    out(&format!("\n(waiting {wait} ms, as retry_after_ms says)"));
-    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
-    let v = step(
-        &mut client,
-        "The probe succeeds and the breaker closes",
-        Tool::GetSensorReading.name(),
-        json!({"sensor_id": "A_UTIL_005", "unit": "raw"}),
-        out,
-    )
-    .await;
-    expect(v["ok"] == true, "recovery", out);
-    let v = step(
-        &mut client,
-        "The device is up again",
-        Tool::GetDeviceStatus.name(),
-        json!({"device_id": "a-util-meter"}),
-        out,
-    )
-    .await;
-    expect(v["data"]["devices"][0]["breaker"]["state"] == "closed", "breaker closed", out);
-    ok
+        t.expect(
+            v["error"]["code"] == "DEVICE_TIMEOUT" && v["error"]["retryable"] == true,
+            "DEVICE_TIMEOUT, retryable",
+        );
+        // The poller reads the meter too and shares its breaker, so it opens after a few
+        // more failures, whoever makes them.
+        let mut opened = false;
+        for (i, sensor) in ["A_UTIL_006", "A_UTIL_008", "A_UTIL_009"].into_iter().enumerate() {
+            let title = if i == 0 {
+                "More failures open the meter's circuit breaker"
+            } else {
+                "Another sensor of the same meter"
+            };
+            let v = t.step(title, Tool::GetSensorReading, json!({ "sensor_id": sensor })).await;
+            if v["error"]["code"] == "CIRCUIT_OPEN" {
+                opened = true;
+                break;
+            }
+        }
+        t.expect(opened, "CIRCUIT_OPEN");
+        let v = t
+            .step(
+                "While it is open, calls are answered at once, with the time until a probe",
+                Tool::GetSensorReading,
+                json!({"sensor_id": "A_UTIL_007"}),
+            )
+            .await;
+        t.expect(
+            v["error"]["code"] == "CIRCUIT_OPEN" && v["meta"]["attempts"] == 0,
+            "CIRCUIT_OPEN without a device attempt",
+        );
+        let v = t
+            .step(
+                "get_device_status shows the device down",
+                Tool::GetDeviceStatus,
+                json!({"device_id": "a-util-meter"}),
+            )
+            .await;
+        t.expect(v["data"]["devices"][0]["state"] == "down", "device down");
+    }
+
+    /// The meter answers again: too early is still open, then the probe closes it.
+    async fn recovery(&mut self, demo: &Demo) {
+        let t = self;
+        (t.out)("\n== The meter answers again");
+        let _ = demo.sim.set_faults("a-util-meter", Faults::default());
+        let v = t
+            .step(
+                "Too early: still open",
+                Tool::GetSensorReading,
+                json!({"sensor_id": "A_UTIL_005", "unit": "raw"}),
+            )
+            .await;
+        let wait = v["error"]["retry_after_ms"].as_u64().unwrap_or(0);
+        (t.out)(&format!("\n(waiting {wait} ms, as retry_after_ms says)"));
+        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+        let v = t
+            .step(
+                "The probe succeeds and the breaker closes",
+                Tool::GetSensorReading,
+                json!({"sensor_id": "A_UTIL_005", "unit": "raw"}),
+            )
+            .await;
+        t.expect(v["ok"] == true, "recovery");
+        let v = t
+            .step("The device is up again", Tool::GetDeviceStatus, json!({"device_id": "a-util-meter"}))
+            .await;
+        t.expect(v["data"]["devices"][0]["breaker"]["state"] == "closed", "breaker closed");
+    }
 }
