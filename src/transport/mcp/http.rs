@@ -237,57 +237,7 @@ impl McpHttp {
     async fn initialize(&self, parts: Parts, bytes: Bytes, id: Option<&str>, caller: &str) -> Response {
         let reservation = match self.inner.sessions.reserve(caller) {
             Ok(r) => r,
-            Err(Refusal::Full { max, retry_after }) => {
-                let mut res = rpc_error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    SERVER_ERROR,
-                    &format!(
-                        "Too many MCP sessions: {max} are open (server.mcp_max_sessions). End unused sessions with DELETE /mcp, retry after {} s (when an idle session expires), or use protocol 2026-07-28, which needs no session.",
-                        retry_after.as_secs()
-                    ),
-                    id,
-                    Some(&format!(
-                        "{{\"reason\":\"session_limit\",\"max_sessions\":{max},\"retry_after_ms\":{}}}",
-                        retry_after.as_millis()
-                    )),
-                );
-                set_retry_after(&mut res, retry_after);
-                return res;
-            }
-            Err(Refusal::CallerFull { held, retry_after }) => {
-                let mut res = rpc_error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    SERVER_ERROR,
-                    &format!(
-                        "This caller holds {held} MCP sessions, its share (half of server.mcp_max_sessions). End unused ones with DELETE /mcp, retry after {} s, or use protocol 2026-07-28, which needs no session.",
-                        retry_after.as_secs()
-                    ),
-                    id,
-                    Some(&format!(
-                        "{{\"reason\":\"caller_session_limit\",\"held\":{held},\"retry_after_ms\":{}}}",
-                        retry_after.as_millis()
-                    )),
-                );
-                set_retry_after(&mut res, retry_after);
-                return res;
-            }
-            Err(Refusal::RateLimited { retry_after }) => {
-                let mut res = rpc_error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    SERVER_ERROR,
-                    &format!(
-                        "Too many sessions opened by this caller (server.rate_limit_per_minute per minute); retry after {} s, or keep using the session you have.",
-                        retry_after.as_secs().max(1)
-                    ),
-                    id,
-                    Some(&format!(
-                        "{{\"reason\":\"rate_limited\",\"retry_after_ms\":{}}}",
-                        retry_after.as_millis()
-                    )),
-                );
-                set_retry_after(&mut res, retry_after);
-                return res;
-            }
+            Err(refusal) => return refused_session(&refusal, id),
         };
         let res = self.forward(parts, bytes, id).await;
         if res.status() != StatusCode::OK || !has_type(res.headers(), "application/json") {
@@ -583,6 +533,44 @@ async fn as_one_event(res: Response) -> Response {
     head.headers.remove(header::CONTENT_LENGTH);
     set_stream_headers(&mut head.headers);
     Response::from_parts(head, Body::from(sse_event(&json)))
+}
+
+/// The answer to an `initialize` the session table refused: its status, a JSON-RPC error
+/// saying why and what to do, the reason in `data`, and `Retry-After`.
+fn refused_session(refusal: &Refusal, id: Option<&str>) -> Response {
+    let (status, message, data, retry_after) = match *refusal {
+        Refusal::Full { max, retry_after } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "Too many MCP sessions: {max} are open (server.mcp_max_sessions). End unused sessions with DELETE /mcp, retry after {} s (when an idle session expires), or use protocol 2026-07-28, which needs no session.",
+                retry_after.as_secs()
+            ),
+            format!("\"reason\":\"session_limit\",\"max_sessions\":{max}"),
+            retry_after,
+        ),
+        Refusal::CallerFull { held, retry_after } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "This caller holds {held} MCP sessions, its share (half of server.mcp_max_sessions). End unused ones with DELETE /mcp, retry after {} s, or use protocol 2026-07-28, which needs no session.",
+                retry_after.as_secs()
+            ),
+            format!("\"reason\":\"caller_session_limit\",\"held\":{held}"),
+            retry_after,
+        ),
+        Refusal::RateLimited { retry_after } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "Too many sessions opened by this caller (server.rate_limit_per_minute per minute); retry after {} s, or keep using the session you have.",
+                retry_after.as_secs().max(1)
+            ),
+            "\"reason\":\"rate_limited\"".to_string(),
+            retry_after,
+        ),
+    };
+    let data = format!("{{{data},\"retry_after_ms\":{}}}", retry_after.as_millis());
+    let mut res = rpc_error(status, SERVER_ERROR, &message, id, Some(&data));
+    set_retry_after(&mut res, retry_after);
+    res
 }
 
 #[cfg(test)]
