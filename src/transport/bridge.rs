@@ -66,9 +66,7 @@ pub async fn bridge_stdio(url: &str, token: Option<String>, max_line: usize) -> 
     tracing::info!(%url, "relaying MCP over stdio to the running fieldgate");
     let mut lines = LineReader::new(tokio::io::stdin(), max_line);
     let mut stdout = tokio::io::stdout();
-    let mut client: Option<HttpClient> = None;
-    let mut session: Option<String> = None;
-    let mut version: Option<String> = None;
+    let mut relay = Relay { addr, url: url.to_string(), token, client: None, session: None, version: None };
     loop {
         // What cannot be relayed is answered here, as the service would: never silence.
         let line = match lines.next().await {
@@ -97,72 +95,68 @@ pub async fn bridge_stdio(url: &str, token: Option<String>, max_line: usize) -> 
         if line.trim().is_empty() {
             continue;
         }
-        let line = line.to_string();
-        let id = request_id(&line);
+        let id = request_id(line);
+        let answer = relay.post(line).await;
+        let out = relay.answers(answer, id.as_ref());
+        for m in out {
+            if write_line(&mut stdout, &m).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The relay's connection to the service and the MCP session it carries on.
+struct Relay {
+    addr: SocketAddr,
+    url: String,
+    token: Option<String>,
+    client: Option<HttpClient>,
+    session: Option<String>,
+    version: Option<String>,
+}
+
+impl Relay {
+    /// Posts one message to `/mcp`, reconnecting once (a keep-alive connection the service
+    /// closed meanwhile). `None` when the service does not answer.
+    async fn post(&mut self, line: &str) -> Option<HttpResponse> {
         let mut headers: Vec<(&str, &str)> =
             vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
-        if let Some(s) = &session {
+        if let Some(s) = &self.session {
             headers.push(("mcp-session-id", s));
         }
-        if let Some(v) = &version {
+        if let Some(v) = &self.version {
             headers.push(("mcp-protocol-version", v));
         }
-        // One reconnect: a keep-alive connection the service closed meanwhile.
-        let mut answer = None;
         for _ in 0..2 {
-            if client.is_none() {
-                client = HttpClient::connect(addr).await.ok().map(|c| match &token {
+            if self.client.is_none() {
+                self.client = HttpClient::connect(self.addr).await.ok().map(|c| match &self.token {
                     Some(t) => c.with_token(t),
                     None => c,
                 });
             }
-            let Some(c) = client.as_mut() else { break };
+            let c = self.client.as_mut()?;
             // A service that stopped answering (hung, paused) must not hold the client forever.
             match tokio::time::timeout(RELAY_TIMEOUT, c.send("POST", "/mcp", &headers, line.as_bytes())).await
             {
-                Ok(Ok(r)) => {
-                    answer = Some(r);
-                    break;
-                }
-                Ok(Err(_)) => client = None,
+                Ok(Ok(r)) => return Some(r),
+                Ok(Err(_)) => self.client = None,
                 Err(_) => {
-                    client = None;
-                    break;
+                    self.client = None;
+                    return None;
                 }
             }
         }
-        let out: Vec<String> = match answer {
-            Some(r) => {
-                if let Some(s) = r.header("mcp-session-id") {
-                    session = Some(s.to_string());
-                }
-                let mut msgs = messages(&r);
-                // Refused before MCP (a token needed, a host refused, not fieldgate at all):
-                // the request still gets an answer, a JSON-RPC error saying why.
-                let is_rpc =
-                    |m: &String| serde_json::from_str::<Value>(m).is_ok_and(|v| v.get("jsonrpc").is_some());
-                if let Some(id) = &id
-                    && !msgs.iter().any(is_rpc)
-                {
-                    let why = r.json()["error"]["message"].as_str().map(str::to_string).unwrap_or_default();
-                    msgs = vec![error_line(
-                        id,
-                        &format!(
-                            "the fieldgate service at {url} refused the request (HTTP {}): {why}",
-                            r.status
-                        ),
-                    )];
-                }
-                for m in &msgs {
-                    if let Some(v) = serde_json::from_str::<Value>(m).ok().and_then(|v| {
-                        v.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_string)
-                    }) {
-                        version = Some(v);
-                    }
-                }
-                msgs
-            }
-            None => match &id {
+        None
+    }
+
+    /// The lines to write for the service's answer to the request `id` (none for a
+    /// notification), remembering the session and protocol version it names.
+    fn answers(&mut self, answer: Option<HttpResponse>, id: Option<&Value>) -> Vec<String> {
+        let url = &self.url;
+        let Some(r) = answer else {
+            return match id {
                 Some(id) => {
                     tracing::warn!(%url, "the service relayed to does not answer");
                     vec![error_line(
@@ -173,15 +167,33 @@ pub async fn bridge_stdio(url: &str, token: Option<String>, max_line: usize) -> 
                     )]
                 }
                 None => Vec::new(),
-            },
+            };
         };
-        for m in out {
-            if write_line(&mut stdout, &m).await.is_err() {
-                return Ok(());
+        if let Some(s) = r.header("mcp-session-id") {
+            self.session = Some(s.to_string());
+        }
+        let mut msgs = messages(&r);
+        // Refused before MCP (a token needed, a host refused, not fieldgate at all): the
+        // request still gets an answer, a JSON-RPC error saying why.
+        let is_rpc = |m: &String| serde_json::from_str::<Value>(m).is_ok_and(|v| v.get("jsonrpc").is_some());
+        if let Some(id) = id
+            && !msgs.iter().any(is_rpc)
+        {
+            let why = r.json()["error"]["message"].as_str().map(str::to_string).unwrap_or_default();
+            msgs = vec![error_line(
+                id,
+                &format!("the fieldgate service at {url} refused the request (HTTP {}): {why}", r.status),
+            )];
+        }
+        for m in &msgs {
+            if let Some(v) = serde_json::from_str::<Value>(m).ok().and_then(|v| {
+                v.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_string)
+            }) {
+                self.version = Some(v);
             }
         }
+        msgs
     }
-    Ok(())
 }
 
 async fn write_line(stdout: &mut tokio::io::Stdout, line: &str) -> std::io::Result<()> {
