@@ -29,6 +29,9 @@ const CHUNKS: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("chunks
 pub const MAX_POINTS: u32 = 1024;
 /// ... or when it would span longer than this.
 pub const MAX_SPAN_MS: i64 = 6 * 3_600_000;
+/// A point this far (or further) before its sensor's last one is taken as a step back of
+/// the clock, not as a sample out of order.
+pub const CLOCK_STEP_MS: i64 = 60_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -117,9 +120,14 @@ pub struct HistoryStore {
     flushing: Mutex<()>,
     limits: Limits,
     dropped: AtomicU64,
-    /// Points refused because they were not after their sensor's last one (the clock
-    /// stepped back, or a device sent samples out of order).
+    /// Points refused because they were not after their sensor's last one by less than
+    /// [`CLOCK_STEP_MS`] (a device sent samples out of order).
     out_of_order: AtomicU64,
+    /// Points that came [`CLOCK_STEP_MS`] or more before their sensor's last one (the
+    /// clock stepped back): each started a new chunk.
+    clock_steps: AtomicU64,
+    /// When a step back was last logged (ms since the epoch), so one step is one line.
+    step_logged: std::sync::atomic::AtomicI64,
 }
 
 impl HistoryStore {
@@ -157,6 +165,8 @@ impl HistoryStore {
             limits: Limits::default(),
             dropped: AtomicU64::new(0),
             out_of_order: AtomicU64::new(0),
+            clock_steps: AtomicU64::new(0),
+            step_logged: std::sync::atomic::AtomicI64::new(i64::MIN),
         })
     }
 
@@ -170,20 +180,28 @@ impl HistoryStore {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends a point. Points not after the sensor's last one are dropped and counted
-    /// (returns false): a clock that stepped back, or samples a device sent out of order,
-    /// never reorder a chunk, so time in a sensor's history only moves forward. A forward
-    /// jump is just a long silence: a gap in the history, never invented data.
+    /// Appends a point. A chunk's points only move forward in time. A point up to
+    /// [`CLOCK_STEP_MS`] before (or at) the sensor's last one is a sample a device sent out
+    /// of order: dropped and counted (returns false). One further back means the clock
+    /// stepped back (an NTP correction, a box that booted in the future): it starts a new
+    /// chunk, stored with its own time, and queries merge overlapping chunks in time order,
+    /// so history goes on at once. A forward jump is just a long silence: a gap in the
+    /// history, never invented data.
     pub fn append(&self, sensor: &str, p: &Point) -> bool {
         let mut pending = self.lock();
         let Pending { open, sealed, sealed_bytes } = &mut *pending;
         let kind = Kind::of(&p.value);
         if let Some(o) = open.get_mut(sensor) {
-            if p.t <= o.writer.last_t() {
+            let stepped_back = p.t <= o.writer.last_t() - CLOCK_STEP_MS;
+            if p.t <= o.writer.last_t() && !stepped_back {
                 self.out_of_order.fetch_add(1, Ordering::Relaxed);
                 return false;
             }
-            let full = o.writer.len() >= MAX_POINTS
+            if stepped_back {
+                self.note_step_back(sensor, o.writer.last_t(), p.t);
+            }
+            let full = stepped_back
+                || o.writer.len() >= MAX_POINTS
                 || p.t - o.writer.first_t() > MAX_SPAN_MS
                 || o.writer.kind() != kind;
             if full {
@@ -215,13 +233,33 @@ impl HistoryStore {
         true
     }
 
+    /// Counts a step back of the clock, logging it at most once a minute.
+    fn note_step_back(&self, sensor: &str, last: i64, now: i64) {
+        self.clock_steps.fetch_add(1, Ordering::Relaxed);
+        let logged = self.step_logged.load(Ordering::Relaxed);
+        if (logged == i64::MIN || (now - logged).abs() >= 60_000)
+            && self.step_logged.compare_exchange(logged, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            tracing::warn!(
+                sensor,
+                back_ms = last - now,
+                "the clock stepped back: history goes on in new chunks, merged in time order when read"
+            );
+        }
+    }
+
+    /// Points that came a clock step back (each started a new chunk).
+    pub fn clock_steps(&self) -> u64 {
+        self.clock_steps.load(Ordering::Relaxed)
+    }
+
     /// Points dropped because flushes failed for so long that waiting chunks passed the
     /// memory bound.
     pub fn dropped_points(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Points dropped as not after their sensor's last one.
+    /// Points dropped as a device's samples out of order.
     pub fn out_of_order_points(&self) -> u64 {
         self.out_of_order.load(Ordering::Relaxed)
     }
@@ -342,9 +380,20 @@ impl HistoryStore {
         chunks.extend(mem_open);
         chunks.sort_by_key(|(first, _)| *first);
         let mut out = Vec::new();
+        let mut overlapping = false;
         for (_, bytes) in chunks {
             let pts = decode(&bytes).map_err(|_| StoreError::Corrupt)?;
+            let before = out.last().map(|p: &Point| p.t);
+            let start = out.len();
             out.extend(pts.into_iter().filter(|p| p.t >= from && p.t < to));
+            overlapping |= out.get(start).is_some_and(|p| before.is_some_and(|b| p.t <= b));
+        }
+        // Chunks written after a clock step back overlap older ones: merged in time order,
+        // one point per instant (that of the chunk that starts first), so every query and
+        // every page sees the same points.
+        if overlapping {
+            out.sort_by_key(|p| p.t);
+            out.dedup_by_key(|p| p.t);
         }
         Ok(out)
     }
@@ -473,7 +522,8 @@ mod tests {
     }
 
     /// An edge box without a battery clock: it runs an hour ahead, NTP steps it back, and
-    /// later a jump forward by a day. Chunks and range queries stay consistent throughout.
+    /// later a jump forward by a day. History goes on at once after the step back, chunks
+    /// stay in order inside, and range queries merge the overlap in time order.
     #[test]
     fn a_clock_that_steps_back_and_forward_never_corrupts_a_chunk_or_a_query() {
         let store = HistoryStore::in_memory().unwrap();
@@ -483,27 +533,56 @@ mod tests {
             assert!(store.append("S", &p(t, 1.0)));
         }
         store.flush().unwrap();
-        // Stepped back by an hour: refused (and counted) until time passes the last point.
+        // Stepped back by an hour: stored at once, in a new chunk.
         let mut t = 9 * hour;
-        let mut refused = 0;
         while t <= ahead[99] + 5000 {
-            if !store.append("S", &p(t, 2.0)) {
-                refused += 1;
-            }
+            assert!(store.append("S", &p(t, 2.0)), "{t}");
             t += 1000;
         }
-        assert_eq!(store.out_of_order_points(), refused);
+        assert_eq!((store.clock_steps(), store.out_of_order_points()), (1, 0));
+        // A device's sample 30 s out of order is not a step: dropped and counted.
+        assert!(!store.append("S", &p(t - 30_000, 9.0)));
+        assert_eq!((store.clock_steps(), store.out_of_order_points()), (1, 1));
         // A jump forward by a day starts a new chunk; the silence is a gap, not data.
         assert!(store.append("S", &p(t + 24 * hour, 3.0)));
         store.flush().unwrap();
         let all = store.points("S", 0, i64::MAX).unwrap();
-        assert!(all.windows(2).all(|w| w[0].t < w[1].t), "time only moves forward");
-        assert_eq!(all.len(), 100 + 5 + 1);
+        assert!(all.windows(2).all(|w| w[0].t < w[1].t), "merged in time order, one point per instant");
+        // Every second from 9 h to the last point + 5 s (the hour ahead's instants among
+        // them), and the point after the jump.
+        assert_eq!(all.len(), 3600 + 100 + 5 + 1);
         assert!(
             store.points("S", ahead[99] + 6000, t + 24 * hour).unwrap().is_empty(),
             "no invented data in the jump"
         );
-        assert_eq!(store.points("S", 9 * hour, 10 * hour).unwrap().len(), 0);
+        assert_eq!(store.points("S", 9 * hour, 10 * hour).unwrap().len(), 3600);
+        let overlap = store.points("S", ahead[10], ahead[20]).unwrap();
+        assert_eq!(overlap.iter().map(|q| q.t).collect::<Vec<_>>(), ahead[10..20].to_vec());
+    }
+
+    /// A restart forgets each sensor's last point: points written then may overlap chunks
+    /// on disk, and queries still see each instant once, in order.
+    #[test]
+    fn overlapping_chunks_across_a_restart_read_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.redb");
+        {
+            let store = HistoryStore::open(&path).unwrap();
+            for i in 0..50 {
+                assert!(store.append("S", &p(100_000 + i * 1000, 1.0)));
+            }
+            store.flush().unwrap();
+        }
+        let store = HistoryStore::open(&path).unwrap();
+        for i in 0..50 {
+            assert!(store.append("S", &p(90_000 + i * 1000 + 500, 2.0)));
+        }
+        store.flush().unwrap();
+        let all = store.points("S", 0, i64::MAX).unwrap();
+        assert_eq!(all.len(), 100);
+        assert!(all.windows(2).all(|w| w[0].t < w[1].t), "{:?}", &all[..5]);
+        let page = store.points("S", 100_000, 101_600).unwrap();
+        assert_eq!(page.iter().map(|q| q.t).collect::<Vec<_>>(), vec![100_000, 100_500, 101_000, 101_500]);
     }
 
     #[test]

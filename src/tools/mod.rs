@@ -219,6 +219,15 @@ impl ToolService {
             "fieldgate_history_points_dropped_total {}",
             history.map_or(0, |h| h.dropped_points())
         );
+        out.push_str("# HELP fieldgate_history_points_out_of_order_total History points dropped because a device sent them before (or at) the sensor's last one, by less than a minute.\n# TYPE fieldgate_history_points_out_of_order_total counter\n");
+        let _ = writeln!(
+            out,
+            "fieldgate_history_points_out_of_order_total {}",
+            history.map_or(0, |h| h.out_of_order_points())
+        );
+        out.push_str("# HELP fieldgate_history_clock_steps_total History points that came a minute or more before the sensor's last one (the clock stepped back); each started a new chunk.\n# TYPE fieldgate_history_clock_steps_total counter\n");
+        let _ =
+            writeln!(out, "fieldgate_history_clock_steps_total {}", history.map_or(0, |h| h.clock_steps()));
         out
     }
 
