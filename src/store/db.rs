@@ -48,17 +48,31 @@ pub struct Db {
 
 /// Opens `path` with its integrity checked; the error names the file and what to do.
 pub fn open_checked(path: &Path) -> Result<Database, String> {
+    // A file this call creates and cannot finish (a full disk) is removed again: left
+    // behind, half written, it would be refused as damaged at every later start.
+    let existed = std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
     let opened = catch_unwind(|| Database::builder().set_check_integrity_on_open(true).create(path));
+    let failed = |message: String| {
+        if !existed {
+            let _ = std::fs::remove_file(path);
+        }
+        Err(message)
+    };
     match opened {
         Ok(Ok(db)) => Ok(db),
         Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => {
             Err(format!("{} is in use by another fieldgate process", path.display()))
         }
-        Ok(Err(redb::DatabaseError::Storage(redb::StorageError::Io(e)))) => {
-            Err(format!("{} cannot be opened: {}", path.display(), e.kind()))
+        Ok(Err(redb::DatabaseError::Storage(redb::StorageError::Io(e))))
+            if e.kind() == std::io::ErrorKind::InvalidData =>
+        {
+            failed(damaged(path, "invalid data"))
         }
-        Ok(Err(e)) => Err(damaged(path, &e.to_string())),
-        Err(_) => Err(damaged(path, "its contents make the storage library fail")),
+        Ok(Err(redb::DatabaseError::Storage(redb::StorageError::Io(e)))) => {
+            failed(format!("{} cannot be opened: {}", path.display(), e.kind()))
+        }
+        Ok(Err(e)) => failed(damaged(path, &e.to_string())),
+        Err(_) => failed(damaged(path, "its contents make the storage library fail")),
     }
 }
 

@@ -312,29 +312,64 @@ async fn serve_refuses_a_damaged_store_with_a_message_and_exit_1() {
     assert!(stderr.contains("history.redb is damaged") && !stderr.contains("panicked"), "{stderr}");
 }
 
+/// A real small filesystem (`size`, e.g. "2m") mounted on a temporary folder, unmounted
+/// when the guard drops. Needs `mount` (root): `None`, with the reason printed, otherwise.
+fn small_fs(size: &str) -> Option<(tempfile::TempDir, Unmount)> {
+    let dir = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir.path())
+        .output();
+    match &mounted {
+        Ok(o) if o.status.success() => {
+            let unmount = Unmount(dir.path().to_path_buf());
+            Some((dir, unmount))
+        }
+        other => {
+            eprintln!("skipped: cannot mount a {size} tmpfs here ({other:?})");
+            None
+        }
+    }
+}
+
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Fills the filesystem of `dir` with a file named `filler`.
+fn fill(dir: &Path) -> std::path::PathBuf {
+    let filler = dir.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let block = vec![0xA5u8; 64 * 1024];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.sync_all();
+    filler
+}
+
+/// A store created on a full disk fails to open, and leaves no half-written file behind
+/// to be refused as damaged at every later start: once space returns, it opens.
+#[test]
+fn a_store_created_on_a_full_disk_opens_once_space_returns() {
+    let Some((dir, _unmount)) = small_fs("1m") else { return };
+    let filler = fill(dir.path());
+    assert!(HistoryStore::open_in(dir.path()).is_err(), "created on a full disk");
+    assert!(WorkOrderStore::open_in(dir.path()).is_err(), "created on a full disk");
+    std::fs::remove_file(&filler).unwrap();
+    let store = HistoryStore::open_in(dir.path()).expect("opens once space returns");
+    assert!(store.append("A_LINE1_001", &p(1000)));
+    store.flush().unwrap();
+    WorkOrderStore::open_in(dir.path()).expect("opens once space returns");
+}
+
 /// A real 2 MB filesystem, filled up and freed again. Needs `mount` (root); skipped with
 /// the reason otherwise.
 #[test]
 fn a_full_disk_loses_no_acknowledged_history_and_recovers_when_space_returns() {
-    let dir = tempfile::tempdir().unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
-        .arg(dir.path())
-        .output();
-    match &mounted {
-        Ok(o) if o.status.success() => {}
-        other => {
-            eprintln!("skipped: cannot mount a 2 MB tmpfs here ({other:?})");
-            return;
-        }
-    }
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(self.0).status();
-        }
-    }
-    let _unmount = Unmount(dir.path());
+    let Some((dir, _unmount)) = small_fs("2m") else { return };
     let limits = Limits { reserve_bytes: 0, reserve_percent: 0, max_unflushed_bytes: 64 << 20 };
     let store = HistoryStore::open_in(dir.path()).unwrap().with_limits(limits);
     let orders = WorkOrderStore::open_in(dir.path()).unwrap();
@@ -347,14 +382,7 @@ fn a_full_disk_loses_no_acknowledged_history_and_recovers_when_space_returns() {
     };
     append(3000);
     store.flush().unwrap();
-    // Fill the disk.
-    let filler = dir.path().join("filler");
-    {
-        let mut f = std::fs::File::create(&filler).unwrap();
-        let block = vec![0xA5u8; 64 * 1024];
-        while f.write_all(&block).is_ok() {}
-        let _ = f.sync_all();
-    }
+    let filler = fill(dir.path());
     let mut failed = 0;
     for _ in 0..5 {
         append(2000);
