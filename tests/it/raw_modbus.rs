@@ -376,3 +376,18 @@ async fn modbus_rtu_over_tcp_replies_must_match_their_request() {
     ];
     run_table(Framing::Rtu, &rows).await;
 }
+
+/// RTU frames carry no transaction ID: a second reply to one request that arrived after
+/// the next request went out would be taken as its answer. So the driver leaves the line
+/// alone for a guard time after each reply (and discards what came in it) before the next
+/// request. Measured at the peer: a lower bound, which load can only lengthen.
+#[tokio::test]
+async fn an_rtu_line_is_left_quiet_after_each_reply_before_the_next_request() {
+    let (peer, service, _dir) = setup(Framing::Rtu).await;
+    for _ in 0..5 {
+        check_values(Read::Holding, &call(&service, Read::Holding).await).unwrap();
+    }
+    let gaps = peer.quiet_before_requests();
+    assert_eq!(gaps.len(), 4, "{gaps:?}");
+    assert!(gaps.iter().all(|g| *g >= std::time::Duration::from_millis(19)), "{gaps:?}");
+}

@@ -86,6 +86,14 @@ pub(super) enum Reply {
     Exception(u8),
 }
 
+/// How long an RTU line must have been left alone after a reply before the next request.
+/// RTU frames carry no transaction ID: a late second reply to one request that arrived
+/// after the next request went out would be taken as that request's answer. Whatever
+/// arrives within this time is discarded before the request is sent. (The serial line's
+/// own minimum, 3.5 characters, is 4 ms at 9600 baud; gateways answering twice do so
+/// within a few milliseconds.)
+pub(super) const RTU_GUARD: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// One open connection, framed as Modbus TCP or RTU.
 pub(super) struct Wire {
     io: Io,
@@ -93,16 +101,23 @@ pub(super) struct Wire {
     /// The transaction ID of the last request (Modbus TCP).
     tid: u16,
     buf: Vec<u8>,
+    /// When the last reply was complete (RTU: the guard runs from there).
+    last_reply: Option<tokio::time::Instant>,
 }
 
 impl Wire {
     pub(super) fn new(io: Io, rtu: bool) -> Wire {
-        Wire { io, rtu, tid: 0, buf: Vec::with_capacity(MAX_FRAME) }
+        Wire { io, rtu, tid: 0, buf: Vec::with_capacity(MAX_FRAME), last_reply: None }
     }
 
     /// Sends one read and waits for its reply: a complete frame, checked against the
     /// request. A frame that never completes is left to the caller's timeout.
     pub(super) async fn read(&mut self, key: &ReadKey) -> Result<Reply, WireError> {
+        if self.rtu
+            && let Some(at) = self.last_reply
+        {
+            tokio::time::sleep_until(at + RTU_GUARD).await;
+        }
         let unread = self.io.discard_unread();
         if unread > 0 {
             tracing::debug!(bytes = unread, "Modbus: discarded bytes the device sent unasked");
@@ -122,6 +137,7 @@ impl Wire {
         };
         // Bytes after the frame were not asked for: they go with the buffer, and whatever
         // follows them is discarded before the next request.
+        self.last_reply = Some(tokio::time::Instant::now());
         check(self.rtu, self.tid, key, &self.buf[..len]).map_err(WireError::Mismatch)
     }
 }

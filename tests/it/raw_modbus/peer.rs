@@ -81,7 +81,12 @@ pub struct Peer {
     repeat: mpsc::UnboundedSender<oneshot::Sender<()>>,
     connections: Arc<AtomicUsize>,
     requests: Arc<Mutex<Vec<Request>>>,
+    /// When each request arrived and when each reply was written, in order.
+    events: Events,
 }
+
+/// When each request arrived (`true`) and each reply was written (`false`).
+type Events = Arc<Mutex<Vec<(bool, std::time::Instant)>>>;
 
 impl Peer {
     pub async fn start(framing: Framing) -> Peer {
@@ -94,13 +99,15 @@ impl Peer {
             repeat,
             connections: Arc::default(),
             requests: Arc::default(),
+            events: Arc::default(),
         };
-        let (script, connections, requests) =
-            (peer.script.clone(), peer.connections.clone(), peer.requests.clone());
+        let (script, connections, requests, events) =
+            (peer.script.clone(), peer.connections.clone(), peer.requests.clone(), peer.events.clone());
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 connections.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(serve(framing, stream, script.clone(), requests.clone(), released.clone()));
+                let log = (requests.clone(), events.clone());
+                tokio::spawn(serve(framing, stream, script.clone(), log, released.clone()));
             }
         });
         peer
@@ -123,6 +130,12 @@ impl Peer {
         self.connections.load(Ordering::SeqCst)
     }
 
+    /// For each request that came after a reply, how long after it.
+    pub fn quiet_before_requests(&self) -> Vec<std::time::Duration> {
+        let events = self.events.lock().unwrap();
+        events.windows(2).filter(|w| !w[0].0 && w[1].0).map(|w| w[1].1 - w[0].1).collect()
+    }
+
     /// The last request read.
     pub fn last_request(&self) -> Option<Request> {
         self.requests.lock().unwrap().last().copied()
@@ -133,11 +146,12 @@ async fn serve(
     framing: Framing,
     mut stream: TcpStream,
     script: Arc<Mutex<VecDeque<Shape>>>,
-    requests: Arc<Mutex<Vec<Request>>>,
+    (requests, events): (Arc<Mutex<Vec<Request>>>, Events),
     released: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<oneshot::Sender<()>>>>,
 ) {
     let _ = stream.set_nodelay(true);
     while let Some(req) = read_request(framing, &mut stream).await {
+        events.lock().unwrap().push((true, std::time::Instant::now()));
         requests.lock().unwrap().push(req);
         let shape = script.lock().unwrap().pop_front().unwrap_or(Shape::Good);
         let ok = match shape {
@@ -159,6 +173,7 @@ async fn serve(
             }
             shape => stream.write_all(&reply(framing, req, shape, false)).await.is_ok(),
         };
+        events.lock().unwrap().push((false, std::time::Instant::now()));
         if !ok {
             return;
         }
