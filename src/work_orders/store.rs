@@ -447,15 +447,19 @@ fn read(orders: &impl ReadableTable<u64, &'static [u8]>, n: u64) -> Result<WorkO
 
 /// The highest ID a marker file says was issued (0 when there is no marker).
 fn read_marker(path: &Path) -> Result<u64, WorkOrderError> {
-    match std::fs::read_to_string(path) {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        _ => {}
+    }
+    // Only a regular file of bounded size (a link to /dev/zero never ends).
+    match crate::toml_reader::read_text_file(path) {
         Ok(text) => number_of(text.trim()).ok_or_else(|| {
             WorkOrderError::Refused(format!(
                 "{} does not hold a work order ID (WO-nnnnnn); restore it or remove it",
                 path.display()
             ))
         }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(WorkOrderError::Refused(format!("{} cannot be read: {}", path.display(), e.kind()))),
+        Err(why) => Err(WorkOrderError::Refused(format!("{} cannot be read: {why}", path.display()))),
     }
 }
 

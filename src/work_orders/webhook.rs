@@ -307,8 +307,8 @@ pub fn check_env_name(name: &str) -> Result<(), String> {
 
 /// The certificates of a PEM file; at least one.
 pub fn read_ca_file(path: &Path) -> Result<Vec<reqwest::Certificate>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
-    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+    let pem = crate::toml_reader::read_text_file(path).map_err(|why| format!("{}: {why}", path.display()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
         .map_err(|_| format!("{} is not a PEM file of certificates", path.display()))?;
     if certs.is_empty() {
         return Err(format!("{} holds no certificate (-----BEGIN CERTIFICATE-----)", path.display()));

@@ -281,6 +281,19 @@ fn an_emptied_work_order_store_is_refused_since_its_ids_would_be_reused() {
     assert!(WorkOrderStore::open_in(dir.path()).is_ok());
 }
 
+/// A marker that is not a regular file (a link to a device that never ends) is refused
+/// at once, naming it, not read into memory.
+#[test]
+fn a_marker_that_is_not_a_regular_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    filled_data_dir(dir.path());
+    let marker = dir.path().join("work_orders.last_id");
+    std::fs::remove_file(&marker).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &marker).unwrap();
+    let err = WorkOrderStore::open_in(dir.path()).err().expect("refused").to_string();
+    assert!(err.contains("work_orders.last_id") && err.contains("not a regular file"), "{err}");
+}
+
 #[test]
 fn a_store_from_before_the_marker_gets_one() {
     let dir = tempfile::tempdir().unwrap();

@@ -210,6 +210,11 @@ fn a_bad_webhook_is_a_configuration_error_that_never_shows_a_secret() {
     let missing = dir.path().join("missing.pem");
     let missing = problems(&[("FIELDGATE_WORK_ORDERS_WEBHOOK_CA_FILE", missing.to_str().unwrap())]);
     assert!(missing.len() == 1 && missing[0].contains("webhook_ca_file"), "{missing:?}");
+    // A link to a device that never ends is refused at once, not read into memory.
+    let endless = dir.path().join("endless.pem");
+    std::os::unix::fs::symlink("/dev/zero", &endless).unwrap();
+    let endless = problems(&[("FIELDGATE_WORK_ORDERS_WEBHOOK_CA_FILE", endless.to_str().unwrap())]);
+    assert!(endless.len() == 1 && endless[0].contains("not a regular file"), "{endless:?}");
     let not_pem = dir.path().join("ca.pem");
     std::fs::write(&not_pem, "not a certificate").unwrap();
     let not_pem = problems(&[("FIELDGATE_WORK_ORDERS_WEBHOOK_CA_FILE", not_pem.to_str().unwrap())]);
