@@ -195,8 +195,8 @@ fn main() -> ExitCode {
             out(&serde_json::to_string_pretty(&defs).unwrap_or_default());
             ExitCode::SUCCESS
         }
-        Command::Check => match load() {
-            Ok((config, registry)) => check(&config, &registry),
+        Command::Check => match load().and_then(with_tokens) {
+            Ok((config, registry, _)) => check(&config, &registry),
             Err(code) => code,
         },
         Command::Call { tool, args, url, data_dir, token } => {

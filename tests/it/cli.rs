@@ -62,6 +62,25 @@ fn check_prints_every_problem_and_exits_1() {
     assert!(stdout(&o).is_empty());
 }
 
+/// `check` reads the tokens file as `serve` will: one it cannot read fails the check,
+/// instead of `check` saying "ok" and `serve` refusing to start.
+#[test]
+fn check_reports_a_tokens_file_serve_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    for tokens in [dir.path().join("missing.toml"), std::path::PathBuf::from("/dev/zero")] {
+        let o = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+            .arg("check")
+            .current_dir(root())
+            .env_clear()
+            .env("FIELDGATE_AUTH_TOKENS_FILE", &tokens)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains(tokens.file_name().unwrap().to_str().unwrap()), "{}", stderr(&o));
+        assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+    }
+}
+
 #[test]
 fn check_reports_configuration_problems_too() {
     let dir = tempfile::tempdir().unwrap();
