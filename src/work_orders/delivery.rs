@@ -101,7 +101,10 @@ pub fn start(
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
-                _ = tick.tick() => { pass(&store, webhook.as_ref(), ttl).await; }
+                _ = tick.tick() => {
+                    store.recheck();
+                    pass(&store, webhook.as_ref(), ttl).await;
+                }
                 () = stop.cancelled() => return,
             }
         }

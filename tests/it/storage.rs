@@ -407,8 +407,13 @@ fn a_full_disk_loses_no_acknowledged_history_and_recovers_when_space_returns() {
     let draft = draft("A_LINE1_001");
     let refused = orders.create("full-1", "f", draft.clone(), false);
     assert!(refused.is_err(), "an order acknowledged on a full disk");
-    // Space returns: everything is written, with no restart.
+    assert!(orders.problem().is_some());
+    assert!(!orders.recheck(), "still full");
+    // Space returns: everything is written, with no restart, and the work-order store says
+    // so before its next order.
     std::fs::remove_file(&filler).unwrap();
+    assert!(orders.recheck());
+    assert!(orders.problem().is_none());
     store.flush().unwrap();
     assert!(store.problem().is_none());
     let all = store.points("A_LINE1_001", 0, i64::MAX).unwrap();
