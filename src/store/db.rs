@@ -207,7 +207,9 @@ impl Db {
         self.note(reason);
     }
 
-    fn note(&self, reason: &str) {
+    /// Records a problem found outside the database (e.g. a file kept beside it that
+    /// cannot be written); cleared by the next write that succeeds.
+    pub fn note(&self, reason: &str) {
         let mut p = self.problem.lock().unwrap_or_else(|e| e.into_inner());
         if p.as_ref().is_none_or(|p| p.reason != reason) {
             tracing::error!(store = self.what, file = ?self.file, reason, "storage is failing");

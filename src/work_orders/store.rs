@@ -160,14 +160,24 @@ impl WorkOrderStore {
         }
         let room =
             self.db.file().and_then(crate::store::db::disk_space).is_none_or(|(free, _)| free >= 1 << 20);
-        room && self
-            .db
-            .write(|d| {
-                let tx = d.begin_write().map_err(db)?;
-                tx.open_table(META).map_err(db)?;
-                tx.commit().map_err(db)
-            })
-            .is_ok()
+        let written = room
+            && self
+                .db
+                .write(|d| {
+                    let tx = d.begin_write().map_err(db)?;
+                    tx.open_table(META).map_err(db)?;
+                    tx.commit().map_err(db)
+                })
+                .is_ok();
+        // The marker must catch up too (it may have been what failed).
+        match (written, self.highest()) {
+            (true, Ok(n)) if n > 0 => {
+                self.mark_issued(&id_of(n));
+                self.db.problem().is_none()
+            }
+            (true, Ok(_)) => true,
+            _ => false,
+        }
     }
 
     /// The highest order number in the store (0 for none).
@@ -187,6 +197,7 @@ impl WorkOrderStore {
         let Some(path) = &self.marker else { return };
         if let Err(error) = write_durably(path, id.as_bytes()) {
             tracing::error!(file = %path.display(), error = %error.kind(), "cannot record the highest work order ID issued");
+            self.db.note("the work-order ID marker cannot be written");
         }
     }
 

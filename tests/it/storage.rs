@@ -281,6 +281,26 @@ fn an_emptied_work_order_store_is_refused_since_its_ids_would_be_reused() {
     assert!(WorkOrderStore::open_in(dir.path()).is_ok());
 }
 
+/// An ID marker that cannot be written leaves the order acknowledged (it is committed)
+/// but makes the store report a problem until the marker has caught up.
+#[test]
+fn a_marker_that_cannot_be_written_is_a_storage_problem_until_it_catches_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let orders = WorkOrderStore::open_in(dir.path()).unwrap();
+    // The marker is replaced through `work_orders.tmp`: a folder there makes it fail.
+    let blocker = dir.path().join("work_orders.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    orders.create("k1", "f", draft("A_LINE1_001"), false).unwrap();
+    let problem = orders.problem().expect("a problem");
+    assert!(problem.reason.contains("marker"), "{}", problem.reason);
+    assert!(!orders.recheck());
+    std::fs::remove_dir(&blocker).unwrap();
+    assert!(orders.recheck());
+    assert!(orders.problem().is_none());
+    let marker = std::fs::read_to_string(dir.path().join("work_orders.last_id")).unwrap();
+    assert_eq!(marker, "WO-000001");
+}
+
 /// A marker that is not a regular file (a link to a device that never ends) is refused
 /// at once, naming it, not read into memory.
 #[test]
