@@ -78,6 +78,16 @@ pub fn open_checked(path: &Path) -> Result<Database, String> {
 
 fn damaged(path: &Path, why: &str) -> String {
     let why: String = why.chars().take(120).collect();
+    let marker = path.with_extension("last_id");
+    if marker.exists() {
+        // The work-order store: an empty store beside its marker is refused (IDs must not
+        // be reused), so moving the store alone would not start.
+        return format!(
+            "{} is damaged ({why}); restore it from a backup, or move it and {} aside to start with no orders (IDs then start again at WO-000001)",
+            path.display(),
+            marker.display()
+        );
+    }
     format!(
         "{} is damaged ({why}); move it aside (fieldgate then starts an empty one) or restore it from a backup",
         path.display()
