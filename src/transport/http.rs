@@ -479,12 +479,16 @@ async fn limit_body(State(st): State<AppState>, req: Request, next: Next) -> Res
             "Send fewer arguments per call.",
         )))
     };
+    // /mcp reads its own bodies, with the same limit, refused as JSON-RPC.
+    if req.uri().path() == "/mcp" {
+        return next.run(req).await;
+    }
     let declared =
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max) {
         return too_large();
     }
-    // A GET stream of /mcp has no body to read; everything else is read here, once.
+    // A GET's body is not read; everything else is read here, once.
     if req.method() == axum::http::Method::GET {
         return next.run(req).await;
     }

@@ -510,3 +510,25 @@ async fn the_bearer_scheme_is_case_insensitive() {
     assert_eq!((status, body["error"]["code"].as_str()), (401, Some("UNAUTHORIZED")));
     assert!(body["meta"]["call_id"].is_string(), "{body}");
 }
+
+/// `/mcp` answers in JSON-RPC, also when a body is over the limit, declared or chunked.
+#[tokio::test]
+async fn an_mcp_body_over_the_limit_is_a_json_rpc_error() {
+    let (_plant, server) = plant_server().await;
+    let a = server.addr;
+    let big = "x".repeat(0x11000);
+    for request in [
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {a}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n11000\r\n{big}\r\n0\r\n\r\n"
+        ),
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {a}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{big}",
+            big.len()
+        ),
+    ] {
+        let (status, head, body) = raw(a, request.as_bytes()).await;
+        assert_eq!((status, body["error"]["code"].as_i64()), (413, Some(-32600)), "{head} {body}");
+        assert_eq!(body["jsonrpc"], "2.0", "{body}");
+        assert!(head.contains("connection: close"), "{head}");
+    }
+}

@@ -395,13 +395,16 @@ impl tower::Service<Request> for McpHttp {
 /// The body, at most `max` bytes (413 with a JSON-RPC error beyond).
 async fn read_body(body: Body, max: usize) -> Result<Bytes, Response> {
     let too_large = || {
-        rpc_error(
+        let mut res = rpc_error(
             StatusCode::PAYLOAD_TOO_LARGE,
             INVALID_REQUEST,
             &format!("Payload Too Large: messages are limited to {max} bytes (server.max_body_bytes)"),
             None,
             None,
-        )
+        );
+        // The rest of the body is not read: the client must not send its next request here.
+        res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        res
     };
     let mut stream = body.into_data_stream();
     let mut first: Option<Bytes> = None;
