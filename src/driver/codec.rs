@@ -237,6 +237,14 @@ mod tests {
     }
 
     #[test]
+    fn a_bool_without_a_bit_is_true_when_its_register_is_not_zero() {
+        let p = point(DataType::Bool, ABCD);
+        for (reg, want) in [(0x0000, false), (0x0001, true), (0x0100, true), (0x8000, true), (0xFFFF, true)] {
+            assert_eq!(decode_registers(&p, &[reg]).unwrap(), RawValue::Bool(want), "{reg:#06x}");
+        }
+    }
+
+    #[test]
     fn strings() {
         let mut p = point(DataType::String, ABCD);
         p.count = 4;

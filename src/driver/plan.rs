@@ -117,6 +117,45 @@ mod tests {
         assert_eq!(plan(&[&a, &b], 125, 4).len(), 2);
     }
 
+    #[test]
+    fn a_read_is_as_long_as_max_registers_counted_from_its_start() {
+        use RegisterTable::*;
+        // A block starting at 100: 100..104 is 4 registers, so it fits a 4-register read;
+        // 100..105 is 5 and does not.
+        let (a, b, c) = (pt(Holding, 100, 2), pt(Holding, 102, 2), pt(Holding, 103, 2));
+        assert_eq!(
+            plan(&[&a, &b], 4, 0),
+            vec![Block { table: Holding, start: 100, count: 4, members: vec![0, 1] }]
+        );
+        assert_eq!(
+            plan(&[&a, &c], 4, 1),
+            vec![
+                Block { table: Holding, start: 100, count: 2, members: vec![0] },
+                Block { table: Holding, start: 103, count: 2, members: vec![1] },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bit_read_is_sixteen_bits_per_register_up_to_2000() {
+        use RegisterTable::*;
+        // 4 registers = 64 bits: coils 0 and 63 share a read, coils 0 and 64 do not.
+        let (c0, c63, c64) = (pt(Coil, 0, 1), pt(Coil, 63, 1), pt(Coil, 64, 1));
+        assert_eq!(
+            plan(&[&c0, &c63], 4, 4),
+            vec![Block { table: Coil, start: 0, count: 64, members: vec![0, 1] }]
+        );
+        assert_eq!(plan(&[&c0, &c64], 4, 4).len(), 2);
+        // 125 registers would be 2000 bits, 126 would be 2016 but the protocol caps a read
+        // at 2000: discrete inputs 0 and 1999 share a read, 0 and 2000 do not.
+        let (d0, d1999, d2000) = (pt(Discrete, 0, 1), pt(Discrete, 1999, 1), pt(Discrete, 2000, 1));
+        assert_eq!(
+            plan(&[&d0, &d1999], 126, 125),
+            vec![Block { table: Discrete, start: 0, count: 2000, members: vec![0, 1] }]
+        );
+        assert_eq!(plan(&[&d0, &d2000], 126, 125).len(), 2);
+    }
+
     /// The limits as the module documentation states them, written out here rather than
     /// taken from `limits`: (longest read, widest gap), in registers or bits.
     fn documented_limits(table: RegisterTable, max_regs: u16, max_gap: u16) -> (u32, u32) {
