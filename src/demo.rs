@@ -33,6 +33,8 @@ pub enum DemoError {
     #[error("simulator: {0}")]
     Sim(String),
     #[error("{0}")]
+    Start(crate::app::StartError),
+    #[error("{0}")]
     Serve(#[from] http::ServeError),
     #[error("data directory {0}: {1}")]
     DataDir(String, std::io::Error),
@@ -98,7 +100,7 @@ impl Demo {
         };
         let running = crate::app::start(config, registry, options).await.map_err(|e| match e {
             crate::app::StartError::Serve(e) => DemoError::Serve(e),
-            other => DemoError::Sim(other.to_string()),
+            other => DemoError::Start(other),
         })?;
         let addr = running.addr.unwrap_or(listen);
         let tools = running.tools.clone();

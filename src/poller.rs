@@ -2,7 +2,7 @@
 //!
 //! One task per device, started at a random offset within its interval so devices are not
 //! polled in lockstep; a slow device delays only its own task. Reads go through
-//! `Resilience::read`, so the poller shares each device's breaker with the tools: an open
+//! `reading::Reader::read`, so the poller shares each device's breaker with the tools: an open
 //! device is not polled until its probe. A sample is stored when it moved by at least the
 //! sensor's `deadband`, its quality changed, or `history.max_silence_s` passed since the
 //! last stored point. Every sample refreshes the reading cache (`max_age_ms`).

@@ -1,6 +1,6 @@
 //! Device I/O. Only this module talks to field devices.
 //!
-//! [`Driver`] is transport-independent: the Modbus implementation lives in `modbus.rs`,
+//! [`Driver`] is transport-independent: the Modbus implementation lives in `modbus/`,
 //! OPC UA in `opcua/` implements the same trait. Drivers return [`DriverError`]s that keep "the
 //! device answered no" (`Rejected`) apart from "the device did not answer" (`Timeout`,
 //! `Unavailable`, `Malformed`) and "the device is busy" (`Busy`): only those last kinds

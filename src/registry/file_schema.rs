@@ -1,5 +1,5 @@
 //! The device file format as types, for `schemas/device-file.json` (editor completion
-//! and documentation). The loader in `load.rs` is the authority; a test checks that every
+//! and documentation). The loader in `load/` is the authority; a test checks that every
 //! demo device file validates against this schema.
 
 use schemars::JsonSchema;

@@ -1,8 +1,10 @@
-//! Resilience between the tools and the drivers: a circuit breaker per device, bounded
-//! retries inside a call's deadline, the cross-call retry limit, and device health.
+//! Resilience between the reading core and the drivers: a circuit breaker per device,
+//! bounded retries inside a call's deadline, the cross-call retry limit, and device health.
 //!
-//! The tools and (later) the poller read devices only through [`Resilience::read`], so they
-//! share each device's breaker: an open device is neither read nor polled until its probe.
+//! The reading core (`reading::Reader`, used by the tools and the poller alike) reads
+//! devices only through [`Resilience::read`] (and an operator's or a watcher's probe
+//! through [`Resilience::probe`]), so both share each device's breaker: an open device is
+//! neither read nor polled until its probe.
 
 pub mod breaker;
 pub mod health;

@@ -82,7 +82,8 @@ pub struct ToolSpec {
     pub title: &'static str,
     pub description: &'static str,
     pub annotations: Annotations,
-    /// Whether this build serves the tool (later issues implement the rest).
+    /// Whether this build serves the tool (all do; a tool of the contract can be listed
+    /// before it is served).
     pub served: bool,
     input: fn() -> Value,
     output: fn() -> Value,
@@ -243,7 +244,7 @@ fn is_null_schema(v: &Value) -> bool {
 /// `"integer"`, a `null` among the `enum` values goes, and an `anyOf` of a schema and
 /// `{"type": "null"}` becomes that schema. Some clients refuse type arrays (the MCP
 /// Inspector turned `limit=2` into a string); fieldgate still takes `null` for "the
-/// default" (`validate.rs`).
+/// default" (`validate/mod.rs`).
 fn without_null(schema: &mut Value) {
     let required: Vec<String> = schema
         .get("required")

@@ -105,7 +105,7 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
         DriverError::Refused(r) => refused(id, r),
         DriverError::NotSupported => ToolError::new(
             ErrorCode::DeviceRejected,
-            format!("fieldgate cannot read {} devices in this version.", device.protocol.name()),
+            format!("fieldgate has no way to read this sensor from its {} device.", device.protocol.name()),
             "Tell an operator that this device's readings are not available; do not retry.",
         ),
     };

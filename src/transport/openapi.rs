@@ -9,7 +9,7 @@ use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::{Content, InfoBuilder, OpenApiBuilder, PathItem, PathsBuilder, Ref, Required};
 
-use crate::tools::TOOLS;
+use crate::tools::{TOOLS, Tool};
 
 fn schema_ref(name: &str) -> Ref {
     Ref::new(format!("#/components/schemas/{name}"))
@@ -136,7 +136,10 @@ fn resource_paths(mut paths: PathsBuilder) -> PathsBuilder {
     }
     paths = paths.path(
         "/v1/sensors",
-        PathItem::new(HttpMethod::Get, envelope_responses(sensors, "list_sensors.output").build()),
+        PathItem::new(
+            HttpMethod::Get,
+            envelope_responses(sensors, &format!("{}.output", Tool::ListSensors.name())).build(),
+        ),
     );
     let sensor = OperationBuilder::new()
         .tag("resources")
@@ -161,7 +164,10 @@ fn resource_paths(mut paths: PathsBuilder) -> PathsBuilder {
         ));
     paths = paths.path(
         "/v1/sensors/{id}/reading",
-        PathItem::new(HttpMethod::Get, envelope_responses(reading, "get_sensor_reading.output").build()),
+        PathItem::new(
+            HttpMethod::Get,
+            envelope_responses(reading, &format!("{}.output", Tool::GetSensorReading.name())).build(),
+        ),
     );
     let devices = OperationBuilder::new()
         .tag("resources")
@@ -197,7 +203,10 @@ fn resource_paths(mut paths: PathsBuilder) -> PathsBuilder {
     }
     paths = paths.path(
         "/v1/sensors/{id}/history",
-        PathItem::new(HttpMethod::Get, envelope_responses(history, "get_sensor_history.output").build()),
+        PathItem::new(
+            HttpMethod::Get,
+            envelope_responses(history, &format!("{}.output", Tool::GetSensorHistory.name())).build(),
+        ),
     );
     let probe = OperationBuilder::new()
         .tag("resources")
@@ -229,7 +238,10 @@ fn work_order_paths(mut paths: PathsBuilder) -> PathsBuilder {
     }
     paths = paths.path(
         "/v1/work-orders",
-        PathItem::new(HttpMethod::Get, envelope_responses(orders, "list_work_orders.output").build()),
+        PathItem::new(
+            HttpMethod::Get,
+            envelope_responses(orders, &format!("{}.output", Tool::ListWorkOrders.name())).build(),
+        ),
     );
     let order = OperationBuilder::new()
         .tag("work orders")
@@ -238,7 +250,10 @@ fn work_order_paths(mut paths: PathsBuilder) -> PathsBuilder {
         .parameter(string_param("id", ParameterIn::Path, true, "Work order ID, e.g. WO-000001"));
     paths = paths.path(
         "/v1/work-orders/{id}",
-        PathItem::new(HttpMethod::Get, envelope_responses(order, "get_work_order.output").build()),
+        PathItem::new(
+            HttpMethod::Get,
+            envelope_responses(order, &format!("{}.output", Tool::GetWorkOrder.name())).build(),
+        ),
     );
     let decide = OperationBuilder::new()
         .tag("work orders")
@@ -261,7 +276,10 @@ fn work_order_paths(mut paths: PathsBuilder) -> PathsBuilder {
         ));
     paths = paths.path(
         "/v1/work-orders/{id}/{action}",
-        PathItem::new(HttpMethod::Post, envelope_responses(decide, "get_work_order.output").build()),
+        PathItem::new(
+            HttpMethod::Post,
+            envelope_responses(decide, &format!("{}.output", Tool::GetWorkOrder.name())).build(),
+        ),
     );
     paths
 }

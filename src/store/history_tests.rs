@@ -1,0 +1,193 @@
+//! Unit tests of the history store (its property tests are in `history_props.rs`).
+
+use super::*;
+use crate::store::gorilla::Stored;
+use proptest::prelude::*;
+
+fn p(t: i64, v: f64) -> Point {
+    Point { t, value: Stored::Float(v), quality: 0 }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn ranges_agree_with_a_naive_reference(
+        gaps in prop::collection::vec(1i64..120_000, 1..3000),
+        flush_every in 1usize..700,
+        ranges in prop::collection::vec((0i64..400_000_000, 1i64..200_000_000), 5),
+    ) {
+        let store = HistoryStore::in_memory().unwrap();
+        let mut t = 0;
+        let mut all = Vec::new();
+        for (i, g) in gaps.iter().enumerate() {
+            t += g;
+            let point = p(t, (i as f64).sin());
+            prop_assert!(store.append("S", &point));
+            all.push(point);
+            if i % flush_every == 0 {
+                store.flush().unwrap();
+            }
+        }
+        for (from, len) in ranges {
+            let to = from + len;
+            let want: Vec<&Point> = all.iter().filter(|q| q.t >= from && q.t < to).collect();
+            let got = store.points("S", from, to).unwrap();
+            prop_assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(want) {
+                prop_assert_eq!(g, w);
+            }
+        }
+    }
+}
+
+#[test]
+fn out_of_order_points_are_dropped_counted_and_sensors_are_apart() {
+    let store = HistoryStore::in_memory().unwrap();
+    assert!(store.append("A", &p(10, 1.0)));
+    assert!(!store.append("A", &p(10, 2.0)));
+    assert!(!store.append("A", &p(5, 2.0)));
+    assert!(store.append("B", &p(5, 3.0)));
+    assert_eq!(store.points("A", 0, 100).unwrap(), vec![p(10, 1.0)]);
+    assert_eq!(store.points("B", 0, 100).unwrap(), vec![p(5, 3.0)]);
+    assert_eq!(store.out_of_order_points(), 2);
+}
+
+/// An edge box without a battery clock: it runs an hour ahead, NTP steps it back, and
+/// later a jump forward by a day. History goes on at once after the step back, chunks
+/// stay in order inside, and range queries merge the overlap in time order.
+#[test]
+fn a_clock_that_steps_back_and_forward_never_corrupts_a_chunk_or_a_query() {
+    let store = HistoryStore::in_memory().unwrap();
+    let hour = 3_600_000;
+    let ahead: Vec<i64> = (0..100).map(|i| 10 * hour + i * 1000).collect();
+    for &t in &ahead {
+        assert!(store.append("S", &p(t, 1.0)));
+    }
+    store.flush().unwrap();
+    // Stepped back by an hour: stored at once, in a new chunk.
+    let mut t = 9 * hour;
+    while t <= ahead[99] + 5000 {
+        assert!(store.append("S", &p(t, 2.0)), "{t}");
+        t += 1000;
+    }
+    assert_eq!((store.clock_steps(), store.out_of_order_points()), (1, 0));
+    // A device's sample 30 s out of order is not a step: dropped and counted.
+    assert!(!store.append("S", &p(t - 30_000, 9.0)));
+    assert_eq!((store.clock_steps(), store.out_of_order_points()), (1, 1));
+    // A jump forward by a day starts a new chunk; the silence is a gap, not data.
+    assert!(store.append("S", &p(t + 24 * hour, 3.0)));
+    store.flush().unwrap();
+    let all = store.points("S", 0, i64::MAX).unwrap();
+    assert!(all.windows(2).all(|w| w[0].t < w[1].t), "merged in time order, one point per instant");
+    // Every second from 9 h to the last point + 5 s (the hour ahead's instants among
+    // them), and the point after the jump.
+    assert_eq!(all.len(), 3600 + 100 + 5 + 1);
+    assert!(
+        store.points("S", ahead[99] + 6000, t + 24 * hour).unwrap().is_empty(),
+        "no invented data in the jump"
+    );
+    assert_eq!(store.points("S", 9 * hour, 10 * hour).unwrap().len(), 3600);
+    let overlap = store.points("S", ahead[10], ahead[20]).unwrap();
+    assert_eq!(overlap.iter().map(|q| q.t).collect::<Vec<_>>(), ahead[10..20].to_vec());
+}
+
+/// A restart forgets each sensor's last point: points written then may overlap chunks
+/// on disk, and queries still see each instant once, in order.
+#[test]
+fn overlapping_chunks_across_a_restart_read_in_time_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.redb");
+    {
+        let store = HistoryStore::open(&path).unwrap();
+        for i in 0..50 {
+            assert!(store.append("S", &p(100_000 + i * 1000, 1.0)));
+        }
+        store.flush().unwrap();
+    }
+    let store = HistoryStore::open(&path).unwrap();
+    for i in 0..50 {
+        assert!(store.append("S", &p(90_000 + i * 1000 + 500, 2.0)));
+    }
+    store.flush().unwrap();
+    let all = store.points("S", 0, i64::MAX).unwrap();
+    assert_eq!(all.len(), 100);
+    assert!(all.windows(2).all(|w| w[0].t < w[1].t), "{:?}", &all[..5]);
+    let page = store.points("S", 100_000, 101_600).unwrap();
+    assert_eq!(page.iter().map(|q| q.t).collect::<Vec<_>>(), vec![100_000, 100_500, 101_000, 101_500]);
+}
+
+#[test]
+fn a_restart_keeps_what_was_flushed_and_replays_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.redb");
+    {
+        let store = HistoryStore::open(&path).unwrap();
+        for i in 0..3000 {
+            store.append("A_LINE1_001", &p(i * 1000, i as f64));
+        }
+        store.flush().unwrap();
+        store.append("A_LINE1_001", &p(5_000_000, -1.0)); // never flushed: may be lost
+    }
+    let store = HistoryStore::open(&path).unwrap();
+    let pts = store.points("A_LINE1_001", 0, i64::MAX).unwrap();
+    assert_eq!(pts.len(), 3000);
+    assert_eq!(pts[2999], p(2_999_000, 2999.0));
+    // Appending continues in a new chunk.
+    store.append("A_LINE1_001", &p(6_000_000, 7.0));
+    store.flush().unwrap();
+    assert_eq!(store.points("A_LINE1_001", 0, i64::MAX).unwrap().len(), 3001);
+}
+
+#[test]
+fn retention_drops_the_oldest_chunks_first() {
+    let store = HistoryStore::in_memory().unwrap();
+    for i in 0..(MAX_POINTS as i64 * 5) {
+        store.append("S", &p(i * 1000, (i % 7) as f64));
+    }
+    store.flush().unwrap();
+    let (bytes, chunks) = store.size().unwrap();
+    assert_eq!(chunks, 5);
+    // By age: the first two chunks end before 2 * 1024 s.
+    let pruned = store.prune(2 * MAX_POINTS as i64 * 1000, u64::MAX).unwrap();
+    assert_eq!(pruned.chunks, 2);
+    let left = store.points("S", 0, i64::MAX).unwrap();
+    assert_eq!(left.first().unwrap().t, 2 * MAX_POINTS as i64 * 1000);
+    let (after_age, _) = store.size().unwrap();
+    assert_eq!(pruned.bytes, bytes - after_age, "the bytes it reports are the bytes it freed");
+    // By size: keep under a third of the original. Three chunks of about a fifth each
+    // are left, so the two oldest go and exactly the newest (the open one) stays.
+    let max_bytes = bytes / 3;
+    let pruned = store.prune(i64::MIN, max_bytes).unwrap();
+    let (remaining, chunks) = store.size().unwrap();
+    assert!(remaining <= max_bytes, "{remaining} bytes left, more than {max_bytes}");
+    assert_eq!((pruned.chunks, chunks), (2, 1));
+    assert_eq!(pruned.bytes, after_age - remaining);
+    let left = store.points("S", 0, i64::MAX).unwrap();
+    assert_eq!(left.first().unwrap().t, 4 * MAX_POINTS as i64 * 1000, "the oldest went first");
+    assert_eq!(left.last().unwrap().t, (MAX_POINTS as i64 * 5 - 1) * 1000);
+    assert_eq!(left.len(), MAX_POINTS as usize);
+    // Not more than needed: a limit the remaining chunk fits drops nothing.
+    assert_eq!(store.prune(i64::MIN, remaining).unwrap().chunks, 0);
+}
+
+/// The open chunk is never dropped, even when it alone is over the size limit; every
+/// sealed chunk is, oldest first, whichever sensor it belongs to.
+#[test]
+fn size_pruning_keeps_only_open_chunks_when_the_limit_is_below_them() {
+    let store = HistoryStore::in_memory().unwrap();
+    for i in 0..(MAX_POINTS as i64 * 3) {
+        store.append("A", &p(i * 1000, i as f64));
+    }
+    for i in 0..(MAX_POINTS as i64 + 10) {
+        store.append("B", &p(i * 1000 + 500, -(i as f64)));
+    }
+    store.flush().unwrap();
+    assert_eq!(store.size().unwrap().1, 5);
+    let pruned = store.prune(i64::MIN, 0).unwrap();
+    assert_eq!(pruned.chunks, 3, "the sealed chunks: two of A, one of B");
+    let a = store.points("A", 0, i64::MAX).unwrap();
+    assert_eq!(a.first().unwrap().t, 2 * MAX_POINTS as i64 * 1000);
+    let b = store.points("B", 0, i64::MAX).unwrap();
+    assert_eq!(b.len(), 10);
+    assert_eq!(store.size().unwrap().1, 2);
+}
