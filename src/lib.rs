@@ -16,6 +16,7 @@ pub mod poller;
 pub mod reading;
 pub mod registry;
 pub mod resilience;
+pub mod sparkplug;
 pub mod store;
 pub mod suggest;
 pub mod tls;

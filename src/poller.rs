@@ -43,7 +43,8 @@ struct Last {
     quality: u8,
 }
 
-fn stored_of(sample: &Sample) -> (Stored, u8) {
+/// A sample as history stores it: the raw value and quality 0 good, 1 uncertain, 2 bad.
+pub fn stored_of(sample: &Sample) -> (Stored, u8) {
     let (value, quality) = stored_value(sample);
     let quality = match sample.quality {
         crate::driver::SampleQuality::Good => quality,

@@ -1,0 +1,4 @@
+//! The Sparkplug B edge node: payloads read by a decoder we did not write, and the edge
+//! node against a real Mosquitto broker.
+
+mod external_decoder;
