@@ -25,7 +25,7 @@ pub struct MqttConfig {
     pub password_env: String,
     /// Sparkplug group ID; empty: the plant of the devices.
     pub group_id: String,
-    /// Sparkplug edge node ID; empty: `fieldgate-<host name>`.
+    /// Sparkplug edge node ID; empty: the host name.
     pub edge_node_id: String,
     /// The primary host application whose STATE decides when data is sent; empty: none.
     pub primary_host_id: String,

@@ -75,6 +75,20 @@ impl Edge {
         &self.registry
     }
 
+    pub fn registry_arc(&self) -> Arc<Registry> {
+        self.registry.clone()
+    }
+
+    /// The connection is gone: no device is born until the next births.
+    pub fn all_dead(&mut self) {
+        self.born.iter_mut().for_each(|b| *b = false);
+    }
+
+    /// Takes back the `seq` of the last `n` messages built, which were not sent.
+    pub fn rollback(&mut self, n: usize) {
+        self.seq = self.seq.wrapping_sub((n % 256) as u8);
+    }
+
     fn next_seq(&mut self) -> u64 {
         let s = self.seq;
         self.seq = self.seq.wrapping_add(1);

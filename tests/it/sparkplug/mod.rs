@@ -2,3 +2,5 @@
 //! node against a real Mosquitto broker.
 
 mod external_decoder;
+mod broker;
+mod edge;
