@@ -232,13 +232,7 @@ impl Config {
             .find(|(k, _)| k == "FIELDGATE_WORK_ORDERS_WEBHOOK_AUTH_ENV")
             .map_or_else(|| cfg.work_orders.webhook_auth_env.clone(), |(_, v)| v.clone());
         // So may the variables holding the broker's user name and password.
-        let mqtt_var = |key: &str, file: &str| {
-            config_env.iter().find(|(k, _)| k == key).map_or_else(|| file.to_string(), |(_, v)| v.clone())
-        };
-        let mqtt_vars = [
-            mqtt_var("FIELDGATE_MQTT_USERNAME_ENV", &cfg.mqtt.username_env),
-            mqtt_var("FIELDGATE_MQTT_PASSWORD_ENV", &cfg.mqtt.password_env),
-        ];
+        let mqtt_vars = crate::sparkplug::config::secret_vars(&cfg.mqtt, &config_env);
         for (key, value) in config_env {
             if NON_CONFIG_ENV.contains(&key.as_str())
                 || key.starts_with(TOKEN_ENV_PREFIX)
@@ -250,19 +244,11 @@ impl Config {
             problems.extend(apply_env(&mut cfg, key, value));
         }
         problems.extend(cfg.validate());
-        problems.extend(
-            crate::work_orders::webhook::secret_problem(&cfg.work_orders, |name| {
-                env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
-            })
-            .map(|message| Problem { source: "configuration".into(), line: 0, message }),
-        );
-        problems.extend(
-            crate::sparkplug::config::problems(&cfg.mqtt, |name| {
-                env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
-            })
+        let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let cross = crate::work_orders::webhook::secret_problem(&cfg.work_orders, var)
             .into_iter()
-            .map(|message| Problem { source: "configuration".into(), line: 0, message }),
-        );
+            .chain(crate::sparkplug::config::problems(&cfg.mqtt, var));
+        problems.extend(cross.map(|message| Problem { source: "configuration".into(), line: 0, message }));
         if problems.is_empty() { Ok(cfg) } else { Err(ConfigError(problems)) }
     }
 
@@ -515,19 +501,7 @@ mod tests {
         c.work_orders.webhook_ca_file = Some("x".into());
         c.work_orders.webhook_auth_env = "X".into();
         c.work_orders.webhook_auth_header = "X".into();
-        c.mqtt = crate::sparkplug::config::MqttConfig {
-            client_id: "x".into(),
-            group_id: "x".into(),
-            edge_node_id: "x".into(),
-            primary_host_id: "x".into(),
-            data_qos: 1,
-            keep_alive_s: 5,
-            reconnect_max_ms: 100,
-            max_silence_s: 1,
-            buffer_max_mb: 1,
-            buffer_max_age_h: 1,
-            ..Default::default()
-        };
+        c.mqtt = crate::sparkplug::config::MqttConfig::every_key_changed();
         assert!(apply_text(&mut c, "d", DEFAULT_TOML).is_empty());
         assert_eq!(c, Config::default());
     }

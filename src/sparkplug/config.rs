@@ -69,6 +69,24 @@ impl MqttConfig {
     pub fn enabled(&self) -> bool {
         !self.brokers.is_empty()
     }
+
+    /// Every key the default file sets, changed (its test restores them all from the file).
+    #[cfg(test)]
+    pub fn every_key_changed() -> MqttConfig {
+        MqttConfig {
+            client_id: "x".into(),
+            group_id: "x".into(),
+            edge_node_id: "x".into(),
+            primary_host_id: "x".into(),
+            data_qos: 1,
+            keep_alive_s: 5,
+            reconnect_max_ms: 100,
+            max_silence_s: 1,
+            buffer_max_mb: 1,
+            buffer_max_age_h: 1,
+            ..Default::default()
+        }
+    }
 }
 
 /// A broker to connect to.
@@ -201,6 +219,15 @@ pub fn problems(m: &MqttConfig, env: impl Fn(&str) -> Option<String>) -> Vec<Str
     out
 }
 
+/// The variables `username_env` and `password_env` name (as the environment overrides
+/// them), which are secrets and not configuration keys even when named `FIELDGATE_...`.
+pub fn secret_vars(m: &MqttConfig, env: &[&(String, String)]) -> [String; 2] {
+    let var = |key: &str, file: &str| {
+        env.iter().find(|(k, _)| k == key).map_or_else(|| file.to_string(), |(_, v)| v.clone())
+    };
+    [var("FIELDGATE_MQTT_USERNAME_ENV", &m.username_env), var("FIELDGATE_MQTT_PASSWORD_ENV", &m.password_env)]
+}
+
 /// A broker problem with any `user:password@` removed.
 fn redact(s: &str) -> String {
     match (s.find("://"), s.find('@')) {
@@ -237,6 +264,43 @@ mod tests {
         let e = parse_broker("mqtt://u:hunter2@h").unwrap_err();
         assert!(!e.contains("hunter2"), "{e}");
         assert_eq!(redact("\"mqtt://u:hunter2@h\": x"), "\"mqtt://***@h\": x");
+    }
+
+    #[test]
+    fn check_reports_every_mqtt_problem_and_never_a_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "[mqtt]\nbrokers = [\"mqtt://u:hunter2@h\", \"tcp://h\"]\ngroup_id = \"a/b\"\ndata_qos = 2\nca_file = \"/nonexistent.pem\"\nusername_env = \"not a name\"\nbuffer_mb = 1\n",
+        )
+        .unwrap();
+        let env = [
+            ("FIELDGATE_MQTT_PASSWORD_ENV".to_string(), "FIELDGATE_MQTT_PW".to_string()),
+            ("FIELDGATE_MQTT_PW".to_string(), "s3cret".to_string()),
+        ];
+        let e = crate::config::Config::load(Some(&path), env).unwrap_err();
+        let text: Vec<String> = e.0.iter().map(|p| p.to_string()).collect();
+        let all = text.join("\n");
+        for want in [
+            "brokers",
+            "tcp://",
+            "group_id",
+            "data_qos",
+            "ca_file",
+            "username_env",
+            "unknown key `buffer_mb`",
+        ] {
+            assert!(all.contains(want), "{want} in {all}");
+        }
+        assert!(!all.contains("hunter2") && !all.contains("s3cret"), "{all}");
+        // The password's variable is not taken for a configuration key.
+        assert!(!all.contains("FIELDGATE_MQTT_PW:"), "{all}");
+        let ok = crate::config::Config::load(
+            None,
+            [("FIELDGATE_MQTT_BROKERS".into(), "[\"mqtt://127.0.0.1:1\"]".into())],
+        );
+        assert_eq!(ok.unwrap().mqtt.brokers, ["mqtt://127.0.0.1:1"]);
     }
 
     #[test]

@@ -245,7 +245,9 @@ impl Node {
         if next_broker || was == Phase::Leaving {
             self.broker = (self.broker + 1) % self.brokers.len().max(1);
         }
-        let wait = if was == Phase::Leaving { Duration::ZERO } else { self.backoff.next_wait() };
+        // After leaving too: a new connection with the same client ID racing the old one's
+        // DISCONNECT would make the broker publish the old will as well.
+        let wait = self.backoff.next_wait();
         if matches!(was, Phase::Online | Phase::AwaitingHost | Phase::Leaving) {
             tracing::warn!(reason = why, "sparkplug: broker connection lost; data goes to the buffer");
         } else {

@@ -46,8 +46,11 @@ impl Broker {
     /// Starts the process on `self.port`; false when it exited (the port was taken).
     async fn run(&mut self) -> bool {
         let conf = self.dir.path().join("mosquitto.conf");
-        std::fs::write(&conf, format!("listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n", self.port))
-            .unwrap();
+        std::fs::write(
+            &conf,
+            format!("listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n", self.port),
+        )
+        .unwrap();
         let mut child = tokio::process::Command::new(mosquitto())
             .arg("-c")
             .arg(&conf)
@@ -93,7 +96,6 @@ impl Broker {
 pub struct Msg {
     pub topic: String,
     pub payload: Payload,
-    pub raw: Vec<u8>,
 }
 
 impl Msg {
@@ -116,9 +118,19 @@ pub struct Host {
 
 impl Host {
     pub async fn connect(port: u16) -> Host {
+        Host::connect_as(port, None).await
+    }
+
+    /// A primary host application `id`: its STATE will says offline, and after each
+    /// (re)subscription it says online (Sparkplug 3.0 STATE, retained).
+    pub async fn connect_as(port: u16, id: Option<&str>) -> Host {
         let mut o = MqttOptions::new(format!("test-host-{port}-{}", std::process::id()), "127.0.0.1", port);
         o.set_max_packet_size(64 << 20, 1 << 20);
         o.set_keep_alive(Duration::from_secs(5));
+        let state_topic = id.map(|id| format!("spBv1.0/STATE/{id}"));
+        if let Some(t) = &state_topic {
+            o.set_last_will(rumqttc::LastWill::new(t, state(false), QoS::AtLeastOnce, true));
+        }
         let (client, mut events) = AsyncClient::new(o, 64);
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, mut ready) = mpsc::unbounded_channel();
@@ -130,13 +142,16 @@ impl Host {
                         let _ = c.try_subscribe("spBv1.0/#", QoS::AtLeastOnce);
                     }
                     Ok(Event::Incoming(Incoming::SubAck(_))) => {
+                        if let Some(t) = &state_topic {
+                            let _ = c.try_publish(t, QoS::AtLeastOnce, true, state(true));
+                        }
                         let _ = ready_tx.send(());
                     }
                     Ok(Event::Incoming(Incoming::Publish(p))) => {
                         let topic = p.topic.clone();
                         // STATE is JSON, not a Sparkplug payload.
                         let payload = Payload::decode_bytes(&p.payload).unwrap_or_default();
-                        let _ = tx.send(Msg { topic, payload, raw: p.payload.to_vec() });
+                        let _ = tx.send(Msg { topic, payload });
                     }
                     Ok(_) => {}
                     Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -183,8 +198,19 @@ impl Drop for Host {
     }
 }
 
+/// A STATE payload (Sparkplug 3.0) with the time now.
+pub fn state(online: bool) -> Vec<u8> {
+    let ts = chrono::Utc::now().timestamp_millis();
+    format!("{{\"online\":{online},\"timestamp\":{ts}}}").into_bytes()
+}
+
 /// Waits (bounded) for `/metrics`-style counter `name` of `tools` to satisfy `ok`.
-pub async fn counter(tools: &fieldgate::tools::ToolService, name: &str, timeout: Duration, ok: impl Fn(u64) -> bool) -> u64 {
+pub async fn counter(
+    tools: &fieldgate::tools::ToolService,
+    name: &str,
+    timeout: Duration,
+    ok: impl Fn(u64) -> bool,
+) -> u64 {
     wait_for(&format!("{name} as expected"), timeout, || {
         let v = metric(tools, name).filter(|v| ok(*v));
         async move { v }
@@ -195,5 +221,6 @@ pub async fn counter(tools: &fieldgate::tools::ToolService, name: &str, timeout:
 /// The value of one line of `/metrics`.
 pub fn metric(tools: &fieldgate::tools::ToolService, name: &str) -> Option<u64> {
     let text = tools.metrics().render();
-    text.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.parse().ok()))
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.parse().ok()))
 }

@@ -1,6 +1,6 @@
 //! The edge node against a real Mosquitto, in process over the simulated demo plant.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +19,8 @@ const T: Duration = Duration::from_secs(20);
 pub struct Rig {
     pub sim: Simulator,
     pub running: Running,
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    pub devices: tempfile::TempDir,
+    pub data: tempfile::TempDir,
 }
 
 /// The demo device files pointed at `sim`, polled every 200 ms.
@@ -29,7 +30,13 @@ pub fn fast_devices(sim: &Simulator) -> tempfile::TempDir {
         let text = std::fs::read_to_string(&f).unwrap();
         let text: String = text
             .lines()
-            .map(|l| if l.starts_with("poll_interval_ms") { "poll_interval_ms = 200".to_string() } else { l.to_string() })
+            .map(|l| {
+                if l.starts_with("poll_interval_ms") {
+                    "poll_interval_ms = 200".to_string()
+                } else {
+                    l.to_string()
+                }
+            })
             .collect::<Vec<_>>()
             .join("\n");
         std::fs::write(&f, text + "\n").unwrap();
@@ -51,9 +58,10 @@ pub fn mqtt_config(broker: &Broker, data: &std::path::Path) -> Config {
 pub async fn rig_with(config: Config, sim: Simulator, data: tempfile::TempDir) -> Rig {
     let devices = fast_devices(&sim);
     let registry = Registry::load(devices.path()).unwrap();
-    let options = Options { listen: None, listen_required: false, tokens: Arc::new(Tokens::default()), mode: "serve" };
+    let options =
+        Options { listen: None, listen_required: false, tokens: Arc::new(Tokens::default()), mode: "serve" };
     let running = fieldgate::app::start(config, registry, options).await.unwrap();
-    Rig { sim, running, _dirs: (devices, data) }
+    Rig { sim, running, devices, data }
 }
 
 pub async fn demo_sim() -> Simulator {
@@ -74,8 +82,9 @@ fn is(kind: &'static str) -> impl Fn(&Msg) -> bool {
     move |m| m.kind() == kind
 }
 
-fn bd_seq(m: &Msg) -> u64 {
-    match m.payload.metrics.iter().find(|m| m.name.as_deref() == Some("bdSeq")).and_then(|m| m.value.clone()) {
+pub fn bd_seq(m: &Msg) -> u64 {
+    match m.payload.metrics.iter().find(|m| m.name.as_deref() == Some("bdSeq")).and_then(|m| m.value.clone())
+    {
         Some(Value::Long(v)) => v,
         other => panic!("no bdSeq in {}: {other:?}", m.topic),
     }
@@ -100,13 +109,18 @@ async fn births_carry_every_sensor_then_data_by_alias_with_continuous_seq() {
     let nbirth = host.until("NBIRTH", T, is("NBIRTH")).await;
     assert_eq!(nbirth.topic, "spBv1.0/plant/NBIRTH/gw");
     assert_eq!(nbirth.payload.seq, Some(0));
-    let rebirth = nbirth.payload.metrics.iter().find(|m| m.name.as_deref() == Some("Node Control/Rebirth")).unwrap();
-    assert_eq!((rebirth.datatype, rebirth.value.clone()), (Some(datatype::BOOLEAN), Some(Value::Boolean(false))));
+    let rebirth =
+        nbirth.payload.metrics.iter().find(|m| m.name.as_deref() == Some("Node Control/Rebirth")).unwrap();
+    assert_eq!(
+        (rebirth.datatype, rebirth.value.clone()),
+        (Some(datatype::BOOLEAN), Some(Value::Boolean(false)))
+    );
     for _ in registry.devices() {
         host.until("a DBIRTH per device", T, is("DBIRTH")).await;
     }
     for d in registry.devices() {
-        let birth = host.seen.iter().find(|m| m.kind() == "DBIRTH" && m.device() == Some(d.id.as_str())).unwrap();
+        let birth =
+            host.seen.iter().find(|m| m.kind() == "DBIRTH" && m.device() == Some(d.id.as_str())).unwrap();
         let names: Vec<&str> = birth.payload.metrics.iter().filter_map(|m| m.name.as_deref()).collect();
         let want: Vec<&str> = registry.sensors_of_device(&d.id).map(|s| s.id.as_str()).collect();
         assert_eq!(names, want, "DBIRTH of {} names every sensor", d.id);
@@ -116,7 +130,10 @@ async fn births_carry_every_sensor_then_data_by_alias_with_continuous_seq() {
                 Some(fieldgate::sparkplug::payload::PropertyValueKind::String(t)) => t,
                 other => panic!("{k} of {}: {other:?}", s.id),
             };
-            assert_eq!((text("engUnit"), text("kind"), text("description")), (s.unit.clone(), s.kind.clone(), s.description.clone()));
+            assert_eq!(
+                (text("engUnit"), text("kind"), text("description")),
+                (s.unit.clone(), s.kind.clone(), s.description.clone())
+            );
             assert!(p.get("Quality").is_some());
             assert!(m.datatype.is_some_and(|t| t != 0));
         }
@@ -142,7 +159,12 @@ async fn births_carry_every_sensor_then_data_by_alias_with_continuous_seq() {
     assert!(several, "several metrics of one device share a DDATA");
     // seq: 0 at NBIRTH, then +1 per message, every message of this node.
     host.take();
-    let seqs: Vec<u64> = host.seen.iter().filter(|m| m.kind() != "NDEATH" && m.kind() != "STATE").map(|m| m.payload.seq.unwrap()).collect();
+    let seqs: Vec<u64> = host
+        .seen
+        .iter()
+        .filter(|m| m.kind() != "NDEATH" && m.kind() != "STATE")
+        .map(|m| m.payload.seq.unwrap())
+        .collect();
     for w in seqs.windows(2) {
         assert_eq!(w[1], (w[0] + 1) % 256, "seq continuous: {seqs:?}");
     }
@@ -162,7 +184,12 @@ async fn rebirth_on_ncmd_and_writes_refused() {
 
     let rebirth = Payload {
         timestamp: Some(1),
-        metrics: vec![Metric::new(Some("Node Control/Rebirth"), None, datatype::BOOLEAN, Some(Value::Boolean(true)))],
+        metrics: vec![Metric::new(
+            Some("Node Control/Rebirth"),
+            None,
+            datatype::BOOLEAN,
+            Some(Value::Boolean(true)),
+        )],
         ..Payload::default()
     };
     host.publish("spBv1.0/plant/NCMD/gw", rebirth.encode_to_bytes(), false).await;
@@ -196,25 +223,17 @@ async fn a_dead_device_gets_ddeath_and_a_dbirth_when_back() {
         c.breaker.max_open_ms = 400;
     })
     .await;
-    host.until("DBIRTH of the meter", T, |m| m.kind() == "DBIRTH" && m.device() == Some("a-util-meter")).await;
+    host.until("DBIRTH of the meter", T, |m| m.kind() == "DBIRTH" && m.device() == Some("a-util-meter"))
+        .await;
     rig.sim.set_faults("a-util-meter", fieldgate_sim::Faults { down: true, ..Default::default() }).unwrap();
-    let death = host.until("DDEATH of the meter", T, |m| m.kind() == "DDEATH" && m.device() == Some("a-util-meter")).await;
+    let death = host
+        .until("DDEATH of the meter", T, |m| m.kind() == "DDEATH" && m.device() == Some("a-util-meter"))
+        .await;
     assert!(death.payload.seq.is_some());
     rig.sim.set_faults("a-util-meter", fieldgate_sim::Faults::default()).unwrap();
-    let birth = host.until("DBIRTH again", T, |m| m.kind() == "DBIRTH" && m.device() == Some("a-util-meter")).await;
+    let birth =
+        host.until("DBIRTH again", T, |m| m.kind() == "DBIRTH" && m.device() == Some("a-util-meter")).await;
     assert!(birth.payload.metrics.iter().all(|m| m.name.is_some()));
     host.until("its data again", T, |m| m.kind() == "DDATA" && m.device() == Some("a-util-meter")).await;
     rig.running.stop().await.unwrap();
-}
-
-/// Each alias's timestamps, historical and live apart.
-pub fn by_alias(seen: &[Msg]) -> (BTreeMap<u64, Vec<u64>>, BTreeMap<u64, Vec<u64>>) {
-    let (mut hist, mut live) = (BTreeMap::new(), BTreeMap::new());
-    for m in seen.iter().filter(|m| m.kind() == "DDATA") {
-        for x in &m.payload.metrics {
-            let into = if x.is_historical == Some(true) { &mut hist } else { &mut live };
-            into.entry(x.alias.unwrap()).or_insert_with(Vec::new).push(x.timestamp.unwrap());
-        }
-    }
-    (hist, live)
 }
