@@ -98,7 +98,7 @@ pub(crate) struct Inner {
     pub(crate) history: Option<Arc<HistoryStore>>,
     pub(crate) work_orders: Option<Arc<crate::work_orders::WorkOrderStore>>,
     /// The Sparkplug edge node's counters, when it runs (`get_device_status` shows them).
-    sparkplug: std::sync::OnceLock<Arc<crate::sparkplug::link::Counters>>,
+    pub(crate) sparkplug: std::sync::OnceLock<Arc<crate::sparkplug::link::Counters>>,
 }
 
 impl ToolService {

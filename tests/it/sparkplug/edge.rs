@@ -210,6 +210,14 @@ async fn rebirth_on_ncmd_and_writes_refused() {
     counter(&tools, "fieldgate_sparkplug_commands_refused_total", T, |v| v == 3).await;
     assert_eq!(metric(&tools, "fieldgate_sparkplug_connected"), Some(1), "still connected");
     host.until("data still flows", T, is("DDATA")).await;
+    let status = tools.call("get_device_status", serde_json::json!({})).await.unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.to_json()).unwrap();
+    let north = &status["data"]["northbound"];
+    assert_eq!(north["link"], "online", "{status}");
+    assert_eq!(north["broker"], format!("mqtt://127.0.0.1:{}", broker.port));
+    assert_eq!(north["commands_refused"], 3);
+    assert!(north["messages_sent"].as_u64().unwrap() > 5 && north["metrics_sent"].as_u64().unwrap() > 40);
+    assert_eq!((north["buffered"].as_u64(), north["dropped"].as_u64()), (Some(0), Some(0)));
     rig.running.stop().await.unwrap();
 }
 

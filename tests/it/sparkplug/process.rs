@@ -45,3 +45,24 @@ async fn kill_9_leaves_the_will_ndeath_and_a_restart_births_with_a_new_bd_seq() 
     again.child.start_kill().unwrap();
     let _ = again.child.wait().await;
 }
+
+#[tokio::test]
+async fn a_damaged_buffer_file_is_refused_with_what_to_do() {
+    let closed = support::ClosedPort::new();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("sparkplug.redb"), vec![0x5a; 64 * 1024]).unwrap();
+    let mut c = fieldgate::config::Config::default();
+    c.storage.data_dir = data.path().to_path_buf();
+    c.mqtt.brokers = vec![format!("mqtt://{}", closed.addr())];
+    let options = fieldgate::app::Options {
+        listen: None,
+        listen_required: false,
+        tokens: std::sync::Arc::new(fieldgate::transport::auth::Tokens::default()),
+        mode: "serve",
+    };
+    let Err(e) = fieldgate::app::start(c, support::demo_registry(), options).await else {
+        panic!("a damaged buffer must not be half-trusted");
+    };
+    let e = e.to_string();
+    assert!(e.contains("sparkplug.redb") && e.contains("damaged") && e.contains("move it aside"), "{e}");
+}
