@@ -394,7 +394,8 @@ impl Node {
     }
 
     fn on_batch(&mut self, b: Batch) {
-        if self.phase == Phase::Online && !self.edge.is_born(b.device) {
+        let online = self.phase == Phase::Online;
+        if online && !self.edge.is_born(b.device) && self.device_up(b.device) {
             // Back from the dead: its birth carries these values.
             self.dbirth(b.device);
             return;
@@ -405,7 +406,12 @@ impl Node {
             .iter()
             .filter_map(|(i, sample)| registry.sensors().get(*i).and_then(|s| self.edge.offer(s, sample)))
             .collect();
-        self.send_data(recs);
+        if online && self.edge.is_born(b.device) {
+            self.send_data(recs);
+        } else {
+            // Not sendable now (offline, or the device not born): kept for later.
+            recs.into_iter().for_each(|r| self.buffer.push(r));
+        }
     }
 
     fn on_tick(&mut self) {
