@@ -438,8 +438,13 @@ impl Node {
         self.drain_idle = false;
     }
 
+    /// The drain uses at most half of the room, so live data always finds the other half
+    /// (otherwise live values would go to the buffer behind the drain and never catch up).
     fn can_drain(&self) -> bool {
-        self.phase == Phase::Online && !self.drain_idle && !self.buffer.is_empty() && self.room()
+        self.phase == Phase::Online
+            && !self.drain_idle
+            && !self.buffer.is_empty()
+            && self.queued + (DRAIN_CHUNK / PER_MESSAGE) as u64 + 1 < QUEUED_MAX / 2
     }
 
     /// One step of the drain: the oldest values of born devices, as historical DDATA.
