@@ -63,6 +63,8 @@ pub enum StartError {
     Serve(#[from] http::ServeError),
     #[error("{0}")]
     Webhook(#[from] WebhookError),
+    #[error("{0}")]
+    Sparkplug(#[from] crate::sparkplug::SparkplugError),
 }
 
 /// Says who holds `dir` and what to run instead.
@@ -156,7 +158,13 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
     let stores = crate::tools::Stores { history: Some(Arc::new(history)), work_orders: Some(orders.clone()) };
     let tools = ToolService::with_stores(Arc::new(registry), config, stores);
     let shutdown = CancellationToken::new();
-    let mut tasks = crate::poller::start(&tools, shutdown.clone());
+    let sparkplug = crate::sparkplug::start(&tools, |name| std::env::var(name).ok(), shutdown.clone())?;
+    let tap = sparkplug.as_ref().map(|s| s.tap.clone());
+    let mut tasks = crate::poller::start_with(&tools, tap, shutdown.clone());
+    if let Some(s) = sparkplug {
+        tools.set_sparkplug(s.counters.clone());
+        tasks.push(s.task);
+    }
     tasks.push(crate::work_orders::delivery::start(orders, webhook, ttl, shutdown.clone()));
     let server = listener.map(|listener| {
         let app = http::app(tools.clone(), options.tokens.clone(), shutdown.clone());

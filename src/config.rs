@@ -27,6 +27,8 @@ pub struct Config {
     pub breaker: BreakerConfig,
     pub history: HistoryConfig,
     pub work_orders: WorkOrdersConfig,
+    /// The Sparkplug B edge node (`crate::sparkplug::config`).
+    pub mqtt: crate::sparkplug::config::MqttConfig,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -190,6 +192,7 @@ impl Default for Config {
                 webhook_auth_env: String::new(),
                 webhook_auth_header: "Authorization".into(),
             },
+            mqtt: crate::sparkplug::config::MqttConfig::default(),
         }
     }
 }
@@ -228,22 +231,24 @@ impl Config {
             .iter()
             .find(|(k, _)| k == "FIELDGATE_WORK_ORDERS_WEBHOOK_AUTH_ENV")
             .map_or_else(|| cfg.work_orders.webhook_auth_env.clone(), |(_, v)| v.clone());
+        // So may the variables holding the broker's user name and password.
+        let mqtt_vars = crate::sparkplug::config::secret_vars(&cfg.mqtt, &config_env);
         for (key, value) in config_env {
             if NON_CONFIG_ENV.contains(&key.as_str())
                 || key.starts_with(TOKEN_ENV_PREFIX)
                 || *key == secret_var
+                || mqtt_vars.contains(key)
             {
                 continue;
             }
             problems.extend(apply_env(&mut cfg, key, value));
         }
         problems.extend(cfg.validate());
-        problems.extend(
-            crate::work_orders::webhook::secret_problem(&cfg.work_orders, |name| {
-                env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
-            })
-            .map(|message| Problem { source: "configuration".into(), line: 0, message }),
-        );
+        let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let cross = crate::work_orders::webhook::secret_problem(&cfg.work_orders, var)
+            .into_iter()
+            .chain(crate::sparkplug::config::problems(&cfg.mqtt, var));
+        problems.extend(cross.map(|message| Problem { source: "configuration".into(), line: 0, message }));
         if problems.is_empty() { Ok(cfg) } else { Err(ConfigError(problems)) }
     }
 
@@ -305,8 +310,8 @@ fn apply_env(cfg: &mut Config, key: &str, value: &str) -> Vec<Problem> {
     problems
 }
 
-const SECTIONS: [&str; 8] =
-    ["devices", "server", "auth", "storage", "calls", "breaker", "history", "work_orders"];
+const SECTIONS: [&str; 9] =
+    ["devices", "server", "auth", "storage", "calls", "breaker", "history", "work_orders", "mqtt"];
 
 fn apply_text(cfg: &mut Config, name: &str, text: &str) -> Vec<Problem> {
     let doc = Doc::new(name, text);
@@ -428,6 +433,10 @@ fn apply(t: &Table<'_, '_>, c: &mut Config) {
         crate::work_orders::webhook::read_keys(&s, &mut c.work_orders);
         s.finish();
     }
+    if let Some(s) = t.table("mqtt") {
+        crate::sparkplug::config::read_keys(&s, &mut c.mqtt);
+        s.finish();
+    }
     t.finish();
 }
 
@@ -492,6 +501,7 @@ mod tests {
         c.work_orders.webhook_ca_file = Some("x".into());
         c.work_orders.webhook_auth_env = "X".into();
         c.work_orders.webhook_auth_header = "X".into();
+        c.mqtt = crate::sparkplug::config::MqttConfig::every_key_changed();
         assert!(apply_text(&mut c, "d", DEFAULT_TOML).is_empty());
         assert_eq!(c, Config::default());
     }
@@ -537,7 +547,7 @@ mod tests {
                 "environment variable FIELDGATE_CALLS_DEADLINE_MS: `deadline_ms` in [calls]: must be an integer, found a string",
                 "environment variable FIELDGATE_SEVER_LISTEN: not a configuration key: the name must be \
                  FIELDGATE_<SECTION>_<KEY> with SECTION one of DEVICES, SERVER, AUTH, STORAGE, CALLS, BREAKER, \
-                 HISTORY, WORK_ORDERS",
+                 HISTORY, WORK_ORDERS, MQTT",
             ]
         );
     }

@@ -123,6 +123,13 @@ impl Demo {
             self.data_dir.display(),
             serde_json::to_string_pretty(&mcp).unwrap_or_default()
         );
+        if let Some(b) = self.tools.config().mqtt.brokers.first() {
+            let (group, node) =
+                (crate::sparkplug::group_id(&self.tools), crate::sparkplug::edge_node_id(&self.tools));
+            out.push_str(&format!(
+                "  Sparkplug  {b}   group {group}, edge node {node}   (watch: mosquitto_sub -v -t 'spBv1.0/#')\n"
+            ));
+        }
         for (id, addr) in self.sim.addrs() {
             out.push_str(&format!("\n  simulated {id:<16} modbus on {addr}"));
         }

@@ -20,6 +20,7 @@ pub mod poller;
 pub(crate) mod reading;
 pub mod registry;
 pub mod resilience;
+pub mod sparkplug;
 pub mod store;
 pub(crate) mod suggest;
 pub mod tls;

@@ -141,6 +141,10 @@ enum Command {
         /// Where the HTTP API listens (default: server.listen; the tour uses a free port).
         #[arg(long, value_name = "ADDR")]
         listen: Option<SocketAddr>,
+        /// Also publish the plant as a Sparkplug B edge node to this broker
+        /// (e.g. mqtt://127.0.0.1:1883; sets [mqtt] brokers).
+        #[arg(long, value_name = "URL")]
+        mqtt: Option<String>,
     },
     /// Probe a Modbus device or browse an OPC UA server and print a device file skeleton for
     /// a person to edit: one sensor per readable Modbus address, or per OPC UA variable.
@@ -253,8 +257,15 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         #[cfg(feature = "demo")]
-        Command::Demo { tour, data_dir, listen } => match load() {
-            Ok((c, registry)) => {
+        Command::Demo { tour, data_dir, listen, mqtt } => match load() {
+            Ok((mut c, registry)) => {
+                if let Some(url) = mqtt {
+                    if let Err(why) = fieldgate::sparkplug::config::parse_broker(&url) {
+                        eprintln!("error: --mqtt {url}: {why}");
+                        return ExitCode::from(2);
+                    }
+                    c.mqtt.brokers = vec![url];
+                }
                 let free = SocketAddr::from(([127, 0, 0, 1], 0));
                 let listen = listen.unwrap_or(if tour { free } else { c.server.listen });
                 runtime.block_on(demo(c, registry, listen, data_dir, tour))

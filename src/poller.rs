@@ -43,7 +43,8 @@ struct Last {
     quality: u8,
 }
 
-fn stored_of(sample: &Sample) -> (Stored, u8) {
+/// A sample as history stores it: the raw value and quality 0 good, 1 uncertain, 2 bad.
+pub fn stored_of(sample: &Sample) -> (Stored, u8) {
     let (value, quality) = stored_value(sample);
     let quality = match sample.quality {
         crate::driver::SampleQuality::Good => quality,
@@ -143,11 +144,21 @@ impl<'a> Recorder<'a> {
     }
 }
 
+/// Where the poller also hands its samples (the Sparkplug edge node), if anywhere.
+type Tap = Option<crate::sparkplug::run::Tap>;
+
+fn tap_send(tap: &Tap, device: usize, samples: Vec<(usize, Sample)>) {
+    if let Some(t) = tap {
+        t.send(crate::sparkplug::run::Batch { device, samples });
+    }
+}
+
 async fn poll_device(
     tools: ToolService,
     store: Arc<HistoryStore>,
     device: usize,
     counters: Arc<PollCounters>,
+    tap: Tap,
     stop: CancellationToken,
 ) {
     let (registry, reader) = (tools.registry(), tools.reader());
@@ -174,11 +185,16 @@ async fn poll_device(
         }
         let deadline = now + interval.min(call_deadline);
         let read = reader.read(&sensors, None, deadline).await;
+        let mut fresh = Vec::with_capacity(if tap.is_some() { sensors.len() } else { 0 });
         for (s, r) in sensors.iter().zip(read.results) {
             if let Ok((sample, _)) = r {
                 recorder.record(s, &sample);
+                if tap.is_some() {
+                    fresh.push((s.place.sensor, sample));
+                }
             }
         }
+        tap_send(&tap, device, fresh);
     }
 }
 
@@ -190,6 +206,7 @@ async fn subscribe_device(
     device: usize,
     counters: Arc<PollCounters>,
     subscription: Arc<subscribe::Counters>,
+    tap: Tap,
     stop: CancellationToken,
 ) {
     let (registry, reader) = (tools.registry(), tools.reader());
@@ -217,6 +234,7 @@ async fn subscribe_device(
                     if let Some(s) = sensors.get(sensor) {
                         reader.cache().put(s, &sample);
                         recorder.record(s, &sample);
+                        tap_send(&tap, device, vec![(s.place.sensor, sample)]);
                     }
                     if let Some(h) = health {
                         h.heard();
@@ -315,6 +333,11 @@ async fn watch_device(tools: ToolService, device: usize, stop: CancellationToken
 /// Starts polling every polled device, fieldgate's own probes of every device, and the
 /// flush task. Stop with `stop`; await the handles to be sure the last flush happened.
 pub fn start(tools: &ToolService, stop: CancellationToken) -> Vec<JoinHandle<()>> {
+    start_with(tools, None, stop)
+}
+
+/// [`start`], also handing every fresh sample to `tap` (the Sparkplug edge node).
+pub fn start_with(tools: &ToolService, tap: Tap, stop: CancellationToken) -> Vec<JoinHandle<()>> {
     let watchers: Vec<JoinHandle<()>> = (0..tools.registry().devices().len())
         .map(|i| tokio::spawn(watch_device(tools.clone(), i, stop.clone())))
         .collect();
@@ -341,6 +364,7 @@ pub fn start(tools: &ToolService, stop: CancellationToken) -> Vec<JoinHandle<()>
                 i,
                 counters.clone(),
                 c,
+                tap.clone(),
                 stop.clone(),
             )));
         } else {
@@ -349,6 +373,7 @@ pub fn start(tools: &ToolService, stop: CancellationToken) -> Vec<JoinHandle<()>
                 store.clone(),
                 i,
                 counters.clone(),
+                tap.clone(),
                 stop.clone(),
             )));
         }

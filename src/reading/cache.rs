@@ -48,6 +48,12 @@ impl Cache {
         (age >= 0 && age as u64 <= max_age_ms).then(|| s.clone())
     }
 
+    /// The latest sample, however old (what a Sparkplug birth reports as current).
+    pub fn last(&self, sensor: &Sensor) -> Option<Sample> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.get(sensor.place.sensor)?.clone()
+    }
+
     /// How old the cached sample is at `now`, if there is one (and not from a clock that
     /// stepped back since).
     pub fn age_ms(&self, sensor: &Sensor, now: DateTime<Utc>) -> Option<u64> {

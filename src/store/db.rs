@@ -63,10 +63,11 @@ pub fn open_checked(path: &Path) -> Result<Database, String> {
         Ok(Err(redb::DatabaseError::DatabaseAlreadyOpen)) => {
             Err(format!("{} is in use by another fieldgate process", path.display()))
         }
+        // Not a redb file at all (its header makes no sense): damaged, like any other.
         Ok(Err(redb::DatabaseError::Storage(redb::StorageError::Io(e))))
             if e.kind() == std::io::ErrorKind::InvalidData =>
         {
-            failed(damaged(path, "invalid data"))
+            failed(damaged(path, "it is not a database file fieldgate can read"))
         }
         Ok(Err(redb::DatabaseError::Storage(redb::StorageError::Io(e)))) => {
             failed(format!("{} cannot be opened: {}", path.display(), e.kind()))

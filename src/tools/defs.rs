@@ -347,6 +347,27 @@ pub struct DeviceStatusData {
     pub devices: Vec<DeviceStatus>,
     /// fieldgate's own storage (history and work orders) on this box.
     pub storage: StorageStatus,
+    /// The Sparkplug B link to the MQTT broker, when `[mqtt]` is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub northbound: Option<NorthboundStatus>,
+}
+
+/// The Sparkplug B edge node's link and counters since fieldgate started.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct NorthboundStatus {
+    /// The broker used now (or last tried), e.g. "mqtt://broker.plant:1883".
+    pub broker: String,
+    /// `online` (births sent, data flowing), `connected` (waiting for the primary host
+    /// application to be online; data is buffered) or `down` (data is buffered).
+    pub link: String,
+    pub messages_sent: u64,
+    pub metrics_sent: u64,
+    /// Metric values waiting in the store-and-forward buffer.
+    pub buffered: u64,
+    /// Buffered values dropped (oldest first) because the buffer was full or too old.
+    pub dropped: u64,
+    /// Commands from the broker refused (fieldgate never writes from the broker).
+    pub commands_refused: u64,
 }
 
 /// The state of fieldgate's storage: readings keep working while it fails, but history

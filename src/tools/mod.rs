@@ -98,6 +98,8 @@ pub(crate) struct Inner {
     pub(crate) repeat: RepeatGuard,
     pub(crate) history: Option<Arc<HistoryStore>>,
     pub(crate) work_orders: Option<Arc<crate::work_orders::WorkOrderStore>>,
+    /// The Sparkplug edge node's counters, when it runs (`get_device_status` shows them).
+    pub(crate) sparkplug: std::sync::OnceLock<Arc<crate::sparkplug::link::Counters>>,
 }
 
 /// The stores a service keeps its data in, given when it is built (a service is shared
@@ -164,6 +166,7 @@ impl ToolService {
             repeat,
             history: stores.history,
             work_orders: stores.work_orders,
+            sparkplug: std::sync::OnceLock::new(),
         };
         ToolService { inner: Arc::new(inner) }
     }
@@ -269,6 +272,19 @@ impl ToolService {
 
     pub fn registry(&self) -> &Registry {
         &self.inner.registry
+    }
+
+    /// Records the running edge node's counters (once; `app::start`).
+    pub fn set_sparkplug(&self, counters: Arc<crate::sparkplug::link::Counters>) {
+        let _ = self.inner.sparkplug.set(counters);
+    }
+
+    pub fn sparkplug(&self) -> Option<&Arc<crate::sparkplug::link::Counters>> {
+        self.inner.sparkplug.get()
+    }
+
+    pub fn registry_arc(&self) -> Arc<Registry> {
+        self.inner.registry.clone()
     }
 
     /// The devices a call's arguments name (its sensors' devices, or a device ID), for the

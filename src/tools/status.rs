@@ -5,7 +5,7 @@ use chrono::SecondsFormat;
 
 use super::defs::{
     BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, GetDeviceStatusArgs, LastError,
-    Latency, ProbeData, ProbeResult, StorageStatus,
+    Latency, NorthboundStatus, ProbeData, ProbeResult, StorageStatus,
 };
 use super::device_error::device_error;
 use super::{Inner, ToolError, ToolResult, to_data};
@@ -114,7 +114,21 @@ pub fn run(inner: &Inner, args: GetDeviceStatusArgs) -> ToolResult {
         },
         None => registry.devices().iter().map(|d| status_of(inner, d)).collect(),
     };
-    to_data(&DeviceStatusData { devices, storage: storage(inner) })
+    to_data(&DeviceStatusData { devices, storage: storage(inner), northbound: northbound(inner) })
+}
+
+fn northbound(inner: &Inner) -> Option<NorthboundStatus> {
+    use crate::sparkplug::link::Counters;
+    let c = inner.sparkplug.get()?;
+    Some(NorthboundStatus {
+        broker: c.broker(),
+        link: c.state().to_string(),
+        messages_sent: Counters::get(&c.messages_sent),
+        metrics_sent: Counters::get(&c.metrics_sent),
+        buffered: Counters::get(&c.buffered),
+        dropped: Counters::get(&c.dropped),
+        commands_refused: Counters::get(&c.commands_refused),
+    })
 }
 
 /// An operator's probe of one device, at once (`POST /v1/devices/{id}/probe`).

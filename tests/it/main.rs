@@ -27,6 +27,7 @@ mod schemas;
 mod serial_line;
 mod serve;
 mod slow_clients;
+mod sparkplug;
 mod stall;
 mod stdio_service;
 mod storage;

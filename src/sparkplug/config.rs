@@ -1,0 +1,317 @@
+//! `[mqtt]`: the Sparkplug B edge node's configuration. Off unless `brokers` lists a URL.
+//! Its keys are read and checked here (`read_keys`), called from `config.rs` with the
+//! rest of the configuration, so `fieldgate check` reports their problems with the others.
+
+use std::path::{Path, PathBuf};
+
+use crate::toml_reader::Table;
+
+/// `[mqtt]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MqttConfig {
+    /// Broker URLs, `mqtt://host[:port]` or `mqtts://host[:port]`, tried in order (the
+    /// next one when a broker cannot be reached or the primary host goes offline on it).
+    /// Empty: no MQTT at all.
+    pub brokers: Vec<String>,
+    /// Certificate authorities (PEM) trusted for `mqtts://` brokers.
+    pub ca_file: Option<PathBuf>,
+    /// A client certificate (PEM) and its key, for brokers that ask for one.
+    pub client_cert_file: Option<PathBuf>,
+    pub client_key_file: Option<PathBuf>,
+    /// MQTT client ID; empty: `fieldgate-<edge_node_id>`.
+    pub client_id: String,
+    /// Names of the environment variables holding the user name and password; empty: none.
+    pub username_env: String,
+    pub password_env: String,
+    /// Sparkplug group ID; empty: the plant of the devices.
+    pub group_id: String,
+    /// Sparkplug edge node ID; empty: the host name.
+    pub edge_node_id: String,
+    /// The primary host application whose STATE decides when data is sent; empty: none.
+    pub primary_host_id: String,
+    /// QoS of data messages: 0 as the specification says, or 1 (opt-in).
+    pub data_qos: u8,
+    /// MQTT keep-alive.
+    pub keep_alive_s: u64,
+    /// Longest wait between connection attempts (the backoff doubles up to it).
+    pub reconnect_max_ms: u64,
+    /// A metric whose value stays inside its deadband is still sent this often.
+    pub max_silence_s: u64,
+    /// Store-and-forward buffer: size cap and age cap; beyond either the oldest go.
+    pub buffer_max_mb: u64,
+    pub buffer_max_age_h: u64,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            brokers: Vec::new(),
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
+            client_id: String::new(),
+            username_env: String::new(),
+            password_env: String::new(),
+            group_id: String::new(),
+            edge_node_id: String::new(),
+            primary_host_id: String::new(),
+            data_qos: 0,
+            keep_alive_s: 30,
+            reconnect_max_ms: 30_000,
+            max_silence_s: 60,
+            buffer_max_mb: 256,
+            buffer_max_age_h: 168,
+        }
+    }
+}
+
+impl MqttConfig {
+    pub fn enabled(&self) -> bool {
+        !self.brokers.is_empty()
+    }
+
+    /// Every key the default file sets, changed (its test restores them all from the file).
+    #[cfg(test)]
+    pub fn every_key_changed() -> MqttConfig {
+        MqttConfig {
+            client_id: "x".into(),
+            group_id: "x".into(),
+            edge_node_id: "x".into(),
+            primary_host_id: "x".into(),
+            data_qos: 1,
+            keep_alive_s: 5,
+            reconnect_max_ms: 100,
+            max_silence_s: 1,
+            buffer_max_mb: 1,
+            buffer_max_age_h: 1,
+            ..Default::default()
+        }
+    }
+}
+
+/// A broker to connect to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broker {
+    pub host: String,
+    pub port: u16,
+    pub tls: bool,
+}
+
+impl std::fmt::Display for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "mqtts" } else { "mqtt" };
+        write!(f, "{scheme}://{}:{}", self.host, self.port)
+    }
+}
+
+/// `mqtt://host[:port]` (1883) or `mqtts://host[:port]` (8883), nothing else. The error
+/// never quotes credentials.
+pub fn parse_broker(s: &str) -> Result<Broker, String> {
+    let url = url::Url::parse(s)
+        .map_err(|e| format!("not a URL ({e}): write mqtt://host:1883 or mqtts://host:8883"))?;
+    let tls = match url.scheme() {
+        "mqtt" => false,
+        "mqtts" => true,
+        other => return Err(format!("scheme {other}:// is not mqtt:// or mqtts://")),
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("no credentials in the URL: use username_env and password_env".into());
+    }
+    let Some(host) = url.host_str().filter(|h| !h.is_empty()) else {
+        return Err("the URL has no host".into());
+    };
+    if !(url.path().is_empty() || url.path() == "/") || url.query().is_some() || url.fragment().is_some() {
+        return Err("the URL must be only scheme, host and port".into());
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    Ok(Broker { host, port: url.port().unwrap_or(if tls { 8883 } else { 1883 }), tls })
+}
+
+/// Reads `[mqtt]`'s keys from `s` into `m`, reporting each bad one on `s`.
+pub fn read_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
+    if let Some(list) = s.strings("brokers") {
+        let bad: Vec<String> =
+            list.iter().filter_map(|u| parse_broker(u).err().map(|why| format!("{u:?}: {why}"))).collect();
+        if bad.is_empty() {
+            m.brokers = list;
+        } else {
+            let redacted: Vec<String> = bad.into_iter().map(|b| redact(&b)).collect();
+            s.problem("brokers", redacted.join("; "));
+        }
+    }
+    let file = |key: &'static str, slot: &mut Option<PathBuf>, check: fn(&Path) -> Result<(), String>| {
+        if let Some(v) = s.str(key) {
+            if v.is_empty() {
+                *slot = None;
+            } else if let Err(why) = check(Path::new(v)) {
+                s.problem(key, why);
+            } else {
+                *slot = Some(PathBuf::from(v));
+            }
+        }
+    };
+    file("ca_file", &mut m.ca_file, |p| pem_has(p, "CERTIFICATE"));
+    file("client_cert_file", &mut m.client_cert_file, |p| pem_has(p, "CERTIFICATE"));
+    file("client_key_file", &mut m.client_key_file, |p| pem_has(p, "PRIVATE KEY"));
+    let id = |key: &'static str, slot: &mut String| {
+        if let Some(v) = s.str(key) {
+            match super::topic::id_problem(v) {
+                Some(why) if !v.is_empty() => s.problem(key, why),
+                _ => *slot = v.to_string(),
+            }
+        }
+    };
+    id("group_id", &mut m.group_id);
+    id("edge_node_id", &mut m.edge_node_id);
+    id("primary_host_id", &mut m.primary_host_id);
+    if let Some(v) = s.str("client_id") {
+        m.client_id = v.to_string();
+    }
+    let env = |key: &'static str, slot: &mut String| {
+        if let Some(v) = s.str(key) {
+            match crate::work_orders::webhook::check_env_name(v) {
+                Err(why) if !v.is_empty() => s.problem(key, why),
+                _ => *slot = v.to_string(),
+            }
+        }
+    };
+    env("username_env", &mut m.username_env);
+    env("password_env", &mut m.password_env);
+    if let Some(q) = s.int("data_qos", 0..=1) {
+        m.data_qos = q as u8;
+    }
+    let int = |key: &'static str, range, slot: &mut u64| {
+        if let Some(v) = s.int(key, range) {
+            *slot = v as u64;
+        }
+    };
+    int("keep_alive_s", 5..=3600, &mut m.keep_alive_s);
+    int("reconnect_max_ms", 100..=600_000, &mut m.reconnect_max_ms);
+    int("max_silence_s", 1..=86_400, &mut m.max_silence_s);
+    int("buffer_max_mb", 1..=1_048_576, &mut m.buffer_max_mb);
+    int("buffer_max_age_h", 1..=87_600, &mut m.buffer_max_age_h);
+}
+
+/// Cross-key rules and the environment variables the keys name.
+pub fn problems(m: &MqttConfig, env: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    if !m.enabled() {
+        return out;
+    }
+    let tls = m.brokers.iter().any(|b| parse_broker(b).is_ok_and(|b| b.tls));
+    if tls && m.ca_file.is_none() {
+        out.push("mqtt.brokers has an mqtts:// URL but mqtt.ca_file is empty: name the PEM file of the certificate authorities that signed the broker's certificate".into());
+    }
+    if m.client_cert_file.is_some() != m.client_key_file.is_some() {
+        out.push("mqtt.client_cert_file and mqtt.client_key_file go together: set both or neither".into());
+    }
+    for (key, name) in [("username_env", &m.username_env), ("password_env", &m.password_env)] {
+        if !name.is_empty() && env(name).is_none() {
+            out.push(format!("mqtt.{key} names the environment variable {name}, which is not set"));
+        }
+    }
+    if m.password_env.is_empty() != m.username_env.is_empty() && !m.password_env.is_empty() {
+        out.push(
+            "mqtt.password_env is set without mqtt.username_env: MQTT sends a password only with a user name"
+                .into(),
+        );
+    }
+    out
+}
+
+/// The variables `username_env` and `password_env` name (as the environment overrides
+/// them), which are secrets and not configuration keys even when named `FIELDGATE_...`.
+pub fn secret_vars(m: &MqttConfig, env: &[&(String, String)]) -> [String; 2] {
+    let var = |key: &str, file: &str| {
+        env.iter().find(|(k, _)| k == key).map_or_else(|| file.to_string(), |(_, v)| v.clone())
+    };
+    [var("FIELDGATE_MQTT_USERNAME_ENV", &m.username_env), var("FIELDGATE_MQTT_PASSWORD_ENV", &m.password_env)]
+}
+
+/// A broker problem with any `user:password@` removed.
+fn redact(s: &str) -> String {
+    match (s.find("://"), s.find('@')) {
+        (Some(a), Some(b)) if b > a => format!("{}***{}", &s[..a + 3], &s[b..]),
+        _ => s.to_string(),
+    }
+}
+
+/// Whether the PEM file at `path` holds a block whose label ends with `label`.
+fn pem_has(path: &Path, label: &str) -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
+    let found = text
+        .lines()
+        .any(|l| l.starts_with("-----BEGIN ") && l.trim_end().ends_with(&format!("{label}-----")));
+    if found { Ok(()) } else { Err(format!("{} holds no PEM {label} block", path.display())) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broker_urls() {
+        assert_eq!(
+            parse_broker("mqtt://127.0.0.1").unwrap(),
+            Broker { host: "127.0.0.1".into(), port: 1883, tls: false }
+        );
+        assert_eq!(parse_broker("mqtts://b.example:9000").unwrap().to_string(), "mqtts://b.example:9000");
+        assert_eq!(parse_broker("mqtt://[::1]:1884").unwrap().host, "::1");
+        for bad in ["", "127.0.0.1:1883", "http://h", "mqtt://", "mqtt://h/x", "mqtt://h?q", "mqtt://u:p@h"] {
+            assert!(parse_broker(bad).is_err(), "{bad}");
+        }
+        let e = parse_broker("mqtt://u:hunter2@h").unwrap_err();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert_eq!(redact("\"mqtt://u:hunter2@h\": x"), "\"mqtt://***@h\": x");
+    }
+
+    #[test]
+    fn check_reports_every_mqtt_problem_and_never_a_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "[mqtt]\nbrokers = [\"mqtt://u:hunter2@h\", \"tcp://h\"]\ngroup_id = \"a/b\"\ndata_qos = 2\nca_file = \"/nonexistent.pem\"\nusername_env = \"not a name\"\nbuffer_mb = 1\n",
+        )
+        .unwrap();
+        let env = [
+            ("FIELDGATE_MQTT_PASSWORD_ENV".to_string(), "FIELDGATE_MQTT_PW".to_string()),
+            ("FIELDGATE_MQTT_PW".to_string(), "s3cret".to_string()),
+        ];
+        let e = crate::config::Config::load(Some(&path), env).unwrap_err();
+        let text: Vec<String> = e.0.iter().map(|p| p.to_string()).collect();
+        let all = text.join("\n");
+        for want in [
+            "brokers",
+            "tcp://",
+            "group_id",
+            "data_qos",
+            "ca_file",
+            "username_env",
+            "unknown key `buffer_mb`",
+        ] {
+            assert!(all.contains(want), "{want} in {all}");
+        }
+        assert!(!all.contains("hunter2") && !all.contains("s3cret"), "{all}");
+        // The password's variable is not taken for a configuration key.
+        assert!(!all.contains("FIELDGATE_MQTT_PW:"), "{all}");
+        let ok = crate::config::Config::load(
+            None,
+            [("FIELDGATE_MQTT_BROKERS".into(), "[\"mqtt://127.0.0.1:1\"]".into())],
+        );
+        assert_eq!(ok.unwrap().mqtt.brokers, ["mqtt://127.0.0.1:1"]);
+    }
+
+    #[test]
+    fn cross_key_problems() {
+        let none = |_: &str| None;
+        assert!(problems(&MqttConfig::default(), none).is_empty());
+        let mut m = MqttConfig { brokers: vec!["mqtts://h".into()], ..MqttConfig::default() };
+        m.password_env = "PW".into();
+        m.client_cert_file = Some("c.pem".into());
+        let p = problems(&m, none);
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(p[0].contains("ca_file") && p[1].contains("client_key_file") && p[2].contains("PW"));
+    }
+}

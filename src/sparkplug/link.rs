@@ -1,0 +1,139 @@
+//! One MQTT connection to a broker (rumqttc): its options (clean session, keep-alive, the
+//! NDEATH will with this connection's `bdSeq`, credentials, TLS with the process's rustls
+//! provider), and the counters `/metrics` and `get_device_status` show.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use rumqttc::{AsyncClient, EventLoop, LastWill, MqttOptions, QoS, TlsConfiguration, Transport};
+
+use super::config::{Broker, MqttConfig};
+
+/// Requests rumqttc may hold for one connection; the edge node keeps what it hands over
+/// below this, so a hand-over never fails for room (see `run.rs`).
+pub const REQUESTS: usize = 512;
+
+/// What the edge node shows of itself.
+#[derive(Default)]
+pub struct Counters {
+    pub connected: AtomicBool,
+    /// Births sent on this connection: data flows.
+    pub online: AtomicBool,
+    pub connects: AtomicU64,
+    pub messages_sent: AtomicU64,
+    pub metrics_sent: AtomicU64,
+    pub historical_sent: AtomicU64,
+    pub buffered: AtomicU64,
+    pub dropped: AtomicU64,
+    pub commands_refused: AtomicU64,
+    pub rebirths: AtomicU64,
+    /// Samples the poller could not hand over (the edge node's queue was full).
+    pub samples_lost: AtomicU64,
+    pub broker: Mutex<String>,
+}
+
+impl Counters {
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn broker(&self) -> String {
+        self.broker.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The link in a word: `online`, `connected` (waiting for the primary host), `down`.
+    pub fn state(&self) -> &'static str {
+        match (self.connected.load(Ordering::Relaxed), self.online.load(Ordering::Relaxed)) {
+            (true, true) => "online",
+            (true, false) => "connected",
+            _ => "down",
+        }
+    }
+}
+
+/// What every connection of this edge node shares.
+pub struct Settings {
+    pub client_id: String,
+    pub credentials: Option<(String, String)>,
+    pub tls: Option<TlsConfiguration>,
+    pub keep_alive: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("cannot read {file}: {why}")]
+    File { file: String, why: String },
+    #[error("the environment variable {0} is not set")]
+    Env(String),
+}
+
+impl Settings {
+    /// From the configuration: files read and variables looked up now.
+    pub fn of(
+        c: &MqttConfig,
+        node_id: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, LinkError> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p)
+                .map_err(|e| LinkError::File { file: p.display().to_string(), why: e.kind().to_string() })
+        };
+        let tls = match &c.ca_file {
+            Some(ca) => {
+                let client_auth = match (&c.client_cert_file, &c.client_key_file) {
+                    (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+                    _ => None,
+                };
+                Some(TlsConfiguration::Simple { ca: read(ca)?, alpn: None, client_auth })
+            }
+            None => None,
+        };
+        let var = |name: &str| env(name).ok_or_else(|| LinkError::Env(name.to_string()));
+        let credentials = match (c.username_env.as_str(), c.password_env.as_str()) {
+            ("", _) => None,
+            (u, "") => Some((var(u)?, String::new())),
+            (u, p) => Some((var(u)?, var(p)?)),
+        };
+        let client_id =
+            if c.client_id.is_empty() { format!("fieldgate-{node_id}") } else { c.client_id.clone() };
+        Ok(Settings { client_id, credentials, tls, keep_alive: Duration::from_secs(c.keep_alive_s) })
+    }
+}
+
+/// A connection being made (or made) to `broker`, with `will` as its NDEATH.
+pub fn open(s: &Settings, broker: &Broker, will: (String, Vec<u8>)) -> (AsyncClient, EventLoop) {
+    let mut o = MqttOptions::new(s.client_id.clone(), broker.host.clone(), broker.port);
+    o.set_keep_alive(s.keep_alive);
+    // Sparkplug B on MQTT 3.1.1: a clean session on every connect.
+    o.set_clean_session(true);
+    o.set_last_will(LastWill::new(will.0, will.1, QoS::AtLeastOnce, false));
+    // Births of large devices and drained chunks exceed rumqttc's 10 KiB default.
+    o.set_max_packet_size(1 << 20, 64 << 20);
+    o.set_inflight(256);
+    if let Some((u, p)) = &s.credentials {
+        o.set_credentials(u.clone(), p.clone());
+    }
+    if broker.tls {
+        crate::tls::install_crypto_provider();
+        if let Some(t) = &s.tls {
+            o.set_transport(Transport::Tls(t.clone()));
+        }
+    }
+    AsyncClient::new(o, REQUESTS)
+}
+
+/// The host name, as an edge node ID can hold it.
+pub fn host_name() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let clean: String = raw
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '-' })
+        .collect();
+    if clean.is_empty() { "edge".into() } else { clean }
+}

@@ -1,0 +1,235 @@
+//! The edge node's Sparkplug state, without I/O: sequence numbers, which devices are born,
+//! what each metric last sent (report by exception), and the messages that follow. The
+//! task in `run.rs` feeds it samples and sends what it returns.
+
+use std::sync::Arc;
+
+use crate::driver::Sample;
+use crate::poller::{stored_of, worth_storing};
+use crate::registry::{Registry, Sensor};
+use crate::store::gorilla::Stored;
+
+use super::buffer::Rec;
+use super::metric;
+use super::payload::{Metric, Payload, Value, datatype};
+use super::topic::{Kind, Topics};
+
+/// A message to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Out {
+    pub topic: String,
+    pub payload: Vec<u8>,
+    /// A data message (QoS `data_qos`), or state (births and deaths, QoS 0).
+    pub data: bool,
+    /// Metrics it carries.
+    pub metrics: usize,
+}
+
+/// What was last sent for a metric.
+struct Last {
+    t: i64,
+    value: Stored,
+    quality: u8,
+}
+
+pub const REBIRTH: &str = "Node Control/Rebirth";
+pub const BD_SEQ: &str = "bdSeq";
+
+pub struct Edge {
+    topics: Topics,
+    registry: Arc<Registry>,
+    seq: u8,
+    born: Vec<bool>,
+    /// Per sensor: its datatype of the current birth, and what it last sent.
+    datatypes: Vec<u32>,
+    last: Vec<Option<Last>>,
+    /// Per sensor: the quality last sent (a change carries the `Quality` property).
+    sent_quality: Vec<u8>,
+    max_silence_ms: i64,
+}
+
+fn now_ms() -> u64 {
+    chrono::Utc::now().timestamp_millis().max(0) as u64
+}
+
+impl Edge {
+    pub fn new(topics: Topics, registry: Arc<Registry>, max_silence_ms: i64) -> Edge {
+        let (d, s) = (registry.devices().len(), registry.sensors().len());
+        Edge {
+            topics,
+            registry,
+            seq: 0,
+            born: vec![false; d],
+            datatypes: vec![datatype::DOUBLE; s],
+            last: (0..s).map(|_| None).collect(),
+            sent_quality: vec![0; s],
+            max_silence_ms,
+        }
+    }
+
+    pub fn topics(&self) -> &Topics {
+        &self.topics
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn registry_arc(&self) -> Arc<Registry> {
+        self.registry.clone()
+    }
+
+    /// The connection is gone: no device is born until the next births.
+    pub fn all_dead(&mut self) {
+        self.born.iter_mut().for_each(|b| *b = false);
+    }
+
+    /// Takes back the `seq` of the last `n` messages built, which were not sent.
+    pub fn rollback(&mut self, n: usize) {
+        self.seq = self.seq.wrapping_sub((n % 256) as u8);
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        let s = self.seq;
+        self.seq = self.seq.wrapping_add(1);
+        u64::from(s)
+    }
+
+    /// The NDEATH payload for `bd_seq` (registered as the will; no `seq`).
+    pub fn ndeath(&self, bd_seq: u64) -> Out {
+        let m = Metric::new(Some(BD_SEQ), None, datatype::INT64, Some(Value::Long(bd_seq)));
+        let p = Payload { timestamp: Some(now_ms()), metrics: vec![m], ..Payload::default() };
+        Out { topic: self.topics.node(Kind::NDeath), payload: p.encode_to_bytes(), data: false, metrics: 1 }
+    }
+
+    /// NBIRTH: `seq` starts again at 0; every device is unborn until its DBIRTH.
+    pub fn nbirth(&mut self, bd_seq: u64) -> Out {
+        self.seq = 0;
+        self.born.iter_mut().for_each(|b| *b = false);
+        let metrics = vec![
+            Metric::new(Some(BD_SEQ), None, datatype::INT64, Some(Value::Long(bd_seq))),
+            Metric::new(Some(REBIRTH), None, datatype::BOOLEAN, Some(Value::Boolean(false))),
+        ];
+        self.message(Kind::NBirth, None, metrics, false)
+    }
+
+    fn message(&mut self, kind: Kind, device: Option<usize>, metrics: Vec<Metric>, data: bool) -> Out {
+        let n = metrics.len();
+        let seq = self.next_seq();
+        let p = Payload { timestamp: Some(now_ms()), metrics, seq: Some(seq), ..Payload::default() };
+        let topic = match device {
+            Some(d) => self.topics.device(kind, self.registry.devices()[d].id.as_str()),
+            None => self.topics.node(kind),
+        };
+        Out { topic, payload: p.encode_to_bytes(), data, metrics: n }
+    }
+
+    pub fn is_born(&self, device: usize) -> bool {
+        self.born.get(device).copied().unwrap_or(false)
+    }
+
+    /// DBIRTH of `device` with every metric's current value (`current`: the latest sample
+    /// of a sensor, if any), which also becomes what report by exception compares with.
+    pub fn dbirth(&mut self, device: usize, current: impl Fn(&Sensor) -> Option<Sample>) -> Out {
+        let registry = self.registry.clone();
+        let d = &registry.devices()[device];
+        let mut metrics = Vec::new();
+        for s in registry.sensors_of_device(&d.id) {
+            let now = current(s).map(|sample| {
+                let (v, q) = stored_of(&sample);
+                (sample.at.timestamp_millis(), v, q)
+            });
+            let dt = metric::datatype_of(s, now.as_ref().map(|(_, v, _)| v));
+            self.datatypes[s.place.sensor] = dt;
+            metrics.push(metric::birth(s, dt, now.as_ref().map(|(t, v, q)| (*t, v, *q))));
+            self.sent_quality[s.place.sensor] = now.as_ref().map_or(2, |(_, _, q)| *q);
+            self.last[s.place.sensor] = now.map(|(t, value, quality)| Last { t, value, quality });
+        }
+        self.born[device] = true;
+        self.message(Kind::DBirth, Some(device), metrics, false)
+    }
+
+    /// DDEATH of `device`.
+    pub fn ddeath(&mut self, device: usize) -> Out {
+        self.born[device] = false;
+        self.message(Kind::DDeath, Some(device), Vec::new(), false)
+    }
+
+    /// Report by exception: the value to send for a fresh sample of `s`, if it moved past
+    /// the deadband, changed quality, or `max_silence` passed since the last one sent.
+    pub fn offer(&mut self, s: &Sensor, sample: &Sample) -> Option<Rec> {
+        let t = sample.at.timestamp_millis();
+        let (value, quality) = stored_of(sample);
+        let slot = self.last.get_mut(s.place.sensor)?;
+        let prev = slot.as_ref().map(|l| (l.t, &l.value, l.quality));
+        if !worth_storing(s, prev, t, &value, quality, self.max_silence_ms) {
+            return None;
+        }
+        *slot = Some(Last { t, value: value.clone(), quality });
+        Some(Rec { sensor: s.id.to_string(), t, value, quality })
+    }
+
+    /// DDATA messages for `recs` (values of born devices; others are skipped), one per
+    /// device and at most `per_message` metrics each, in the order given.
+    pub fn ddata(&mut self, recs: &[Rec], historical: bool, per_message: usize) -> Vec<Out> {
+        let registry = self.registry.clone();
+        let mut out = Vec::new();
+        let mut open: Vec<(usize, Vec<Metric>)> = Vec::new();
+        for r in recs {
+            let Some(s) = r.sensor.parse().ok().and_then(|id| registry.sensor(&id)) else { continue };
+            if !self.is_born(s.place.device) {
+                continue;
+            }
+            let dt = self.datatypes[s.place.sensor];
+            let changed = std::mem::replace(&mut self.sent_quality[s.place.sensor], r.quality) != r.quality;
+            let m = metric::data(s, dt, r.t, &r.value, r.quality, changed, historical);
+            let i = match open.iter().position(|(d, _)| *d == s.place.device) {
+                Some(i) => i,
+                None => {
+                    open.push((s.place.device, Vec::new()));
+                    open.len() - 1
+                }
+            };
+            open[i].1.push(m);
+            if open[i].1.len() >= per_message {
+                let (d, ms) = open.swap_remove(i);
+                out.push(self.message(Kind::DData, Some(d), ms, true));
+            }
+        }
+        for (d, ms) in open {
+            out.push(self.message(Kind::DData, Some(d), ms, true));
+        }
+        out
+    }
+
+    /// The last value of every metric of a born device silent for `max_silence`, again,
+    /// with its time now (what polling would have sent had the value been read).
+    pub fn silent(&mut self, now: i64) -> Vec<Rec> {
+        let registry = self.registry.clone();
+        let mut out = Vec::new();
+        for s in registry.sensors() {
+            if !self.is_born(s.place.device) {
+                continue;
+            }
+            if let Some(l) = self.last[s.place.sensor].as_mut().filter(|l| now - l.t >= self.max_silence_ms) {
+                l.t = now;
+                out.push(Rec {
+                    sensor: s.id.to_string(),
+                    t: now,
+                    value: l.value.clone(),
+                    quality: l.quality,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// A command's metrics: whether it asks for a rebirth (`Node Control/Rebirth` = true);
+/// what else it asks is refused by the caller.
+pub fn asks_rebirth(p: &Payload) -> bool {
+    p.metrics.iter().any(|m| m.name.as_deref() == Some(REBIRTH) && m.value == Some(Value::Boolean(true)))
+}
+
+#[cfg(test)]
+mod tests;

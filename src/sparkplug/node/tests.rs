@@ -1,0 +1,89 @@
+use std::path::Path;
+
+use super::*;
+use crate::driver::SampleQuality;
+use crate::driver::codec::RawValue;
+
+fn edge() -> Edge {
+    let registry = Registry::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("devices")).unwrap();
+    Edge::new(Topics::new("A", "gw"), Arc::new(registry), 60_000)
+}
+
+fn sample(v: f64, t: i64, quality: SampleQuality) -> Sample {
+    Sample { value: RawValue::Float(v), at: chrono::DateTime::from_timestamp_millis(t).unwrap(), quality }
+}
+
+fn decode(o: &Out) -> Payload {
+    Payload::decode_bytes(&o.payload).unwrap()
+}
+
+#[test]
+fn births_reset_seq_and_seq_wraps() {
+    let mut e = edge();
+    let b = e.nbirth(3);
+    let p = decode(&b);
+    assert_eq!((b.topic.as_str(), p.seq), ("spBv1.0/A/NBIRTH/gw", Some(0)));
+    assert_eq!(p.metrics[0].value, Some(Value::Long(3)));
+    assert_eq!(p.metrics[1].name.as_deref(), Some(REBIRTH));
+    let d = e.dbirth(0, |_| None);
+    assert_eq!(decode(&d).seq, Some(1));
+    let mut last = 1;
+    for _ in 0..300 {
+        last = decode(&e.ddeath(0)).seq.unwrap();
+    }
+    assert_eq!(last, (1 + 300) % 256);
+    assert_eq!(decode(&e.nbirth(3)).seq, Some(0));
+    let death = decode(&e.ndeath(9));
+    assert_eq!((death.seq, death.metrics[0].value.clone()), (None, Some(Value::Long(9))));
+}
+
+#[test]
+fn report_by_exception_and_ddata_by_alias() {
+    let mut e = edge();
+    e.nbirth(0);
+    let reg = e.registry.clone();
+    let s = reg.sensor(&"A_LINE1_001".parse().unwrap()).unwrap(); // deadband 0.02
+    let dev = s.place.device;
+    e.dbirth(dev, |x| (x.id == s.id).then(|| sample(4.0, 1000, SampleQuality::Good)));
+    assert!(e.offer(s, &sample(4.01, 2000, SampleQuality::Good)).is_none(), "inside the deadband");
+    let moved = e.offer(s, &sample(4.05, 3000, SampleQuality::Good)).unwrap();
+    let bad = e.offer(s, &sample(4.05, 4000, SampleQuality::Bad)).unwrap();
+    assert!(e.offer(s, &sample(4.05, 64_000, SampleQuality::Bad)).is_some(), "max_silence");
+    let out = e.ddata(&[moved, bad], false, 100);
+    assert_eq!(out.len(), 1);
+    let p = decode(&out[0]);
+    assert_eq!(out[0].topic, "spBv1.0/A/DDATA/gw/a-line1-plc");
+    assert_eq!(p.metrics.len(), 2);
+    assert_eq!((p.metrics[0].name.clone(), p.metrics[0].alias), (None, Some(metric::alias(s))));
+    assert_eq!(p.metrics[0].timestamp, Some(3000));
+    assert!(p.metrics[0].properties.is_none());
+    assert!(p.metrics[1].properties.is_some(), "quality change carried");
+}
+
+#[test]
+fn unborn_devices_get_no_data_and_silence_repeats() {
+    let mut e = edge();
+    e.nbirth(0);
+    let reg = e.registry.clone();
+    let s = reg.sensor(&"A_LINE1_001".parse().unwrap()).unwrap();
+    let r = Rec { sensor: s.id.to_string(), t: 1, value: Stored::Float(1.0), quality: 0 };
+    assert!(e.ddata(std::slice::from_ref(&r), true, 100).is_empty());
+    e.dbirth(s.place.device, |x| (x.id == s.id).then(|| sample(4.0, 1000, SampleQuality::Good)));
+    let h = e.ddata(&[r], true, 100);
+    assert_eq!(decode(&h[0]).metrics[0].is_historical, Some(true));
+    let again = e.silent(61_000);
+    assert_eq!(again.len(), 1);
+    assert!(e.silent(62_000).is_empty());
+    e.ddeath(s.place.device);
+    assert!(e.silent(200_000).is_empty());
+}
+
+#[test]
+fn rebirth_command() {
+    let yes = Payload {
+        metrics: vec![Metric::new(Some(REBIRTH), None, datatype::BOOLEAN, Some(Value::Boolean(true)))],
+        ..Payload::default()
+    };
+    assert!(asks_rebirth(&yes));
+    assert!(!asks_rebirth(&Payload::default()));
+}

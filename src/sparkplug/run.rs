@@ -1,0 +1,510 @@
+//! The edge node's task: connects (one broker after another, with backoff), registers the
+//! NDEATH will with the `bdSeq` of each connection, sends births once the broker (and the
+//! primary host, when configured) is there, turns the poller's samples into DDATA by
+//! exception, sends DDEATH/DBIRTH as devices' breakers open and close, answers NCMD
+//! Rebirth, refuses DCMD, and keeps in the buffer whatever cannot be sent, draining it
+//! after the births, oldest first, between live messages.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rumqttc::{AsyncClient, ConnectionError, Event, EventLoop, Incoming, Outgoing, QoS};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::buffer::{Buffer, Rec};
+use super::config::{Broker, MqttConfig};
+use super::link::{self, Counters, REQUESTS, Settings};
+use super::node::{Edge, Out, asks_rebirth};
+use super::payload::Payload;
+use super::topic::{self, Incoming as Topic};
+use crate::driver::Sample;
+use crate::resilience::breaker::SnapshotState;
+use crate::tools::ToolService;
+
+/// Values of one drain step, and metrics per DDATA message.
+const DRAIN_CHUNK: usize = 2000;
+const PER_MESSAGE: usize = 500;
+/// Messages handed to rumqttc and not yet written, at most, before data waits in the buffer.
+const QUEUED_MAX: u64 = (REQUESTS / 2) as u64;
+const TICK: Duration = Duration::from_millis(100);
+
+/// Samples of one device read together, by registry index.
+pub struct Batch {
+    pub device: usize,
+    pub samples: Vec<(usize, Sample)>,
+}
+
+/// The poller's side: hands samples to the edge node without ever waiting.
+#[derive(Clone)]
+pub struct Tap {
+    tx: mpsc::Sender<Batch>,
+    counters: Arc<Counters>,
+}
+
+impl Tap {
+    pub fn send(&self, batch: Batch) {
+        if batch.samples.is_empty() {
+            return;
+        }
+        let n = batch.samples.len() as u64;
+        if self.tx.try_send(batch).is_err() {
+            Counters::add(&self.counters.samples_lost, n);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Down {
+        retry_at: Instant,
+    },
+    Connecting,
+    /// Connected; waiting for the primary host's STATE to say online.
+    AwaitingHost,
+    Online,
+    /// Disconnecting on purpose (the primary host went offline).
+    Leaving,
+}
+
+struct Link {
+    client: AsyncClient,
+    events: EventLoop,
+}
+
+pub struct Node {
+    tools: ToolService,
+    cfg: MqttConfig,
+    brokers: Vec<Broker>,
+    broker: usize,
+    settings: Settings,
+    edge: Edge,
+    buffer: Buffer,
+    counters: Arc<Counters>,
+    link: Option<Link>,
+    phase: Phase,
+    bd_seq: u64,
+    backoff: crate::backoff::Backoff,
+    /// Messages handed to rumqttc minus those it wrote.
+    queued: u64,
+    /// The last STATE timestamp seen (older ones are ignored, as the specification says).
+    host_ts: u64,
+    flush_every: Duration,
+    last_flush: Instant,
+    /// Nothing drainable until the next tick (the rest waits for devices to be born).
+    drain_idle: bool,
+}
+
+async fn next_event(link: &mut Option<Link>) -> Result<Event, ConnectionError> {
+    match link {
+        Some(l) => l.events.poll().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn until(phase: Phase) {
+    match phase {
+        Phase::Down { retry_at } => tokio::time::sleep_until(retry_at).await,
+        _ => std::future::pending().await,
+    }
+}
+
+impl Node {
+    pub fn new(
+        tools: ToolService,
+        cfg: MqttConfig,
+        edge: Edge,
+        buffer: Buffer,
+        settings: Settings,
+        counters: Arc<Counters>,
+    ) -> Node {
+        let brokers = cfg.brokers.iter().filter_map(|b| super::config::parse_broker(b).ok()).collect();
+        let flush_every = Duration::from_millis(tools.config().storage.flush_interval_ms);
+        let backoff = crate::backoff::Backoff::new(
+            Duration::from_millis(100),
+            Duration::from_millis(cfg.reconnect_max_ms),
+        );
+        let bd_seq = buffer.bd_seq();
+        Node {
+            tools,
+            cfg,
+            brokers,
+            broker: 0,
+            settings,
+            edge,
+            buffer,
+            counters,
+            link: None,
+            phase: Phase::Down { retry_at: Instant::now() },
+            bd_seq,
+            backoff,
+            queued: 0,
+            host_ts: 0,
+            flush_every,
+            last_flush: Instant::now(),
+            drain_idle: false,
+        }
+    }
+
+    /// A tap for the poller and the task's loop, which runs until `stop`.
+    pub fn start(self, stop: CancellationToken) -> (Tap, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(4096);
+        let tap = Tap { tx, counters: self.counters.clone() };
+        (tap, tokio::spawn(self.run(rx, stop)))
+    }
+
+    async fn run(mut self, mut rx: mpsc::Receiver<Batch>, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                ev = next_event(&mut self.link) => self.on_event(ev),
+                () = until(self.phase) => self.connect(),
+                b = rx.recv() => match b {
+                    Some(b) => self.on_batch(b),
+                    None => break,
+                },
+                _ = tick.tick() => self.on_tick(),
+                () = std::future::ready(()), if self.can_drain() => self.drain(),
+            }
+        }
+        self.shut().await;
+    }
+
+    fn connect(&mut self) {
+        let Some(broker) = self.brokers.get(self.broker).cloned() else {
+            self.phase = Phase::Down { retry_at: Instant::now() + Duration::from_secs(3600) };
+            return;
+        };
+        // The will carries the bdSeq of this connection's NBIRTH; a new one for every
+        // connection, kept across restarts.
+        self.bd_seq = (self.bd_seq + 1) % 256;
+        if let Err(error) = self.buffer.set_bd_seq(self.bd_seq) {
+            tracing::warn!(%error, "sparkplug: bdSeq not recorded; a restart may repeat it");
+        }
+        let will = self.edge.ndeath(self.bd_seq);
+        let (client, events) = link::open(&self.settings, &broker, (will.topic, will.payload));
+        *self.counters.broker.lock().unwrap_or_else(|e| e.into_inner()) = broker.to_string();
+        self.link = Some(Link { client, events });
+        self.queued = 0;
+        self.phase = Phase::Connecting;
+    }
+
+    fn on_event(&mut self, ev: Result<Event, ConnectionError>) {
+        match ev {
+            Ok(Event::Incoming(Incoming::ConnAck(_))) => self.connected(),
+            Ok(Event::Incoming(Incoming::Publish(p))) => self.on_message(&p.topic, &p.payload),
+            Ok(Event::Outgoing(Outgoing::Publish(_))) => {
+                self.queued = self.queued.saturating_sub(1);
+                Counters::add(&self.counters.messages_sent, 1);
+            }
+            Ok(Event::Outgoing(Outgoing::Disconnect)) if self.phase == Phase::Leaving => {
+                self.lost("left the broker: the primary host is offline", false);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let never_connected = self.phase == Phase::Connecting;
+                self.lost(&e.to_string(), never_connected);
+            }
+        }
+    }
+
+    fn connected(&mut self) {
+        self.backoff.reset();
+        self.counters.connected.store(true, Ordering::Relaxed);
+        Counters::add(&self.counters.connects, 1);
+        tracing::info!(broker = %self.counters.broker(), bd_seq = self.bd_seq, "sparkplug: connected");
+        let Some(l) = &self.link else { return };
+        let mut filters: Vec<String> = self.edge.topics().command_filters().into();
+        if !self.cfg.primary_host_id.is_empty() {
+            filters.push(topic::state(&self.cfg.primary_host_id));
+        }
+        for f in filters {
+            if let Err(error) = l.client.try_subscribe(f, QoS::AtLeastOnce) {
+                tracing::warn!(%error, "sparkplug: cannot subscribe");
+            }
+        }
+        if self.cfg.primary_host_id.is_empty() {
+            self.birth();
+        } else {
+            self.phase = Phase::AwaitingHost;
+        }
+    }
+
+    /// The connection is gone: data waits in the buffer; the next attempt after a backoff,
+    /// on the next broker when this one could not be reached at all (or was left).
+    fn lost(&mut self, why: &str, next_broker: bool) {
+        let was = self.phase;
+        self.link = None;
+        self.edge.all_dead();
+        self.counters.connected.store(false, Ordering::Relaxed);
+        self.counters.online.store(false, Ordering::Relaxed);
+        if next_broker || was == Phase::Leaving {
+            self.broker = (self.broker + 1) % self.brokers.len().max(1);
+        }
+        // After leaving too: a new connection with the same client ID racing the old one's
+        // DISCONNECT would make the broker publish the old will as well.
+        let wait = self.backoff.next_wait();
+        if matches!(was, Phase::Online | Phase::AwaitingHost | Phase::Leaving) {
+            tracing::warn!(reason = why, "sparkplug: broker connection lost; data goes to the buffer");
+        } else {
+            tracing::debug!(reason = why, "sparkplug: cannot connect");
+        }
+        self.phase = Phase::Down { retry_at: Instant::now() + wait };
+    }
+
+    /// NBIRTH, then DBIRTH for every device that is up; data flows from here.
+    fn birth(&mut self) {
+        let nbirth = self.edge.nbirth(self.bd_seq);
+        self.send(nbirth);
+        for d in 0..self.edge.registry().devices().len() {
+            if self.device_up(d) {
+                self.dbirth(d);
+            }
+        }
+        self.phase = Phase::Online;
+        self.drain_idle = false;
+        self.counters.online.store(true, Ordering::Relaxed);
+    }
+
+    fn dbirth(&mut self, device: usize) {
+        let reader = self.tools.reader().clone();
+        let out = self.edge.dbirth(device, |s| reader.cache().last(s));
+        self.send(out);
+        self.drain_idle = false;
+    }
+
+    /// A device with sensors and a driver whose breaker is not open.
+    fn device_up(&self, device: usize) -> bool {
+        let d = &self.edge.registry().devices()[device];
+        let reader = self.tools.reader();
+        reader.has_driver(&d.id)
+            && self.edge.registry().sensors_of_device(&d.id).next().is_some()
+            && reader.guard(&d.id).is_none_or(|g| g.breaker.snapshot().state != SnapshotState::Open)
+    }
+
+    fn on_message(&mut self, topic: &str, payload: &[u8]) {
+        match self.edge.topics().parse(topic) {
+            Topic::State { host } if host == self.cfg.primary_host_id => self.on_state(payload),
+            Topic::NodeCommand => match Payload::decode_bytes(payload) {
+                Ok(p) if asks_rebirth(&p) => {
+                    if self.phase == Phase::Online {
+                        tracing::info!("sparkplug: rebirth asked (NCMD)");
+                        Counters::add(&self.counters.rebirths, 1);
+                        self.birth();
+                    }
+                }
+                Ok(p) => {
+                    let names: Vec<&str> = p.metrics.iter().filter_map(|m| m.name.as_deref()).collect();
+                    Counters::add(&self.counters.commands_refused, 1);
+                    tracing::warn!(?names, "sparkplug: NCMD refused (only Node Control/Rebirth is honoured)");
+                }
+                Err(error) => {
+                    Counters::add(&self.counters.commands_refused, 1);
+                    tracing::warn!(%error, "sparkplug: NCMD refused");
+                }
+            },
+            Topic::DeviceCommand { device } => {
+                Counters::add(&self.counters.commands_refused, 1);
+                let device: String = device.chars().take(64).collect();
+                tracing::warn!(%device, "sparkplug: DCMD refused: fieldgate never writes to devices from the broker");
+            }
+            _ => {}
+        }
+    }
+
+    /// The primary host's STATE (Sparkplug 3.0: JSON `{"online": bool, "timestamp": ms}`).
+    fn on_state(&mut self, payload: &[u8]) {
+        #[derive(serde::Deserialize)]
+        struct State {
+            online: bool,
+            timestamp: u64,
+        }
+        let s: State = match serde_json::from_slice(payload) {
+            Ok(s) => s,
+            Err(error) => {
+                tracing::warn!(%error, "sparkplug: the primary host's STATE is not {{\"online\":bool,\"timestamp\":ms}}; ignored");
+                return;
+            }
+        };
+        if s.timestamp < self.host_ts {
+            return;
+        }
+        self.host_ts = s.timestamp;
+        match (s.online, self.phase) {
+            (true, Phase::AwaitingHost) => self.birth(),
+            (false, Phase::Online) => self.leave(),
+            _ => {}
+        }
+    }
+
+    /// The primary host went offline: NDEATH, disconnect, and on to the next broker.
+    fn leave(&mut self) {
+        tracing::warn!("sparkplug: the primary host is offline: NDEATH, and on to the next broker");
+        let death = self.edge.ndeath(self.bd_seq);
+        if let Some(l) = &self.link {
+            let _ = l.client.try_publish(death.topic, QoS::AtLeastOnce, false, death.payload);
+            let _ = l.client.try_disconnect();
+        }
+        self.counters.online.store(false, Ordering::Relaxed);
+        self.edge.all_dead();
+        self.phase = Phase::Leaving;
+    }
+
+    /// Hands a message to rumqttc; false when it cannot take it now.
+    fn send(&mut self, out: Out) -> bool {
+        let Some(l) = &self.link else { return false };
+        let qos = if out.data && self.cfg.data_qos == 1 { QoS::AtLeastOnce } else { QoS::AtMostOnce };
+        match l.client.try_publish(out.topic, qos, false, out.payload) {
+            Ok(()) => {
+                self.queued += 1;
+                Counters::add(&self.counters.metrics_sent, out.metrics as u64);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn room(&self) -> bool {
+        self.queued < QUEUED_MAX
+    }
+
+    /// Sends data messages; the values of any that could not be handed over go to the
+    /// buffer (and their `seq` is taken back, so the host sees no gap).
+    fn send_data(&mut self, recs: Vec<Rec>) {
+        if recs.is_empty() {
+            return;
+        }
+        if self.phase != Phase::Online || !self.room() {
+            recs.into_iter().for_each(|r| self.buffer.push(r));
+            return;
+        }
+        let outs = self.edge.ddata(&recs, false, PER_MESSAGE);
+        let n = outs.len();
+        for (i, out) in outs.into_iter().enumerate() {
+            if !self.send(out) {
+                self.edge.rollback(n - i);
+                recs.into_iter().for_each(|r| self.buffer.push(r));
+                return;
+            }
+        }
+    }
+
+    fn on_batch(&mut self, b: Batch) {
+        let online = self.phase == Phase::Online;
+        if online && !self.edge.is_born(b.device) && self.device_up(b.device) {
+            // Back from the dead: its birth carries these values.
+            self.dbirth(b.device);
+            return;
+        }
+        let registry = self.edge.registry_arc();
+        let recs: Vec<Rec> = b
+            .samples
+            .iter()
+            .filter_map(|(i, sample)| registry.sensors().get(*i).and_then(|s| self.edge.offer(s, sample)))
+            .collect();
+        if online && self.edge.is_born(b.device) {
+            self.send_data(recs);
+        } else {
+            // Not sendable now (offline, or the device not born): kept for later.
+            recs.into_iter().for_each(|r| self.buffer.push(r));
+        }
+    }
+
+    fn on_tick(&mut self) {
+        let now = chrono::Utc::now().timestamp_millis();
+        if self.phase == Phase::Online {
+            for d in 0..self.edge.registry().devices().len() {
+                let up = self.device_up(d);
+                if self.edge.is_born(d) && !up {
+                    let death = self.edge.ddeath(d);
+                    self.send(death);
+                }
+            }
+            let again = self.edge.silent(now);
+            self.send_data(again);
+        }
+        if self.last_flush.elapsed() >= self.flush_every {
+            self.last_flush = Instant::now();
+            if let Err(error) = self.buffer.flush(now) {
+                tracing::debug!(%error, "sparkplug buffer flush failed; values kept in memory");
+            }
+        }
+        self.counters.buffered.store(self.buffer.len(), Ordering::Relaxed);
+        self.counters.dropped.store(self.buffer.dropped(), Ordering::Relaxed);
+        self.drain_idle = false;
+    }
+
+    /// The drain uses at most half of the room, so live data always finds the other half
+    /// (otherwise live values would go to the buffer behind the drain and never catch up).
+    fn can_drain(&self) -> bool {
+        self.phase == Phase::Online
+            && !self.drain_idle
+            && !self.buffer.is_empty()
+            && self.queued + (DRAIN_CHUNK / PER_MESSAGE) as u64 + 1 < QUEUED_MAX / 2
+    }
+
+    /// One step of the drain: the oldest values of born devices, as historical DDATA.
+    fn drain(&mut self) {
+        let now = chrono::Utc::now().timestamp_millis();
+        let (edge, registry) = (&self.edge, self.edge.registry_arc());
+        let born = |id: &str| {
+            id.parse().ok().and_then(|id| registry.sensor(&id)).is_some_and(|s| edge.is_born(s.place.device))
+        };
+        let taken = match self.buffer.oldest(DRAIN_CHUNK, now, born) {
+            Ok(t) => t,
+            Err(error) => {
+                tracing::debug!(%error, "sparkplug buffer unreadable now; drain waits");
+                self.drain_idle = true;
+                return;
+            }
+        };
+        if taken.is_empty() {
+            self.drain_idle = true;
+            return;
+        }
+        let keys: Vec<_> = taken.iter().map(|(k, r)| (*k, Buffer::size_of(r))).collect();
+        let recs: Vec<Rec> = taken.into_iter().map(|(_, r)| r).collect();
+        let outs = self.edge.ddata(&recs, true, PER_MESSAGE);
+        let n = outs.len();
+        for (i, out) in outs.into_iter().enumerate() {
+            if !self.send(out) {
+                self.edge.rollback(n - i);
+                self.drain_idle = true;
+                return;
+            }
+        }
+        Counters::add(&self.counters.historical_sent, recs.len() as u64);
+        if let Err(error) = self.buffer.remove(&keys) {
+            tracing::warn!(%error, "sparkplug buffer: sent values not removed; they may be sent again");
+        }
+        self.counters.buffered.store(self.buffer.len(), Ordering::Relaxed);
+    }
+
+    /// On stop: the buffer made durable; when online, NDEATH and a clean disconnect.
+    async fn shut(mut self) {
+        if let Err(error) = self.buffer.flush(chrono::Utc::now().timestamp_millis()) {
+            tracing::error!(%error, "sparkplug buffer not fully written at stop");
+        }
+        let Some(mut l) = self.link.take() else { return };
+        if self.phase == Phase::Online {
+            let death = self.edge.ndeath(self.bd_seq);
+            let _ = l.client.try_publish(death.topic, QoS::AtLeastOnce, false, death.payload);
+        }
+        let _ = l.client.try_disconnect();
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            loop {
+                match l.events.poll().await {
+                    Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        self.counters.connected.store(false, Ordering::Relaxed);
+        self.counters.online.store(false, Ordering::Relaxed);
+    }
+}

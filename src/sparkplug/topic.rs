@@ -1,0 +1,164 @@
+//! Sparkplug B topics: `spBv1.0/{group_id}/{message_type}/{edge_node_id}[/{device_id}]`,
+//! and the primary host application's `spBv1.0/STATE/{host_id}`.
+
+use std::fmt;
+
+pub const NAMESPACE: &str = "spBv1.0";
+
+/// The message types of an edge node's topics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    NBirth,
+    NDeath,
+    DBirth,
+    DDeath,
+    NData,
+    DData,
+    NCmd,
+    DCmd,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 8] = [
+        Kind::NBirth,
+        Kind::NDeath,
+        Kind::DBirth,
+        Kind::DDeath,
+        Kind::NData,
+        Kind::DData,
+        Kind::NCmd,
+        Kind::DCmd,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::NBirth => "NBIRTH",
+            Kind::NDeath => "NDEATH",
+            Kind::DBirth => "DBIRTH",
+            Kind::DDeath => "DDEATH",
+            Kind::NData => "NDATA",
+            Kind::DData => "DDATA",
+            Kind::NCmd => "NCMD",
+            Kind::DCmd => "DCMD",
+        }
+    }
+
+    /// Whether the topic names a device after the edge node.
+    pub fn is_device(self) -> bool {
+        matches!(self, Kind::DBirth | Kind::DDeath | Kind::DData | Kind::DCmd)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a string cannot be a Sparkplug ID (group, edge node, device, host).
+pub fn id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() {
+        Some("must not be empty")
+    } else if id.contains(['/', '+', '#']) {
+        Some("must not contain '/', '+' or '#' (MQTT topic separators and wildcards)")
+    } else if id.chars().any(char::is_control) {
+        Some("must not contain control characters")
+    } else {
+        None
+    }
+}
+
+/// The topics of one edge node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topics {
+    group: String,
+    node: String,
+}
+
+/// A command topic from the broker, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming<'a> {
+    NodeCommand,
+    DeviceCommand {
+        device: &'a str,
+    },
+    /// The primary host application's STATE.
+    State {
+        host: &'a str,
+    },
+    /// Anything else (not ours, or not a command).
+    Other,
+}
+
+impl Topics {
+    pub fn new(group: &str, node: &str) -> Topics {
+        Topics { group: group.to_string(), node: node.to_string() }
+    }
+
+    /// An edge node topic (`NBIRTH`, `NDEATH`, `NDATA`, `NCMD`).
+    pub fn node(&self, kind: Kind) -> String {
+        format!("{NAMESPACE}/{}/{kind}/{}", self.group, self.node)
+    }
+
+    /// A device topic (`DBIRTH`, `DDEATH`, `DDATA`, `DCMD`).
+    pub fn device(&self, kind: Kind, device: &str) -> String {
+        format!("{NAMESPACE}/{}/{kind}/{}/{device}", self.group, self.node)
+    }
+
+    /// The filters an edge node subscribes to: its NCMD and every DCMD of its devices.
+    pub fn command_filters(&self) -> [String; 2] {
+        [self.node(Kind::NCmd), format!("{NAMESPACE}/{}/{}/{}/+", self.group, Kind::DCmd, self.node)]
+    }
+
+    /// What a topic the broker sent us is.
+    pub fn parse<'a>(&self, topic: &'a str) -> Incoming<'a> {
+        let parts: Vec<&str> = topic.split('/').collect();
+        match parts.as_slice() {
+            [NAMESPACE, "STATE", host] => Incoming::State { host },
+            [NAMESPACE, g, "NCMD", n] if *g == self.group && *n == self.node => Incoming::NodeCommand,
+            [NAMESPACE, g, "DCMD", n, device] if *g == self.group && *n == self.node => {
+                Incoming::DeviceCommand { device }
+            }
+            _ => Incoming::Other,
+        }
+    }
+}
+
+/// The STATE topic of a primary host application (Sparkplug 3.0).
+pub fn state(host: &str) -> String {
+    format!("{NAMESPACE}/STATE/{host}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_and_parses() {
+        let t = Topics::new("A", "fieldgate-a");
+        assert_eq!(t.node(Kind::NBirth), "spBv1.0/A/NBIRTH/fieldgate-a");
+        assert_eq!(t.device(Kind::DData, "a-line1-plc"), "spBv1.0/A/DDATA/fieldgate-a/a-line1-plc");
+        assert_eq!(
+            t.command_filters(),
+            ["spBv1.0/A/NCMD/fieldgate-a".to_string(), "spBv1.0/A/DCMD/fieldgate-a/+".to_string()]
+        );
+        assert_eq!(t.parse("spBv1.0/A/NCMD/fieldgate-a"), Incoming::NodeCommand);
+        assert_eq!(t.parse("spBv1.0/A/DCMD/fieldgate-a/d1"), Incoming::DeviceCommand { device: "d1" });
+        assert_eq!(t.parse("spBv1.0/STATE/scada"), Incoming::State { host: "scada" });
+        for other in
+            ["spBv1.0/B/NCMD/fieldgate-a", "spBv1.0/A/NCMD/other", "x", "", "spBv1.0/A/DCMD/fieldgate-a"]
+        {
+            assert_eq!(t.parse(other), Incoming::Other, "{other}");
+        }
+        assert_eq!(state("scada"), "spBv1.0/STATE/scada");
+        assert_eq!(Kind::ALL.iter().filter(|k| k.is_device()).count(), 4);
+    }
+
+    #[test]
+    fn ids() {
+        assert_eq!(id_problem("A"), None);
+        for bad in ["", "a/b", "a+", "#", "a\nb"] {
+            assert!(id_problem(bad).is_some(), "{bad:?}");
+        }
+    }
+}

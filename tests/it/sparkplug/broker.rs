@@ -1,0 +1,226 @@
+//! A real Mosquitto per test, on a free port with its own configuration file, and a test
+//! host application: a rumqttc subscriber that decodes what arrives.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fieldgate::sparkplug::payload::Payload;
+use rumqttc::{AsyncClient, Event, Incoming, MqttOptions, QoS};
+use tokio::sync::mpsc;
+
+use crate::support::wait_for;
+
+fn mosquitto() -> PathBuf {
+    ["/usr/sbin/mosquitto", "/usr/bin/mosquitto", "/usr/local/sbin/mosquitto"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .expect("Mosquitto is installed (apt-get install mosquitto; .ci/run does)")
+}
+
+/// A Mosquitto broker on loopback.
+pub struct Broker {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<tokio::process::Child>,
+}
+
+impl Broker {
+    /// Picks a free port (Mosquitto cannot report an ephemeral one) and starts on it,
+    /// trying another port when the bind fails.
+    pub async fn start() -> Broker {
+        let mut b = Broker { port: 0, dir: tempfile::tempdir().unwrap(), child: None };
+        for _ in 0..10 {
+            b.port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            if b.run().await {
+                return b;
+            }
+        }
+        panic!("Mosquitto did not start on any of 10 free ports");
+    }
+
+    pub fn url(&self) -> String {
+        format!("mqtt://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the process on `self.port`; false when it exited (the port was taken).
+    async fn run(&mut self) -> bool {
+        let conf = self.dir.path().join("mosquitto.conf");
+        std::fs::write(
+            &conf,
+            format!("listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n", self.port),
+        )
+        .unwrap();
+        let mut child = tokio::process::Command::new(mosquitto())
+            .arg("-c")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("mosquitto starts");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                return false;
+            }
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
+                self.child = Some(child);
+                return true;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "Mosquitto did not listen within 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the broker (every client sees its connection close).
+    pub async fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+            let _ = c.wait().await;
+        }
+    }
+
+    /// Starts it again on the same port.
+    pub async fn restart(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !self.run().await {
+            assert!(tokio::time::Instant::now() < deadline, "Mosquitto did not restart on its port");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// One message the test host received.
+#[derive(Debug, Clone)]
+pub struct Msg {
+    pub topic: String,
+    pub payload: Payload,
+}
+
+impl Msg {
+    pub fn kind(&self) -> &str {
+        self.topic.split('/').nth(2).unwrap_or("")
+    }
+
+    pub fn device(&self) -> Option<&str> {
+        self.topic.split('/').nth(4)
+    }
+}
+
+/// The test host application: subscribed to `spBv1.0/#` (again after each reconnect).
+pub struct Host {
+    pub client: AsyncClient,
+    rx: mpsc::UnboundedReceiver<Msg>,
+    pub seen: Vec<Msg>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Host {
+    pub async fn connect(port: u16) -> Host {
+        Host::connect_as(port, None).await
+    }
+
+    /// A primary host application `id`: its STATE will says offline, and after each
+    /// (re)subscription it says online (Sparkplug 3.0 STATE, retained).
+    pub async fn connect_as(port: u16, id: Option<&str>) -> Host {
+        let mut o = MqttOptions::new(format!("test-host-{port}-{}", std::process::id()), "127.0.0.1", port);
+        o.set_max_packet_size(64 << 20, 1 << 20);
+        o.set_keep_alive(Duration::from_secs(5));
+        let state_topic = id.map(|id| format!("spBv1.0/STATE/{id}"));
+        if let Some(t) = &state_topic {
+            o.set_last_will(rumqttc::LastWill::new(t, state(false), QoS::AtLeastOnce, true));
+        }
+        let (client, mut events) = AsyncClient::new(o, 64);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ready_tx, mut ready) = mpsc::unbounded_channel();
+        let c = client.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match events.poll().await {
+                    Ok(Event::Incoming(Incoming::ConnAck(_))) => {
+                        let _ = c.try_subscribe("spBv1.0/#", QoS::AtLeastOnce);
+                    }
+                    Ok(Event::Incoming(Incoming::SubAck(_))) => {
+                        if let Some(t) = &state_topic {
+                            let _ = c.try_publish(t, QoS::AtLeastOnce, true, state(true));
+                        }
+                        let _ = ready_tx.send(());
+                    }
+                    Ok(Event::Incoming(Incoming::Publish(p))) => {
+                        let topic = p.topic.clone();
+                        // STATE is JSON, not a Sparkplug payload.
+                        let payload = Payload::decode_bytes(&p.payload).unwrap_or_default();
+                        let _ = tx.send(Msg { topic, payload });
+                    }
+                    Ok(_) => {}
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(10), ready.recv()).await.expect("test host subscribed");
+        Host { client, rx, seen: Vec::new(), task }
+    }
+
+    /// Waits (bounded) for a message `pred` accepts, keeping everything received in `seen`.
+    pub async fn until(&mut self, what: &str, timeout: Duration, pred: impl Fn(&Msg) -> bool) -> Msg {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(m)) => {
+                    self.seen.push(m.clone());
+                    if pred(&m) {
+                        return m;
+                    }
+                }
+                Ok(None) => panic!("test host stopped while waiting for {what}"),
+                Err(_) => panic!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+    }
+
+    /// Takes whatever arrived by now into `seen`.
+    pub fn take(&mut self) {
+        while let Ok(m) = self.rx.try_recv() {
+            self.seen.push(m);
+        }
+    }
+
+    /// Publishes (QoS 1) and waits until the broker has it.
+    pub async fn publish(&self, topic: &str, payload: Vec<u8>, retain: bool) {
+        self.client.publish(topic, QoS::AtLeastOnce, retain, payload).await.unwrap();
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A STATE payload (Sparkplug 3.0) with the time now.
+pub fn state(online: bool) -> Vec<u8> {
+    let ts = chrono::Utc::now().timestamp_millis();
+    format!("{{\"online\":{online},\"timestamp\":{ts}}}").into_bytes()
+}
+
+/// Waits (bounded) for `/metrics`-style counter `name` of `tools` to satisfy `ok`.
+pub async fn counter(
+    tools: &fieldgate::tools::ToolService,
+    name: &str,
+    timeout: Duration,
+    ok: impl Fn(u64) -> bool,
+) -> u64 {
+    wait_for(&format!("{name} as expected"), timeout, || {
+        let v = metric(tools, name).filter(|v| ok(*v));
+        async move { v }
+    })
+    .await
+}
+
+/// The value of one line of `/metrics`.
+pub fn metric(tools: &fieldgate::tools::ToolService, name: &str) -> Option<u64> {
+    let text = tools.metrics().render();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.parse().ok()))
+}

@@ -1,0 +1,109 @@
+//! Our payloads decoded by Eclipse Tahu's JavaScript `sparkplug-payload` (installed by
+//! `.ci/run` into `target/sparkplug-js`), so a field-number mistake in our prost types
+//! cannot pass unseen: both sides written by us would agree with each other anyway.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use fieldgate::driver::codec::RawValue;
+use fieldgate::driver::{Sample, SampleQuality};
+use fieldgate::sparkplug::buffer::Rec;
+use fieldgate::sparkplug::node::Edge;
+use fieldgate::sparkplug::topic::Topics;
+use fieldgate::store::gorilla::Stored;
+use serde_json::Value;
+
+use crate::support;
+
+/// Where `.ci/run` installs the decoder.
+pub fn decoder_modules() -> PathBuf {
+    support::root().join("target/sparkplug-js/node_modules")
+}
+
+/// Decodes each payload with the JavaScript decoder.
+pub fn decode_js(payloads: &[Vec<u8>]) -> Vec<Value> {
+    let modules = decoder_modules();
+    assert!(
+        modules.join("sparkplug-payload").is_dir(),
+        "Eclipse Tahu's sparkplug-payload is not installed: run `npm install --prefix target/sparkplug-js sparkplug-payload@1.0.3` (.ci/run does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<PathBuf> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let f = dir.path().join(format!("{i}.bin"));
+            std::fs::write(&f, p).unwrap();
+            f
+        })
+        .collect();
+    let out = std::process::Command::new("node")
+        .arg(support::root().join("tests/it/sparkplug/decode.js"))
+        .args(&files)
+        .env("NODE_PATH", &modules)
+        .output()
+        .expect("node runs");
+    assert!(out.status.success(), "decoder failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn sample(v: RawValue, t: i64) -> Sample {
+    Sample { value: v, at: chrono::DateTime::from_timestamp_millis(t).unwrap(), quality: SampleQuality::Good }
+}
+
+#[test]
+fn tahu_decodes_births_and_data() {
+    let registry = Arc::new(support::demo_registry());
+    let mut edge = Edge::new(Topics::new("A", "gw"), registry.clone(), 60_000);
+    let nbirth = edge.nbirth(42);
+    let plc = registry.devices().iter().position(|d| d.id.as_str() == "a-line1-plc").unwrap();
+    let dbirth = edge.dbirth(plc, |s| match s.id.as_str() {
+        "A_LINE1_001" => Some(sample(RawValue::Float(4.25), 1_700_000_000_123)),
+        _ => None,
+    });
+    let recs = [
+        Rec { sensor: "A_LINE1_001".into(), t: 1_700_000_001_000, value: Stored::Float(4.5), quality: 0 },
+        Rec { sensor: "A_LINE1_001".into(), t: 1_700_000_002_000, value: Stored::Float(4.75), quality: 2 },
+    ];
+    let ddata = edge.ddata(&recs, true, 100);
+    let death = edge.ndeath(42);
+    let js = decode_js(&[nbirth.payload, dbirth.payload, ddata[0].payload.clone(), death.payload]);
+
+    let (nb, db, dd, nd) = (&js[0], &js[1], &js[2], &js[3]);
+    assert_eq!(nb["seq"], 0);
+    assert_eq!(nb["metrics"][0]["name"], "bdSeq");
+    assert_eq!(nb["metrics"][0]["type"], "Int64");
+    assert_eq!(nb["metrics"][0]["value"], 42);
+    assert_eq!(nb["metrics"][1]["name"], "Node Control/Rebirth");
+    assert_eq!(nb["metrics"][1]["type"], "Boolean");
+    assert_eq!(nb["metrics"][1]["value"], false);
+
+    assert_eq!(db["seq"], 1);
+    let m = db["metrics"].as_array().unwrap().iter().find(|m| m["name"] == "A_LINE1_001").unwrap();
+    assert_eq!(m["type"], "Float", "{m}");
+    assert_eq!(m["value"], 4.25);
+    assert_eq!(m["timestamp"], 1_700_000_000_123u64);
+    let alias = m["alias"].as_u64().unwrap();
+    assert_eq!(m["properties"]["engUnit"]["value"], "bar");
+    assert_eq!(m["properties"]["engUnit"]["type"], "String");
+    assert_eq!(m["properties"]["engLow"]["value"], 2.0);
+    assert_eq!(m["properties"]["engHigh"]["type"], "Double");
+    assert_eq!(m["properties"]["kind"]["value"], "pressure");
+    assert_eq!(m["properties"]["Quality"]["value"], 192);
+    assert_eq!(m["properties"]["Quality"]["type"], "Int32");
+    let unread = db["metrics"].as_array().unwrap().iter().find(|m| m["name"] == "A_LINE1_002").unwrap();
+    assert_eq!(unread["value"], Value::Null, "no value yet: null");
+
+    assert_eq!(dd["seq"], 2);
+    let ms = dd["metrics"].as_array().unwrap();
+    assert_eq!(ms.len(), 2);
+    assert_eq!(ms[0]["alias"].as_u64(), Some(alias));
+    assert_eq!(ms[0].get("name"), None);
+    assert_eq!(ms[0]["isHistorical"], true);
+    assert_eq!(ms[0]["value"], 4.5);
+    assert_eq!(ms[1]["timestamp"], 1_700_000_002_000u64);
+    assert_eq!(ms[1]["properties"]["Quality"]["value"], 0);
+
+    assert_eq!(nd.get("seq"), None, "NDEATH has no seq");
+    assert_eq!(nd["metrics"][0]["value"], 42);
+}

@@ -1,0 +1,8 @@
+//! The Sparkplug B edge node: payloads read by a decoder we did not write, and the edge
+//! node against a real Mosquitto broker.
+
+mod broker;
+mod edge;
+mod external_decoder;
+mod outage;
+mod process;

@@ -1,0 +1,220 @@
+//! Store-and-forward: every value change made while the broker (or the primary host) is
+//! away arrives afterwards, historical, in order, once; across a restart of fieldgate too.
+//!
+//! The oracle is the simulator: the test sets a sensor to known values one after another
+//! (each read by the poller before the next), so the values that must arrive are known
+//! without trusting fieldgate's own counters.
+
+use std::time::Duration;
+
+use fieldgate::sparkplug::payload::Value;
+use fieldgate_sim::Wave;
+
+use super::broker::{Broker, Host, Msg, counter, metric, state};
+use super::edge::{Rig, demo_sim, mqtt_config, rig_with};
+use crate::support::wait_until;
+
+const T: Duration = Duration::from_secs(20);
+const SENSOR: &str = "A_LINE1_001";
+
+/// Sets `SENSOR` to `v` and waits until fieldgate's poller has read it.
+async fn set_and_read(rig: &Rig, v: f64) {
+    rig.sim.set_wave(SENSOR, Wave::Constant { value: v });
+    let tools = rig.running.tools.clone();
+    let s = tools.registry().sensor(&SENSOR.parse().unwrap()).unwrap().clone();
+    wait_until(&format!("{SENSOR} read as {v}"), T, || {
+        let got = tools.reader().cache().last(&s).and_then(|x| x.value.as_f64());
+        async move { got.is_some_and(|g| (g - v).abs() < 1e-4) }
+    })
+    .await;
+}
+
+/// The alias of `SENSOR` in the DBIRTHs seen.
+fn alias(seen: &[Msg]) -> u64 {
+    seen.iter()
+        .filter(|m| m.kind() == "DBIRTH")
+        .flat_map(|m| &m.payload.metrics)
+        .find(|m| m.name.as_deref() == Some(SENSOR))
+        .and_then(|m| m.alias)
+        .expect("SENSOR born")
+}
+
+/// `SENSOR`'s historical values and timestamps, in arrival order.
+fn historical(seen: &[Msg], alias: u64) -> Vec<(f64, u64)> {
+    seen.iter()
+        .filter(|m| m.kind() == "DDATA")
+        .flat_map(|m| &m.payload.metrics)
+        .filter(|m| m.alias == Some(alias) && m.is_historical == Some(true))
+        .map(|m| match m.value {
+            Some(Value::Float(f)) => (f as f64, m.timestamp.unwrap()),
+            ref other => panic!("a Float: {other:?}"),
+        })
+        .collect()
+}
+
+/// The values the test set arrived historical, exactly once each and in order, and every
+/// historical value of the sensor has a later timestamp than the one before.
+fn check_history(seen: &[Msg], values: &[f64]) {
+    let h = historical(seen, alias(seen));
+    for w in h.windows(2) {
+        assert!(w[0].1 < w[1].1, "historical timestamps strictly increase: {h:?}");
+    }
+    let ours: Vec<f64> =
+        h.iter().map(|(v, _)| *v).filter(|v| values.iter().any(|x| (x - v).abs() < 1e-4)).collect();
+    assert_eq!(ours.len(), values.len(), "every change arrived once: {ours:?} vs {values:?}");
+    for (got, want) in ours.iter().zip(values) {
+        assert!((got - want).abs() < 1e-4, "in order: {ours:?} vs {values:?}");
+    }
+}
+
+/// fieldgate's count of historical values sent, now.
+fn historical_sent(rig: &Rig) -> u64 {
+    metric(&rig.running.tools, "fieldgate_sparkplug_historical_sent_total").unwrap()
+}
+
+/// Waits until the buffer is drained and the host has seen, from `seen[mark..]`, every
+/// historical value sent since fieldgate's count was `base`.
+async fn drained(host: &mut Host, rig: &Rig, (mark, base): (usize, u64)) {
+    let tools = rig.running.tools.clone();
+    counter(&tools, "fieldgate_sparkplug_buffered", T, |v| v == 0).await;
+    let sent = historical_sent(rig) - base;
+    let count = |seen: &[Msg]| {
+        seen[mark..].iter().flat_map(|m| &m.payload.metrics).filter(|x| x.is_historical == Some(true)).count()
+            as u64
+    };
+    let deadline = tokio::time::Instant::now() + T;
+    while count(&host.seen) < sent {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the host got {} of {sent} historical values",
+            count(&host.seen)
+        );
+        host.until("the drained values", T, |m| m.kind() == "DDATA").await;
+    }
+    assert_eq!(count(&host.seen), sent, "the host got what was sent as historical");
+}
+
+fn values(from: f64, n: usize) -> Vec<f64> {
+    (0..n).map(|i| from + i as f64 * 0.25).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_outage_every_change_arrives_historical_in_order() {
+    let mut broker = Broker::start().await;
+    let mut host = Host::connect_as(broker.port, Some("scada")).await;
+    let data = tempfile::tempdir().unwrap();
+    let mut c = mqtt_config(&broker, data.path());
+    c.mqtt.primary_host_id = "scada".into();
+    let rig = rig_with(c, demo_sim().await, data).await;
+    let tools = rig.running.tools.clone();
+    host.until("NBIRTH", T, |m| m.kind() == "NBIRTH").await;
+    set_and_read(&rig, 3.0).await;
+
+    broker.stop().await;
+    counter(&tools, "fieldgate_sparkplug_connected", T, |v| v == 0).await;
+    host.take();
+    let mark = (host.seen.len(), historical_sent(&rig));
+    let during = values(10.0, 8);
+    for v in &during {
+        set_and_read(&rig, *v).await;
+    }
+    counter(&tools, "fieldgate_sparkplug_buffered", T, |v| v > 0).await;
+    broker.restart().await;
+    let birth = host.until("NBIRTH after the outage", T, |m| m.kind() == "NBIRTH").await;
+    drained(&mut host, &rig, mark).await;
+    // Births come first: nothing historical between the outage and the new NBIRTH.
+    let after = &host.seen[mark.0..];
+    let at = after.iter().position(|m| m.kind() == "NBIRTH").unwrap();
+    assert!(after[..at].iter().flat_map(|m| &m.payload.metrics).all(|m| m.is_historical != Some(true)));
+    assert_eq!(birth.payload.seq, Some(0));
+    check_history(&host.seen, &during);
+    // Live data goes on.
+    set_and_read(&rig, 42.0).await;
+    host.until("live data after the drain", T, |m| {
+        m.kind() == "DDATA"
+            && m.payload
+                .metrics
+                .iter()
+                .any(|x| x.value == Some(Value::Float(42.0)) && x.is_historical.is_none())
+    })
+    .await;
+    rig.running.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fieldgate_restarted_during_the_outage_loses_nothing() {
+    let mut broker = Broker::start().await;
+    let mut host = Host::connect_as(broker.port, Some("scada")).await;
+    let data = tempfile::tempdir().unwrap();
+    let mut c = mqtt_config(&broker, data.path());
+    c.mqtt.primary_host_id = "scada".into();
+    let sim = demo_sim().await;
+    let data_path = data.path().to_path_buf();
+    let rig = rig_with(c.clone(), sim, data).await;
+    let first = host.until("NBIRTH", T, |m| m.kind() == "NBIRTH").await;
+    broker.stop().await;
+    counter(&rig.running.tools, "fieldgate_sparkplug_connected", T, |v| v == 0).await;
+    let before = values(10.0, 4);
+    for v in &before {
+        set_and_read(&rig, *v).await;
+    }
+    // A clean stop writes the buffer; a new process (same data directory) goes on.
+    let Rig { sim, running, devices, data } = rig;
+    running.stop().await.unwrap();
+    drop(devices);
+    assert_eq!(data.path(), data_path);
+    let rig = rig_with(c, sim, data).await;
+    counter(&rig.running.tools, "fieldgate_sparkplug_buffered", T, |v| v >= 4).await;
+    host.take();
+    let mark = (host.seen.len(), 0);
+    let after = values(20.0, 4);
+    for v in &after {
+        set_and_read(&rig, *v).await;
+    }
+    broker.restart().await;
+    let second = host.until("NBIRTH after the restart", T, |m| m.kind() == "NBIRTH").await;
+    assert_ne!(super::edge::bd_seq(&second), super::edge::bd_seq(&first), "a new bdSeq");
+    drained(&mut host, &rig, mark).await;
+    let all: Vec<f64> = before.iter().chain(&after).copied().collect();
+    check_history(&host.seen, &all);
+    rig.running.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary_host_offline_means_buffer_then_births_and_drain() {
+    let broker = Broker::start().await;
+    let mut host = Host::connect_as(broker.port, Some("scada")).await;
+    let data = tempfile::tempdir().unwrap();
+    let mut c = mqtt_config(&broker, data.path());
+    c.mqtt.primary_host_id = "scada".into();
+    let rig = rig_with(c, demo_sim().await, data).await;
+    let tools = rig.running.tools.clone();
+    let first = host.until("NBIRTH", T, |m| m.kind() == "NBIRTH").await;
+    host.until("DDATA", T, |m| m.kind() == "DDATA").await;
+
+    host.publish("spBv1.0/STATE/scada", state(false), true).await;
+    let death = host.until("NDEATH when the host goes offline", T, |m| m.kind() == "NDEATH").await;
+    assert_eq!(super::edge::bd_seq(&death), super::edge::bd_seq(&first));
+    counter(&tools, "fieldgate_sparkplug_online", T, |v| v == 0).await;
+    host.take();
+    let mark = (host.seen.len(), historical_sent(&rig));
+    let during = values(30.0, 5);
+    for v in &during {
+        set_and_read(&rig, *v).await;
+    }
+    // Connected again (the only broker is the next one), but no births while the host is away.
+    counter(&tools, "fieldgate_sparkplug_connected", T, |v| v == 1).await;
+    assert_eq!(metric(&tools, "fieldgate_sparkplug_online"), Some(0));
+    host.take();
+    let kinds: Vec<&str> = host.seen.iter().map(|m| m.kind()).collect();
+    assert!(
+        !kinds.iter().skip_while(|k| **k != "NDEATH").any(|k| *k == "NBIRTH"),
+        "no birth while the host is offline: {kinds:?}"
+    );
+
+    host.publish("spBv1.0/STATE/scada", state(true), true).await;
+    host.until("NBIRTH when the host is back", T, |m| m.kind() == "NBIRTH").await;
+    drained(&mut host, &rig, mark).await;
+    check_history(&host.seen, &during);
+    rig.running.stop().await.unwrap();
+}
