@@ -6,6 +6,7 @@ pub mod app;
 pub mod backoff;
 pub mod cli;
 pub mod config;
+pub mod console;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod driver;

@@ -2,6 +2,7 @@
 //! implementation per tool. Transports call [`ToolService::call`] and map the
 //! [`Envelope`] to their wire; nothing here knows about MCP or HTTP.
 
+pub mod activity;
 mod call_key;
 pub mod catalog;
 pub mod defs;
@@ -16,7 +17,7 @@ pub mod readings;
 mod resources;
 mod status;
 pub mod validate;
-mod when;
+pub mod when;
 pub mod work_orders;
 
 use std::collections::HashMap;
@@ -71,7 +72,7 @@ impl Caller {
 }
 
 /// What a tool returns before the envelope is put around it.
-pub(crate) type ToolResult = Result<envelope::Data, ToolError>;
+pub type ToolResult = Result<envelope::Data, ToolError>;
 
 /// Serializes a tool's data once.
 pub(crate) fn to_data<T: serde::Serialize>(v: &T) -> ToolResult {
@@ -97,6 +98,8 @@ pub(crate) struct Inner {
     pub(crate) repeat: RepeatGuard,
     pub(crate) history: Option<Arc<HistoryStore>>,
     pub(crate) work_orders: Option<Arc<crate::work_orders::WorkOrderStore>>,
+    /// The recent tool calls, for the operator console.
+    activity: activity::Activity,
 }
 
 impl ToolService {
@@ -142,6 +145,7 @@ impl ToolService {
             repeat,
             history,
             work_orders: crate::work_orders::WorkOrderStore::in_memory().ok().map(Arc::new),
+            activity: activity::Activity::default(),
         };
         ToolService { inner: Arc::new(inner) }
     }
@@ -329,6 +333,18 @@ impl ToolService {
         };
         let code = envelope.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
         self.inner.metrics.call(spec.name, code, started.elapsed());
+        let short_args = match logged.as_deref() {
+            Some(text) => activity::short(text),
+            None => activity::short(&redact(&args)),
+        };
+        self.inner.activity.record(activity::Call {
+            at: chrono::Utc::now(),
+            tool: spec.name.to_string(),
+            args: short_args,
+            code,
+            duration_ms: envelope.meta.duration_ms,
+            caller: caller.id.clone(),
+        });
         if let Some(logged_args) = logged {
             let device = match envelope.error.as_ref() {
                 Some(e) => e.device_id.clone().unwrap_or_default(),
@@ -381,6 +397,56 @@ impl ToolService {
         };
         let attempts = u32::from(matches!(caller.role, Role::Operator) && result.is_ok());
         finish("probe_device", started, attempts, result)
+    }
+
+    /// The agent's recent tool calls (every transport), newest first.
+    pub fn activity(&self) -> Vec<activity::Call> {
+        self.inner.activity.recent()
+    }
+
+    /// A query of the operator console: the same code as the tool `tool`, outside the
+    /// agent's pipeline (no rate limit, no log line, no activity entry). Only the tools
+    /// that never read a device are served here; the console's live values come from the
+    /// reading cache ([`ToolService::cached_reading`]).
+    pub fn view(&self, tool: &str, args: &Value) -> ToolResult {
+        let registry = &self.inner.registry;
+        let suggest = |param: &str, received: &str| suggestions_for(registry, param, received);
+        if !matches!(
+            tool,
+            "list_sensors"
+                | "get_device_status"
+                | "get_sensor_history"
+                | "get_work_order"
+                | "list_work_orders"
+        ) {
+            return Err(ToolError::internal());
+        }
+        match self.inner.validators.get(tool) {
+            Some(v) => v.check(args, &suggest)?,
+            None => return Err(ToolError::internal()),
+        }
+        match tool {
+            "list_sensors" => list_sensors::run(parse(args)?, registry),
+            "get_device_status" => status::run(&self.inner, parse(args)?),
+            "get_sensor_history" => history::run(&self.inner, parse(args)?),
+            "get_work_order" => work_orders::get(&self.inner, parse(args)?),
+            _ => work_orders::list(&self.inner, parse(args)?),
+        }
+    }
+
+    /// The last value the poller (or a call) read of `sensor`, as the agent would see it
+    /// from the cache; never a device read.
+    pub fn cached_reading(&self, sensor: &crate::registry::Sensor) -> Option<defs::Reading> {
+        let now = chrono::Utc::now();
+        let sample = self.inner.reader.cache().fresh(sensor, u64::MAX / 2, now)?;
+        let mut stamps = reading_json::Stamps::new();
+        Some(reading_json::reading(
+            sensor,
+            &sample,
+            defs::UnitMode::Normalized,
+            defs::ReadingSource::Cache,
+            &mut stamps,
+        ))
     }
 
     /// One sensor's description (`GET /v1/sensors/{id}`).

@@ -3,6 +3,7 @@
 mod agent_contract;
 mod chaos;
 mod cli;
+mod console;
 mod crash_storage;
 mod crash_window;
 mod dead_device;
