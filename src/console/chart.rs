@@ -35,9 +35,11 @@ pub struct Chart {
     /// The sensor's normal range, drawn when it falls inside the data's scale.
     pub range: Option<(f64, f64)>,
     pub unit: String,
+    /// Stretches without stored points (milliseconds), as the history reports them.
+    pub gaps: Vec<(i64, i64)>,
 }
 
-fn ms(t: &str) -> Option<i64> {
+pub fn ms(t: &str) -> Option<i64> {
     DateTime::parse_from_rfc3339(t).ok().map(|t| t.timestamp_millis())
 }
 
@@ -57,12 +59,15 @@ fn usable(buckets: &[HistoryBucket]) -> Vec<Bucket> {
         .collect()
 }
 
-/// Runs of buckets without a gap between them.
-fn runs(buckets: &[Bucket], width: i64) -> Vec<&[Bucket]> {
+/// Runs of buckets without a gap between them: a gap is what `get_sensor_history`
+/// reports as one (a stretch without stored points longer than the sensor's silence
+/// allows), not a few empty buckets while a value stayed inside its deadband.
+fn runs<'a>(buckets: &'a [Bucket], width: i64, gaps: &[(i64, i64)]) -> Vec<&'a [Bucket]> {
     let mut out = Vec::new();
     let mut start = 0;
+    let apart = |a: &Bucket, b: &Bucket| gaps.iter().any(|&(from, to)| from < b.t && to > a.t + width);
     for i in 1..=buckets.len() {
-        if i == buckets.len() || buckets[i].t - buckets[i - 1].t > width.saturating_mul(2) {
+        if i == buckets.len() || apart(&buckets[i - 1], &buckets[i]) {
             out.push(&buckets[start..i]);
             start = i;
         }
@@ -109,7 +114,7 @@ impl Chart {
         let y = |v: f64| TOP + (hi - v) / (hi - lo) * (H - TOP - BOTTOM);
         let mut band = String::new();
         let mut line = String::new();
-        for run in runs(&data, self.bucket_ms.max(1)) {
+        for run in runs(&data, self.bucket_ms.max(1), &self.gaps) {
             let mut pts = String::new();
             for b in run {
                 let _ = write!(pts, "{:.1},{:.1} ", x(b.t), y(b.max));
@@ -226,6 +231,7 @@ mod tests {
             bucket_ms: 60_000,
             range: Some((0.0, 3.5)),
             unit: "bar".into(),
+            gaps: vec![(from + 60_000, from + 600_000)],
         };
         let svg = c.render(&b).into_string();
         assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
@@ -236,8 +242,24 @@ mod tests {
     }
 
     #[test]
+    fn buckets_apart_without_a_reported_gap_are_one_line() {
+        let b =
+            [bucket("2026-01-01T00:00:00Z", 1.0, 3.0, 2.0), bucket("2026-01-01T00:10:00Z", 2.0, 4.0, 3.0)];
+        let from = ms("2026-01-01T00:00:00Z").unwrap();
+        let c = Chart {
+            from,
+            to: from + 3_600_000,
+            bucket_ms: 60_000,
+            range: None,
+            unit: "bar".into(),
+            gaps: Vec::new(),
+        };
+        assert_eq!(c.render(&b).into_string().matches("<polyline").count(), 1);
+    }
+
+    #[test]
     fn nothing_to_draw_says_so() {
-        let c = Chart { from: 0, to: 1, bucket_ms: 1, range: None, unit: "bar".into() };
+        let c = Chart { from: 0, to: 1, bucket_ms: 1, range: None, unit: "bar".into(), gaps: Vec::new() };
         assert!(c.render(&[]).into_string().contains("No stored history"));
         let b = HistoryBucket { min: None, ..bucket("2026-01-01T00:00:00Z", 0.0, 0.0, 0.0) };
         assert!(c.render(&[b]).into_string().contains("No stored history"));

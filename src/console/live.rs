@@ -31,6 +31,9 @@ use crate::tools::envelope::ErrorCode;
 
 /// How often the snapshot is rendered while someone listens.
 pub const TICK: Duration = Duration::from_secs(1);
+/// How often the devices' states are compared with the last snapshot's: a change is
+/// sent at once, not at the next second.
+const CHECK: Duration = Duration::from_millis(200);
 /// Recent calls shown on the activity page.
 pub const ACTIVITY_ROWS: usize = 50;
 
@@ -52,14 +55,22 @@ impl Live {
             let (tx, _) = watch::channel(Arc::from(snapshot(&self.tools)));
             let (tools, tx2, stop) = (self.tools.clone(), tx.clone(), self.shutdown.clone());
             tokio::spawn(async move {
-                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
+                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + CHECK, CHECK);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let (mut states, mut sent) = (String::new(), tokio::time::Instant::now());
                 loop {
                     tokio::select! {
                         _ = stop.cancelled() => break,
                         _ = tick.tick() => {}
                     }
-                    if tx2.receiver_count() > 0 {
+                    if tx2.receiver_count() == 0 {
+                        continue;
+                    }
+                    // A device's change of state is sent at once; values once a second.
+                    let now_states = device_states(&tools);
+                    if now_states != states || sent.elapsed() >= TICK {
+                        states = now_states;
+                        sent = tokio::time::Instant::now();
                         tx2.send_replace(Arc::from(snapshot(&tools)));
                     }
                 }
@@ -117,6 +128,11 @@ pub fn snapshot(tools: &ToolService) -> String {
     }
     parts.insert("activity".into(), json!(activity_rows(&tools.activity()).into_string()));
     serde_json::Value::Object(parts).to_string()
+}
+
+/// The state and breaker of every device, as one string to compare.
+fn device_states(tools: &ToolService) -> String {
+    devices(tools).iter().map(|d| format!("{:?}{:?};", d.state, d.breaker.state)).collect()
 }
 
 /// Every device's status, as `get_device_status` gives it.
@@ -177,7 +193,8 @@ pub fn device_cells(d: &DeviceStatus) -> Markup {
                 BreakerState::Open => "OPEN",
                 BreakerState::HalfOpen => "half-open (probing)",
             }
-            @if b.consecutive_failures > 0 { br; span.muted { (b.consecutive_failures) " failures in a row" } }
+            @if b.consecutive_failures == 1 { br; span.muted { "1 failure" } }
+            @if b.consecutive_failures > 1 { br; span.muted { (b.consecutive_failures) " failures in a row" } }
             @if let Some(ms) = b.retry_after_ms { br; span.muted { "next probe in " (ms.div_ceil(1000)) " s" } } }
         td { @match &d.last_error {
                 Some(e) => { "Device " (plain(e.code)) br; span.muted { (e.code.as_str()) ", " (when(&e.at)) } }

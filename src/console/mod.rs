@@ -141,7 +141,7 @@ async fn headers(req: Request, next: Next) -> Response {
         ),
     );
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     let cache = if asset { "public, max-age=3600" } else { "no-store" };
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     res

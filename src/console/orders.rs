@@ -97,7 +97,7 @@ fn order_card(viewer: &Viewer, o: &WorkOrder, full: bool) -> Markup {
             }
             @if !actions.is_empty() { (decision_form(viewer, o, &actions)) }
             @if full { (history(o)) } @else {
-                details { summary { "History (" (o.history.len()) " steps)" } (history(o)) }
+                details { summary { "History (" (o.history.len()) @if o.history.len() == 1 { " step)" } @else { " steps)" } } (history(o)) }
             }
         }
     }

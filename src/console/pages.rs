@@ -245,12 +245,14 @@ pub fn sensor_markup(c: &Console, viewer: &Viewer, id: &str, q: &RangeQuery) -> 
     let bucket_s = ((to - from) / BUCKETS / 1000).max(1);
     let h = history(c, s, &from_text, to_text.as_deref(), bucket_s)?;
     let device = registry.device_of(s);
+    let gaps = h.gaps.iter().filter_map(|g| Some((chart::ms(&g.from)?, chart::ms(&g.to)?))).collect();
     let chart = Chart {
         from,
         to,
         bucket_ms: bucket_s * 1000,
         range: s.range.map(|r| (r.min, r.max)),
         unit: s.unit.clone(),
+        gaps,
     };
     let reading = c.tools.cached_reading(s);
     let body = html! {
