@@ -335,7 +335,9 @@ impl ToolService {
         self.inner.metrics.call(spec.name, code, started.elapsed());
         let short_args = match logged.as_deref() {
             Some(text) => activity::short(text),
-            None => activity::short(&redact(&args)),
+            None if has_secret(&args) => activity::short(&redact(&args)),
+            // The common case without a log: no copy of the arguments.
+            None => activity::short(&args.to_string()),
         };
         self.inner.activity.record(activity::Call {
             at: chrono::Utc::now(),
@@ -585,13 +587,22 @@ fn trace_call(e: &Envelope, args: &str, caller: &Caller, device: &str) {
     );
 }
 
+/// Whether an argument's name looks like a secret's.
+fn secret_name(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    ["token", "password", "secret", "authorization"].iter().any(|s| k.contains(s))
+}
+
+fn has_secret(args: &Value) -> bool {
+    args.as_object().is_some_and(|o| o.keys().any(|k| secret_name(k)))
+}
+
 /// Arguments for the log, with anything that looks like a secret replaced.
 fn redact(args: &Value) -> String {
     let mut v = args.clone();
     if let Some(o) = v.as_object_mut() {
         for (k, val) in o.iter_mut() {
-            let k = k.to_ascii_lowercase();
-            if ["token", "password", "secret", "authorization"].iter().any(|s| k.contains(s)) {
+            if secret_name(k) {
                 *val = Value::String("[redacted]".into());
             }
         }

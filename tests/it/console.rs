@@ -390,8 +390,30 @@ async fn the_console_is_neither_rate_limited_nor_shown_as_agent_calls() {
     let refused =
         send(&r, "POST", "/v1/tools/get_sensor_reading", &[], r#"{"sensor_id":"A_LINE1_999"}"#).await;
     assert_eq!(refused.status, 404);
+    // A call over MCP is shown the same way: here, refused by the agent's rate limit.
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}},
+        "name": "list_sensors", "arguments": {"zone": "UTIL"}}});
+    let headers = [
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "list_sensors"),
+    ];
+    let mcp = send(&r, "POST", "/mcp", &headers, &call.to_string()).await;
+    assert_eq!(mcp.status, 200, "{}", mcp.body);
+    let calls = service.activity();
+    assert_eq!(calls.len(), 3);
+    assert_eq!((calls[0].tool.as_str(), calls[0].code), ("list_sensors", "RATE_LIMITED"));
+    assert!(calls[0].args.contains("UTIL"), "{:?}", calls[0]);
+    // Anything named like a secret is not shown.
+    let secret = r#"{"api_token":"hunter2-hunter2"}"#;
+    send(&r, "POST", "/v1/tools/list_sensors", &[("content-type", "application/json")], secret).await;
     let page = get(&r, "/console/activity", None).await.body;
     assert!(page.contains("SENSOR_NOT_FOUND") && page.contains("A_LINE1_999"), "{page}");
+    assert!(page.contains("RATE_LIMITED"), "{page}");
+    assert!(page.contains("[redacted]") && !page.contains("hunter2"), "{page}");
 }
 
 #[tokio::test]
@@ -414,4 +436,39 @@ async fn every_console_route_is_served_and_a_browser_at_the_root_lands_on_it() {
     assert_eq!((browser.status, browser.header("location")), (303, Some("/console")));
     let api = get(&r, "/", None).await;
     assert!(api.body.contains("\"service\""), "API clients still get the JSON index");
+}
+
+#[tokio::test]
+async fn the_live_stream_sends_every_device_and_sensor_at_once() {
+    use http_body_util::BodyExt;
+    let service = service();
+    let s = service.registry().sensor_named("A_UTIL_001").unwrap();
+    let sample =
+        Sample { value: RawValue::Float(231.25), at: chrono::Utc::now(), quality: SampleQuality::Good };
+    service.reader().cache().put(s, &sample);
+    let r = router(service, Tokens::default());
+    let req =
+        Request::builder().uri("/console/live").header("host", "127.0.0.1").body(Body::empty()).unwrap();
+    let res = r.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let mut body = res.into_body();
+    let frame = tokio::time::timeout(std::time::Duration::from_secs(5), body.frame())
+        .await
+        .expect("the first snapshot comes at once")
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
+    assert!(text.starts_with("event: snapshot\ndata: {"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(text.trim_start_matches("event: snapshot\ndata: ").trim()).unwrap();
+    let parts = json.as_object().unwrap();
+    assert_eq!(parts.keys().filter(|k| k.starts_with("dev-")).count(), 4);
+    assert_eq!(parts.keys().filter(|k| k.starts_with("sen-")).count(), 44);
+    assert!(
+        parts["sen-A_UTIL_001"].as_str().unwrap().contains("<b>231.25</b> V"),
+        "{}",
+        parts["sen-A_UTIL_001"]
+    );
+    assert!(parts.contains_key("attention") && parts.contains_key("activity"));
 }
