@@ -16,7 +16,7 @@ const ARGS_CHARS: usize = 160;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {
     pub at: DateTime<Utc>,
-    pub tool: String,
+    pub tool: &'static str,
     /// The arguments as JSON, secrets redacted, cut to a short length.
     pub args: String,
     /// `OK` or the error code.
@@ -71,9 +71,10 @@ mod tests {
     use super::*;
 
     fn call(n: usize) -> Call {
+        const NAMES: [&str; 5] = ["t0", "t1", "t2", "t3", "t4"];
         Call {
             at: Utc::now(),
-            tool: format!("t{n}"),
+            tool: NAMES[n],
             args: String::new(),
             code: "OK",
             duration_ms: 0.0,
@@ -87,7 +88,7 @@ mod tests {
         for n in 0..5 {
             ring.record(call(n));
         }
-        let tools: Vec<String> = ring.recent().into_iter().map(|c| c.tool).collect();
+        let tools: Vec<&str> = ring.recent().into_iter().map(|c| c.tool).collect();
         assert_eq!(tools, ["t4", "t3", "t2"]);
     }
 

@@ -341,7 +341,7 @@ impl ToolService {
         };
         self.inner.activity.record(activity::Call {
             at: chrono::Utc::now(),
-            tool: spec.name.to_string(),
+            tool: spec.name,
             args: short_args,
             code,
             duration_ms: envelope.meta.duration_ms,

@@ -383,10 +383,7 @@ async fn the_console_is_neither_rate_limited_nor_shown_as_agent_calls() {
     assert_eq!(call.status, 200, "{}", call.body);
     let calls = service.activity();
     assert_eq!(calls.len(), 1);
-    assert_eq!(
-        (calls[0].tool.as_str(), calls[0].code, calls[0].caller.as_str()),
-        ("list_sensors", "OK", "anonymous")
-    );
+    assert_eq!((calls[0].tool, calls[0].code, calls[0].caller.as_str()), ("list_sensors", "OK", "anonymous"));
     let refused =
         send(&r, "POST", "/v1/tools/get_sensor_reading", &[], r#"{"sensor_id":"A_LINE1_999"}"#).await;
     assert_eq!(refused.status, 404);
@@ -405,7 +402,7 @@ async fn the_console_is_neither_rate_limited_nor_shown_as_agent_calls() {
     assert_eq!(mcp.status, 200, "{}", mcp.body);
     let calls = service.activity();
     assert_eq!(calls.len(), 3);
-    assert_eq!((calls[0].tool.as_str(), calls[0].code), ("list_sensors", "RATE_LIMITED"));
+    assert_eq!((calls[0].tool, calls[0].code), ("list_sensors", "RATE_LIMITED"));
     assert!(calls[0].args.contains("UTIL"), "{:?}", calls[0]);
     // Anything named like a secret is not shown.
     let secret = r#"{"api_token":"hunter2-hunter2"}"#;
