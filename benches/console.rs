@@ -7,7 +7,8 @@
 //! every 10 s: 8,640 points in about 120 buckets) and of one live snapshot; then, for the
 //! real `fieldgate serve` polling 100 sensors once a second from the simulator, its CPU
 //! time over 10 s without a browser and over 10 s with 5 live streams open (each reads
-//! every event), and the difference as a share of one core.
+//! every event), and the difference as a share of one core. It also prints what recording
+//! one call in the agent-activity ring costs.
 //! Targets (issue 24): under 5 ms per render; under 2 % of one core for the 5 streams.
 
 use std::path::Path;
@@ -74,6 +75,32 @@ fn renders() {
     println!("sensor page, 24 h chart:    p50 {p50:.3} ms  p99 {p99:.3} ms  ({bytes} bytes)   target < 5 ms");
     let (p50, p99, bytes) = time(|| console.render_snapshot().len());
     println!("live snapshot (44 sensors): p50 {p50:.3} ms  p99 {p99:.3} ms  ({bytes} bytes)");
+}
+
+/// What recording one call in the activity ring costs `ToolService::call_as`: the call's
+/// arguments are moved in (their copies here are made before the clock starts), and the
+/// ring's lock taken.
+fn activity_cost() {
+    use fieldgate::tools::activity::{Activity, Call};
+    let ring = Activity::default();
+    let args = serde_json::json!({ "sensor_id": "A_LINE1_001", "max_age_ms": 3_600_000 });
+    let n = 200_000;
+    let batch: Vec<serde_json::Value> = (0..n).map(|_| args.clone()).collect();
+    let start = Instant::now();
+    for args in batch {
+        ring.record(Call {
+            at: chrono::Utc::now(),
+            tool: "get_sensor_reading",
+            args,
+            code: "OK",
+            duration_ms: 0.1,
+            caller: std::hint::black_box("agent").to_string(),
+        });
+    }
+    let ns = start.elapsed().as_secs_f64() * 1e9 / n as f64;
+    println!(
+        "activity ring: {ns:.0} ns to record one call (arguments moved in, the lock, the oldest dropped)"
+    );
 }
 
 /// One device with 100 holding registers, polled once a second.
@@ -192,6 +219,7 @@ async fn cpu_share() {
 
 fn main() {
     renders();
+    activity_cost();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(cpu_share());
 }

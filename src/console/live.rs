@@ -304,7 +304,7 @@ pub fn activity_rows(calls: &[Call]) -> Markup {
                 td { (c.at.to_rfc3339_opts(SecondsFormat::Millis, true).replace('T', " ")) }
                 td { (c.caller) }
                 td { (c.tool) }
-                td { code { (c.args) } }
+                td { code { (c.args_text()) } }
                 td class=(if c.code == "OK" { "" } else { "out" }) { (c.code) }
                 td.num { (c.duration_ms) " ms" }
             }

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
+use serde_json::Value;
 
 /// Calls kept; the oldest is dropped first.
 pub const CAPACITY: usize = 200;
@@ -17,13 +18,20 @@ const ARGS_CHARS: usize = 160;
 pub struct Call {
     pub at: DateTime<Utc>,
     pub tool: &'static str,
-    /// The arguments as JSON, secrets redacted, cut to a short length.
-    pub args: String,
+    /// The arguments as the caller sent them; [`Call::args_text`] is what may be shown.
+    pub args: Value,
     /// `OK` or the error code.
     pub code: &'static str,
     pub duration_ms: f64,
     /// The caller's token name ("anonymous", "local").
     pub caller: String,
+}
+
+impl Call {
+    /// The arguments as JSON text, anything named like a secret redacted, cut short.
+    pub fn args_text(&self) -> String {
+        short(&super::redact(&self.args))
+    }
 }
 
 /// The ring of recent calls.
@@ -75,7 +83,7 @@ mod tests {
         Call {
             at: Utc::now(),
             tool: NAMES[n],
-            args: String::new(),
+            args: Value::Null,
             code: "OK",
             duration_ms: 0.0,
             caller: "a".into(),
@@ -99,5 +107,11 @@ mod tests {
         assert_eq!(s.chars().count(), ARGS_CHARS + 1);
         assert!(s.ends_with('…'));
         assert_eq!(short("{}"), "{}");
+    }
+
+    #[test]
+    fn secrets_are_not_shown() {
+        let c = Call { args: serde_json::json!({"api_Token": "hunter2", "zone": "UTIL"}), ..call(0) };
+        assert_eq!(c.args_text(), r#"{"api_Token":"[redacted]","zone":"UTIL"}"#);
     }
 }

@@ -333,20 +333,7 @@ impl ToolService {
         };
         let code = envelope.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
         self.inner.metrics.call(spec.name, code, started.elapsed());
-        let short_args = match logged.as_deref() {
-            Some(text) => activity::short(text),
-            None if has_secret(&args) => activity::short(&redact(&args)),
-            // The common case without a log: no copy of the arguments.
-            None => activity::short(&args.to_string()),
-        };
-        self.inner.activity.record(activity::Call {
-            at: chrono::Utc::now(),
-            tool: spec.name,
-            args: short_args,
-            code,
-            duration_ms: envelope.meta.duration_ms,
-            caller: caller.id.clone(),
-        });
+        let (duration_ms, code) = (envelope.meta.duration_ms, code);
         if let Some(logged_args) = logged {
             let device = match envelope.error.as_ref() {
                 Some(e) => e.device_id.clone().unwrap_or_default(),
@@ -354,6 +341,16 @@ impl ToolService {
             };
             trace_call(&envelope, &logged_args, caller, &device);
         }
+        // The arguments are moved into the ring, not copied: they become text (redacted,
+        // cut) only when a person looks.
+        self.inner.activity.record(activity::Call {
+            at: chrono::Utc::now(),
+            tool: spec.name,
+            args,
+            code,
+            duration_ms,
+            caller: caller.id.clone(),
+        });
         Ok(envelope)
     }
 
@@ -591,10 +588,6 @@ fn trace_call(e: &Envelope, args: &str, caller: &Caller, device: &str) {
 fn secret_name(k: &str) -> bool {
     let k = k.to_ascii_lowercase();
     ["token", "password", "secret", "authorization"].iter().any(|s| k.contains(s))
-}
-
-fn has_secret(args: &Value) -> bool {
-    args.as_object().is_some_and(|o| o.keys().any(|k| secret_name(k)))
 }
 
 /// Arguments for the log, with anything that looks like a secret replaced.

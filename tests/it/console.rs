@@ -403,7 +403,7 @@ async fn the_console_is_neither_rate_limited_nor_shown_as_agent_calls() {
     let calls = service.activity();
     assert_eq!(calls.len(), 3);
     assert_eq!((calls[0].tool, calls[0].code), ("list_sensors", "RATE_LIMITED"));
-    assert!(calls[0].args.contains("UTIL"), "{:?}", calls[0]);
+    assert!(calls[0].args_text().contains("UTIL"), "{:?}", calls[0]);
     // Anything named like a secret is not shown.
     let secret = r#"{"api_token":"hunter2-hunter2"}"#;
     send(&r, "POST", "/v1/tools/list_sensors", &[("content-type", "application/json")], secret).await;
