@@ -30,8 +30,19 @@ const AGENT: &str = "agent-token-0123456789";
 /// chromedriver on a free port and one Chromium session through it.
 struct Browser {
     client: Client,
-    _driver: tokio::process::Child,
+    driver: tokio::process::Child,
     _profile: tempfile::TempDir,
+}
+
+/// Chromium outlives chromedriver (its processes are reparented, not killed), so the
+/// driver runs in a process group of its own, and the whole group goes with the test,
+/// also when the test fails before it closes the session.
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(pid) = self.driver.id() {
+            let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status();
+        }
+    }
 }
 
 impl Browser {
@@ -49,6 +60,7 @@ impl Browser {
         }
         let mut driver = tokio::process::Command::new(CHROMEDRIVER)
             .arg("--port=0")
+            .process_group(0)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
@@ -88,7 +100,7 @@ impl Browser {
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
             .expect("a Chromium session");
-        Some(Browser { client, _driver: driver, _profile: profile })
+        Some(Browser { client, driver, _profile: profile })
     }
 
     async fn attr(&self, css: &str, name: &str) -> Option<String> {
@@ -299,5 +311,5 @@ async fn the_console_in_a_browser_shows_faults_live_and_takes_an_operators_decis
     assert!(b.text("main").await.contains("agent token"));
     assert_eq!(site.work_order(&id).await["status"], "pending_approval");
     let _ = &site.sim;
-    b.client.close().await.unwrap();
+    b.client.clone().close().await.unwrap();
 }
