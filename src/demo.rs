@@ -117,7 +117,7 @@ impl Demo {
         let base = format!("http://{}", self.addr);
         let mcp = json!({ "mcpServers": { "fieldgate": { "type": "http", "url": format!("{base}/mcp") } } });
         let mut out = format!(
-            "fieldgate demo: {} devices, {} sensors; simulator on loopback\n\n  HTTP API   {base}/v1/tools   (try: curl -s {base}/v1/sensors?zone=LINE1)\n  MCP        {base}/mcp\n  OpenAPI    {base}/openapi.json\n  metrics    {base}/metrics\n  data       {}\n\nMCP client configuration:\n{}\n",
+            "fieldgate demo: {} devices, {} sensors; simulator on loopback\n\n  console    {base}/console   (open it in a browser)\n  HTTP API   {base}/v1/tools   (try: curl -s {base}/v1/sensors?zone=LINE1)\n  MCP        {base}/mcp\n  OpenAPI    {base}/openapi.json\n  metrics    {base}/metrics\n  data       {}\n\nMCP client configuration:\n{}\n",
             self.tools.registry().devices().len(),
             self.tools.registry().sensors().len(),
             self.data_dir.display(),

@@ -10,6 +10,7 @@ pub mod app;
 pub(crate) mod backoff;
 pub mod cli;
 pub mod config;
+pub mod console;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod driver;

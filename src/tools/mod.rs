@@ -2,6 +2,7 @@
 //! implementation per tool. Transports call [`ToolService::call`] and map the
 //! [`Envelope`] to their wire; nothing here knows about MCP or HTTP.
 
+pub mod activity;
 mod call_key;
 pub mod catalog;
 mod cursor;
@@ -17,7 +18,7 @@ pub mod readings;
 mod resources;
 mod status;
 pub mod validate;
-mod when;
+pub mod when;
 pub mod work_orders;
 
 use std::collections::HashMap;
@@ -72,7 +73,7 @@ impl Caller {
 }
 
 /// What a tool returns before the envelope is put around it.
-pub(crate) type ToolResult = Result<envelope::Data, ToolError>;
+pub type ToolResult = Result<envelope::Data, ToolError>;
 
 /// Serializes a tool's data once.
 pub(crate) fn to_data<T: serde::Serialize>(v: &T) -> ToolResult {
@@ -100,6 +101,8 @@ pub(crate) struct Inner {
     pub(crate) work_orders: Option<Arc<crate::work_orders::WorkOrderStore>>,
     /// The Sparkplug edge node's counters, when it runs (`get_device_status` shows them).
     pub(crate) sparkplug: std::sync::OnceLock<Arc<crate::sparkplug::link::Counters>>,
+    /// The recent tool calls, for the operator console.
+    activity: activity::Activity,
 }
 
 /// The stores a service keeps its data in, given when it is built (a service is shared
@@ -167,6 +170,7 @@ impl ToolService {
             history: stores.history,
             work_orders: stores.work_orders,
             sparkplug: std::sync::OnceLock::new(),
+            activity: activity::Activity::default(),
         };
         ToolService { inner: Arc::new(inner) }
     }
@@ -368,6 +372,7 @@ impl ToolService {
         };
         let code = envelope.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
         self.inner.metrics.call(spec.name(), code, started.elapsed());
+        let (duration_ms, code) = (envelope.meta.duration_ms, code);
         if let Some(logged_args) = logged {
             let device = match envelope.error.as_ref() {
                 Some(e) => e.device_id.clone().unwrap_or_default(),
@@ -375,6 +380,16 @@ impl ToolService {
             };
             trace_call(&envelope, &logged_args, caller, &device);
         }
+        // The arguments are moved into the ring, not copied: they become text (redacted,
+        // cut) only when a person looks.
+        self.inner.activity.record(activity::Call {
+            at: chrono::Utc::now(),
+            tool: spec.name(),
+            args,
+            code,
+            duration_ms,
+            caller: caller.id.clone(),
+        });
         Ok(envelope)
     }
 
@@ -420,6 +435,52 @@ impl ToolService {
         };
         let attempts = u32::from(matches!(caller.role, Role::Operator) && result.is_ok());
         finish("probe_device", started, attempts, result)
+    }
+
+    /// The agent's recent tool calls (every transport), newest first.
+    pub fn activity(&self) -> Vec<activity::Call> {
+        self.inner.activity.recent()
+    }
+
+    /// A query of the operator console: the same code as the tool `tool`, outside the
+    /// agent's pipeline (no rate limit, no log line, no activity entry). Only the tools
+    /// that never read a device are served here; the console's live values come from the
+    /// reading cache ([`ToolService::cached_reading`]).
+    pub fn view(&self, tool: Tool, args: &Value) -> ToolResult {
+        let registry = &self.inner.registry;
+        let suggest = |param: &str, received: &str| suggestions_for(registry, param, received);
+        if tool.reads_devices() || tool == Tool::CreateWorkOrder {
+            return Err(ToolError::internal());
+        }
+        match self.inner.validators.get(&tool) {
+            Some(v) => v.check(args, &suggest)?,
+            None => return Err(ToolError::internal()),
+        }
+        match tool {
+            Tool::ListSensors => list_sensors::run(parse(args)?, registry),
+            Tool::GetDeviceStatus => status::run(&self.inner, parse(args)?),
+            Tool::GetSensorHistory => history::run(&self.inner, parse(args)?),
+            Tool::GetWorkOrder => work_orders::get(&self.inner, parse(args)?),
+            Tool::ListWorkOrders => work_orders::list(&self.inner, parse(args)?),
+            Tool::GetSensorReading | Tool::GetSensorReadings | Tool::CreateWorkOrder => {
+                Err(ToolError::internal())
+            }
+        }
+    }
+
+    /// The last value the poller (or a call) read of `sensor`, as the agent would see it
+    /// from the cache; never a device read.
+    pub fn cached_reading(&self, sensor: &crate::registry::Sensor) -> Option<defs::Reading> {
+        let now = chrono::Utc::now();
+        let sample = self.inner.reader.cache().fresh(sensor, u64::MAX / 2, now)?;
+        let mut stamps = reading_json::Stamps::new();
+        Some(reading_json::reading(
+            sensor,
+            &sample,
+            defs::UnitMode::Normalized,
+            defs::ReadingSource::Cache,
+            &mut stamps,
+        ))
     }
 
     /// One sensor's description (`GET /v1/sensors/{id}`).
@@ -557,13 +618,18 @@ fn trace_call(e: &Envelope, args: &str, caller: &Caller, device: &str) {
     );
 }
 
+/// Whether an argument's name looks like a secret's.
+fn secret_name(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    ["token", "password", "secret", "authorization"].iter().any(|s| k.contains(s))
+}
+
 /// Arguments for the log, with anything that looks like a secret replaced.
 fn redact(args: &Value) -> String {
     let mut v = args.clone();
     if let Some(o) = v.as_object_mut() {
         for (k, val) in o.iter_mut() {
-            let k = k.to_ascii_lowercase();
-            if ["token", "password", "secret", "authorization"].iter().any(|s| k.contains(s)) {
+            if secret_name(k) {
                 *val = Value::String("[redacted]".into());
             }
         }

@@ -11,7 +11,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use serde_json::{Value, json};
@@ -437,8 +437,18 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/openapi.json"),
 ];
 
-/// `GET /`: what is served here, for a person who opens the address in a browser.
-async fn index(State(st): State<AppState>) -> Response {
+/// `GET /`: what is served here. A browser (it accepts HTML) is sent to the console.
+async fn index(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    let html = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("text/html"));
+    if html {
+        let mut res = axum::response::Redirect::to("/console").into_response();
+        *res.status_mut() = StatusCode::SEE_OTHER;
+        return res;
+    }
     let routes: Vec<String> = ROUTES.iter().map(|(m, p)| format!("{m} {p}")).collect();
     let body = json!({
         "service": "fieldgate",
@@ -502,8 +512,10 @@ async fn limit_body(State(st): State<AppState>, req: Request, next: Next) -> Res
 /// Every request has a server-side time limit (`server.request_timeout_ms`).
 async fn request_timeout(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let limit = std::time::Duration::from_millis(st.tools.config().server.request_timeout_ms);
-    // A GET stream (MCP) lives as long as its session, not as one request.
-    if req.uri().path() == "/mcp" && req.method() == axum::http::Method::GET {
+    // A GET stream (MCP, the console's live updates) lives as long as its session or
+    // page, not as one request.
+    let path = req.uri().path();
+    if (path == "/mcp" || path == "/console/live") && req.method() == axum::http::Method::GET {
         return next.run(req).await;
     }
     match tokio::time::timeout(limit, next.run(req)).await {
@@ -555,7 +567,7 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken)
     let mcp = McpHttp::new(
         tools.clone(),
         hosts.iter().cloned().chain(hosts.iter().map(|h| format!("{h}:{}", cfg.listen.port()))),
-        shutdown,
+        shutdown.clone(),
     );
     let protected = Router::new()
         .route("/v1/tools", get(list_tools))
@@ -573,12 +585,14 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken)
         .route("/metrics", get(metrics))
         .route_service("/mcp", mcp)
         .layer(middleware::from_fn_with_state(st.clone(), authenticate));
+    let console = crate::console::Console::new(tools.clone(), st.tokens.clone(), shutdown.clone());
     Router::new()
         .route("/", get(index))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
         .merge(protected)
+        .merge(console.router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(st.clone(), check_origin))

@@ -3,6 +3,8 @@
 mod agent_contract;
 mod chaos;
 mod cli;
+mod console;
+mod console_browser;
 mod crash_storage;
 mod crash_window;
 mod dead_device;

@@ -1,0 +1,286 @@
+//! Who is looking at the console, and who may act.
+//!
+//! Without configured tokens (a loopback server), anyone who reaches the page may look
+//! and nobody may act. With tokens, a person signs in once with a token: the server keeps
+//! a session (its caller, its CSRF token, its expiry) behind a random ID sent as an
+//! `HttpOnly; SameSite=Strict` cookie. Every form carries the session's CSRF token (the
+//! sign-in form a token of its own, in a short-lived cookie), and the HTTP layer's
+//! Host/Origin checks apply to every console request. An agent's token can sign in to
+//! look, never to decide: `tools::work_orders::act` refuses the agent role.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Form, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::html;
+use serde::Deserialize;
+
+use super::{Console, ConsoleError, pages};
+use crate::tools::{Caller, Role};
+
+pub const SESSION_COOKIE: &str = "fieldgate_session";
+const LOGIN_COOKIE: &str = "fieldgate_login";
+/// How long a session lives after sign-in.
+const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// Sessions kept at most; the oldest goes first.
+const MAX_SESSIONS: usize = 1024;
+
+/// The sentence shown where actions would be, on a server without tokens.
+pub const NO_TOKENS: &str = "Actions are disabled: this server has no tokens configured, so nobody can sign in as an operator. To approve work orders here, configure an operator token (the environment variable FIELDGATE_TOKEN_<NAME>=operator:<secret of 16+ characters>, or [auth] tokens_file), restart fieldgate, and sign in with it.";
+
+/// A signed-in person.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub caller: Caller,
+    pub csrf: String,
+    expires: Instant,
+}
+
+/// Who is looking.
+#[derive(Debug, Clone)]
+pub enum Viewer {
+    /// No tokens configured: anyone may look, nobody may act.
+    Open,
+    /// Signed in with a token.
+    Signed(Session),
+}
+
+impl Viewer {
+    /// The CSRF token forms carry, when there is a session.
+    pub fn csrf(&self) -> Option<&str> {
+        match self {
+            Viewer::Open => None,
+            Viewer::Signed(s) => Some(&s.csrf),
+        }
+    }
+
+    pub fn is_operator(&self) -> bool {
+        matches!(self, Viewer::Signed(s) if s.caller.role == Role::Operator)
+    }
+}
+
+/// The server's sessions.
+#[derive(Default)]
+pub struct Sessions {
+    map: Mutex<HashMap<String, Session>>,
+}
+
+/// 32 random bytes as hex, from the operating system's generator.
+fn random_hex() -> Option<String> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).ok()?;
+    Some(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// True when both are equal; the time taken depends only on their lengths.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The value of cookie `name` in the request.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+impl Sessions {
+    fn open(&self, caller: Caller) -> Option<(String, Session)> {
+        let session = Session { caller, csrf: random_hex()?, expires: Instant::now() + SESSION_TTL };
+        let id = random_hex()?;
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        map.retain(|_, s| s.expires > now);
+        if map.len() >= MAX_SESSIONS
+            && let Some(oldest) = map.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+        map.insert(id.clone(), session.clone());
+        Some((id, session))
+    }
+
+    fn get(&self, id: &str) -> Option<Session> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(id).filter(|s| s.expires > Instant::now()).cloned()
+    }
+
+    fn close(&self, id: &str) {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+    }
+}
+
+impl Console {
+    /// Who is looking: anyone on a server without tokens, else the session's caller.
+    pub(super) fn viewer(&self, headers: &HeaderMap) -> Result<Viewer, ConsoleError> {
+        if self.tokens.is_empty() {
+            return Ok(Viewer::Open);
+        }
+        cookie(headers, SESSION_COOKIE)
+            .and_then(|id| self.sessions.get(id))
+            .map(Viewer::Signed)
+            .ok_or(ConsoleError::SignIn)
+    }
+
+    /// The session of a form's sender, checked: signed in, the form's CSRF token is the
+    /// session's, and the role is operator.
+    pub(super) fn operator(&self, headers: &HeaderMap, csrf: &str) -> Result<Session, ConsoleError> {
+        let session = match self.viewer(headers)? {
+            Viewer::Open => return Err(ConsoleError::Refused(NO_TOKENS.into())),
+            Viewer::Signed(s) => s,
+        };
+        if !same(&session.csrf, csrf) {
+            return Err(ConsoleError::Refused(
+                "This form is stale or was not sent from this console (its CSRF token does not match your session). Reload the page and try again.".into(),
+            ));
+        }
+        if session.caller.role != Role::Operator {
+            return Err(ConsoleError::Refused(format!(
+                "Only an operator can change a work order's state; you are signed in as {} with an agent token.",
+                session.caller.id
+            )));
+        }
+        Ok(session)
+    }
+}
+
+fn set_cookie(res: &mut Response, value: String) {
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        res.headers_mut().append(header::SET_COOKIE, v);
+    }
+}
+
+/// `GET /console/login`.
+pub async fn login_page(State(c): State<Console>) -> Response {
+    login_form(&c, None, StatusCode::OK)
+}
+
+fn login_form(c: &Console, problem: Option<&str>, status: StatusCode) -> Response {
+    let nonce = random_hex().unwrap_or_default();
+    let body = html! {
+        h1 { "Sign in" }
+        @if c.tokens.is_empty() {
+            p.note { (NO_TOKENS) }
+        } @else {
+            @if let Some(p) = problem { div.error { (p) } }
+            p { "Sign in with your fieldgate token. An operator token may approve and reject work orders; an agent token may only look." }
+            form.card method="post" action="/console/login" {
+                input type="hidden" name="csrf" value=(nonce);
+                label { "Token " input type="password" name="token" autocomplete="current-password" required; }
+                " " button type="submit" id="sign-in" { "Sign in" }
+            }
+        }
+    };
+    let mut res = (status, pages::layout(c, &Viewer::Open, "Sign in", "", None, body)).into_response();
+    set_cookie(
+        &mut res,
+        format!("{LOGIN_COOKIE}={nonce}; HttpOnly; SameSite=Strict; Path=/console; Max-Age=900"),
+    );
+    res
+}
+
+#[derive(Deserialize)]
+pub struct LoginForm {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `POST /console/login`: a token for a session.
+pub async fn login(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    if c.tokens.is_empty() {
+        return login_form(&c, None, StatusCode::FORBIDDEN);
+    }
+    let Ok(Form(form)) = form else {
+        return login_form(&c, Some("The form did not arrive whole; try again."), StatusCode::BAD_REQUEST);
+    };
+    let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
+    if expected.is_empty() || !same(expected, &form.csrf) {
+        return login_form(
+            &c,
+            Some("This sign-in form is stale or was not sent from this console; try again."),
+            StatusCode::FORBIDDEN,
+        );
+    }
+    let Some(caller) = c.tokens.authenticate(form.token.trim()) else {
+        return login_form(&c, Some("That token is not valid."), StatusCode::UNAUTHORIZED);
+    };
+    let Some((id, _)) = c.sessions.open(caller) else {
+        return ConsoleError::Refused("No session could be opened (no randomness).".into()).into_response();
+    };
+    let mut res = axum::response::Redirect::to("/console/work-orders").into_response();
+    *res.status_mut() = StatusCode::SEE_OTHER;
+    set_cookie(
+        &mut res,
+        format!(
+            "{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+            SESSION_TTL.as_secs()
+        ),
+    );
+    set_cookie(&mut res, format!("{LOGIN_COOKIE}=; HttpOnly; SameSite=Strict; Path=/console; Max-Age=0"));
+    res
+}
+
+#[derive(Deserialize)]
+pub struct LogoutForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `POST /console/logout`.
+pub async fn logout(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    form: Result<Form<LogoutForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let csrf = form.map(|Form(f)| f.csrf).unwrap_or_default();
+    if let (Some(id), Ok(Viewer::Signed(s))) = (cookie(&headers, SESSION_COOKIE), c.viewer(&headers))
+        && same(&s.csrf, &csrf)
+    {
+        c.sessions.close(id);
+    }
+    let mut res = axum::response::Redirect::to("/console/login").into_response();
+    *res.status_mut() = StatusCode::SEE_OTHER;
+    set_cookie(&mut res, format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"));
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_are_found_by_name_among_others() {
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("a=1; fieldgate_session=abc"));
+        h.append(header::COOKIE, HeaderValue::from_static("b=2"));
+        assert_eq!(cookie(&h, SESSION_COOKIE), Some("abc"));
+        assert_eq!(cookie(&h, "b"), Some("2"));
+        assert_eq!(cookie(&h, "fieldgate"), None);
+    }
+
+    #[test]
+    fn sessions_expire_and_close() {
+        let s = Sessions::default();
+        let (id, session) = s.open(Caller { id: "op".into(), role: Role::Operator }).unwrap();
+        assert_eq!(id.len(), 64);
+        assert_ne!(id, session.csrf);
+        assert!(s.get(&id).is_some());
+        s.close(&id);
+        assert!(s.get(&id).is_none());
+        assert!(!same("abc", "abd") && same("abc", "abc") && !same("abc", "ab"));
+    }
+}

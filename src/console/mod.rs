@@ -1,0 +1,207 @@
+//! The operator console: server-rendered HTML pages (maud) at `/console` for the people
+//! next to the agent: the plant overview with live values (server-sent events), a page
+//! per device and per sensor (history chart), the work-order approval queue and the
+//! agent's recent calls.
+//!
+//! The console asks the same query code as the tools (`ToolService::view`) but not the
+//! agent's pipeline: no rate limit, no log line, no activity entry. Its live values come
+//! from the reading cache the poller fills (`ToolService::cached_reading`): it never reads
+//! a device itself. Viewing follows the server's auth (with tokens configured, a session
+//! opened with a token); decisions need an operator's session and the form's CSRF token
+//! (`auth.rs`).
+
+mod auth;
+mod chart;
+mod live;
+mod orders;
+mod pages;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use maud::{Markup, html};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use crate::tools::{ToolError, ToolService};
+use crate::transport::auth::Tokens;
+
+pub use chart::{Chart, sparkline};
+
+/// Every route of the console (method, path). They answer HTML (or SSE, CSS, JS), not the
+/// API's JSON envelope, so `/openapi.json` does not list them; a test probes each.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/console"),
+    ("GET", "/console/devices/{id}"),
+    ("GET", "/console/sensors/{id}"),
+    ("GET", "/console/work-orders"),
+    ("GET", "/console/work-orders/{id}"),
+    ("POST", "/console/work-orders/{id}"),
+    ("GET", "/console/activity"),
+    ("GET", "/console/live"),
+    ("GET", "/console/login"),
+    ("POST", "/console/login"),
+    ("POST", "/console/logout"),
+    ("GET", "/console/assets/console.css"),
+    ("GET", "/console/assets/console.js"),
+];
+
+/// What the console's handlers share.
+#[derive(Clone)]
+pub struct Console {
+    tools: ToolService,
+    tokens: Arc<Tokens>,
+    sessions: Arc<auth::Sessions>,
+    live: Arc<live::Live>,
+    shutdown: CancellationToken,
+}
+
+/// Why a console page cannot be shown.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// A query's own refusal (unknown sensor, bad range, ...), shown as the tool says it.
+    #[error("{}", .0.message)]
+    Tool(ToolError),
+    /// Not signed in while the server has tokens.
+    #[error("sign in to see this page")]
+    SignIn,
+    /// A decision without an operator's session, or with a stale form.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl From<ToolError> for ConsoleError {
+    fn from(e: ToolError) -> Self {
+        ConsoleError::Tool(e)
+    }
+}
+
+impl IntoResponse for ConsoleError {
+    fn into_response(self) -> Response {
+        let (status, title, body) = match &self {
+            ConsoleError::SignIn => {
+                let mut res = axum::response::Redirect::to("/console/login").into_response();
+                *res.status_mut() = StatusCode::SEE_OTHER;
+                return res;
+            }
+            ConsoleError::Tool(e) => {
+                let status = crate::transport::http::status_of(&crate::tools::Envelope::failure(
+                    e.clone(),
+                    crate::tools::Meta {
+                        call_id: String::new(),
+                        tool: "console".into(),
+                        duration_ms: 0.0,
+                        attempts: 0,
+                    },
+                ));
+                (status, e.code.as_str(), html! { p { (e.message) } p.muted { (e.hint) } })
+            }
+            ConsoleError::Refused(why) => (StatusCode::FORBIDDEN, "Refused", html! { p { (why) } }),
+        };
+        let page = html! {
+            (maud::DOCTYPE)
+            html lang="en" {
+                head { meta charset="utf-8"; title { "fieldgate: " (title) }
+                       link rel="stylesheet" href="/console/assets/console.css"; }
+                body { main { h1 { (title) } div.error { (body) } p { a href="/console" { "Back to the overview" } } } }
+            }
+        };
+        (status, page).into_response()
+    }
+}
+
+/// A tool's answer in its contract type (the console reads the same JSON the agent gets).
+fn typed<T: DeserializeOwned>(
+    result: Result<crate::tools::envelope::Data, ToolError>,
+) -> Result<T, ToolError> {
+    let data = result?;
+    serde_json::from_str(data.get()).map_err(|_| ToolError::internal())
+}
+
+/// Markup as a page: security headers, never cached.
+fn page(markup: Markup) -> Response {
+    markup.into_response()
+}
+
+/// Headers every console answer carries: no foreign scripts, styles or frames, no
+/// caching of pages that show live state.
+async fn headers(req: Request, next: Next) -> Response {
+    let asset = req.uri().path().starts_with("/console/assets/");
+    let mut res = next.run(req).await;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    let cache = if asset { "public, max-age=3600" } else { "no-store" };
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    res
+}
+
+const CSS: &str = include_str!("assets/console.css");
+const JS: &str = include_str!("assets/console.js");
+
+async fn css() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], CSS).into_response()
+}
+
+async fn js() -> Response {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], JS).into_response()
+}
+
+impl Console {
+    pub fn new(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken) -> Console {
+        Console {
+            live: Arc::new(live::Live::new(tools.clone(), shutdown.clone())),
+            tools,
+            tokens,
+            sessions: Arc::new(auth::Sessions::default()),
+            shutdown,
+        }
+    }
+
+    /// The console's routes, to be merged into the HTTP application (whose Host/Origin
+    /// checks, body limit and timeout apply to them too).
+    pub fn router<S: Clone + Send + Sync + 'static>(self) -> Router<S> {
+        use axum::routing::post;
+        Router::new()
+            .route("/console", get(pages::overview))
+            .route("/console/devices/{id}", get(pages::device))
+            .route("/console/sensors/{id}", get(pages::sensor))
+            .route("/console/work-orders", get(orders::queue))
+            .route("/console/work-orders/{id}", get(orders::order).post(orders::decide))
+            .route("/console/activity", get(orders::activity))
+            .route("/console/live", get(live::stream))
+            .route("/console/login", get(auth::login_page).post(auth::login))
+            .route("/console/logout", post(auth::logout))
+            .route("/console/assets/console.css", get(css))
+            .route("/console/assets/console.js", get(js))
+            .layer(middleware::from_fn(headers))
+            .with_state(self)
+    }
+
+    /// Renders the overview (for benchmarks; the route renders the same).
+    pub fn render_overview(&self) -> String {
+        pages::overview_markup(self, &auth::Viewer::Open).into_string()
+    }
+
+    /// Renders a sensor page over `range` ("1h", "24h", "7d"), for benchmarks.
+    pub fn render_sensor(&self, id: &str, range: &str) -> Result<String, ConsoleError> {
+        let q = pages::RangeQuery { range: Some(range.to_string()), from: None, to: None };
+        pages::sensor_markup(self, &auth::Viewer::Open, id, &q).map(Markup::into_string)
+    }
+
+    /// One live snapshot as sent to every browser (JSON of element IDs and their HTML).
+    pub fn render_snapshot(&self) -> String {
+        live::snapshot(&self.tools)
+    }
+}

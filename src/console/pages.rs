@@ -1,0 +1,288 @@
+//! The pages of the plant: the layout every page shares, the overview (plants → zones →
+//! devices and their sensors), a device's page (its sensors with a sparkline of the last
+//! hour) and a sensor's page (its history chart).
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use maud::{DOCTYPE, Markup, html};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::auth::Viewer;
+use super::chart::{self, Chart};
+use super::live::{self, device_cells, sensor_value};
+use super::{Console, ConsoleError, page, typed};
+use crate::registry::Sensor;
+use crate::tools::ToolError;
+use crate::tools::defs::{DeviceStatus, HistoryData};
+
+/// The frame of every page: navigation, who is signed in, the live-update state.
+pub fn layout(
+    c: &Console,
+    viewer: &Viewer,
+    title: &str,
+    here: &str,
+    live: Option<&str>,
+    body: Markup,
+) -> Markup {
+    let nav = [
+        ("/console", "Overview"),
+        ("/console/work-orders", "Work orders"),
+        ("/console/activity", "Agent activity"),
+    ];
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · fieldgate" }
+                link rel="stylesheet" href="/console/assets/console.css";
+                script src="/console/assets/console.js" defer {}
+            }
+            body data-live=[live] {
+                header.top {
+                    span.brand { "fieldgate" }
+                    @for (href, name) in nav {
+                        a href=(href) class=[(here == href).then_some("here")] { (name) }
+                    }
+                    @if live.is_some() { span #live-state .muted { "loading…" } }
+                    span.who {
+                        @match viewer {
+                            Viewer::Open if c.tokens.is_empty() => { "viewing (no tokens configured: actions disabled)" }
+                            Viewer::Open => { a href="/console/login" { "Sign in" } }
+                            Viewer::Signed(s) => {
+                                "signed in as " strong #who { (s.caller.id) } " (" (format!("{:?}", s.caller.role).to_lowercase()) ") "
+                                form method="post" action="/console/logout" {
+                                    input type="hidden" name="csrf" value=(s.csrf);
+                                    button type="submit" { "Sign out" }
+                                }
+                            }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+/// `GET /console`: every plant, zone and device, with each sensor's live value.
+pub async fn overview(State(c): State<Console>, headers: HeaderMap) -> Result<Response, ConsoleError> {
+    let viewer = c.viewer(&headers)?;
+    Ok(page(overview_markup(&c, &viewer)))
+}
+
+pub fn overview_markup(c: &Console, viewer: &Viewer) -> Markup {
+    let tools = &c.tools;
+    let registry = tools.registry();
+    let devices = live::devices(tools);
+    let readings: Vec<_> = registry.sensors().iter().map(|s| tools.cached_reading(s)).collect();
+    let status = |id: &str| devices.iter().find(|d| d.device_id == id);
+    let body = html! {
+        h1 { "Plant overview" }
+        div.attention #attention { (live::attention(tools, &devices, &readings)) }
+        @for plant in registry.plants() {
+            h2 { "Plant " (plant) }
+            @for zone in registry.zones().into_iter().filter(|z| registry.devices().iter().any(|d| d.plant == plant && d.zone == *z)) {
+                section.zone {
+                    h3 { "Zone " (zone) }
+                    table {
+                        thead { tr { th { "Device" } th { "State" } th { "Breaker" } th { "Last error" } th { "Latency" } th { "Last confirmed" } } }
+                        tbody {
+                            @for d in registry.devices().iter().filter(|d| d.plant == plant && d.zone == zone) {
+                                @if let Some(s) = status(d.id.as_str()) { tr #{ "dev-" (d.id) } { (device_cells(s)) } }
+                                tr { td colspan="6" { ul.sensors {
+                                    @for s in registry.sensors_of_device(&d.id) {
+                                        li { a href={ "/console/sensors/" (s.id) } { (s.id) } " " span.muted { (s.description) } ": "
+                                             span #{ "sen-" (s.id) } { (sensor_value(s, readings[s.place.sensor].as_ref())) } }
+                                    }
+                                } } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout(c, viewer, "Overview", "/console", Some("/console/live"), body)
+}
+
+/// A sensor's history over `[from, to)` in `buckets` buckets, as `get_sensor_history` answers.
+fn history(
+    c: &Console,
+    s: &Sensor,
+    from: &str,
+    to: Option<&str>,
+    bucket_s: i64,
+) -> Result<HistoryData, ToolError> {
+    let mut args =
+        json!({ "sensor_id": s.id.as_str(), "from": from, "bucket": format!("{bucket_s}s"), "limit": 5000 });
+    if let Some(to) = to {
+        args["to"] = json!(to);
+    }
+    typed(c.tools.view(crate::tools::Tool::GetSensorHistory, &args))
+}
+
+/// `GET /console/devices/{id}`: the device's state and its sensors.
+pub async fn device(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ConsoleError> {
+    let viewer = c.viewer(&headers)?;
+    let data: crate::tools::defs::DeviceStatusData =
+        typed(c.tools.view(crate::tools::Tool::GetDeviceStatus, &json!({ "device_id": id })))?;
+    let Some(d) = data.devices.first() else { return Err(ToolError::internal().into()) };
+    Ok(page(device_markup(&c, &viewer, d)))
+}
+
+fn device_markup(c: &Console, viewer: &Viewer, d: &DeviceStatus) -> Markup {
+    let registry = c.tools.registry();
+    let now = chrono::Utc::now().timestamp_millis();
+    let sensors: Vec<&Sensor> = match d.device_id.parse::<crate::ids::DeviceId>() {
+        Ok(id) => registry.sensors_of_device(&id).collect(),
+        Err(_) => Vec::new(),
+    };
+    let body = html! {
+        p { a href="/console" { "Overview" } " › " (d.device_id) }
+        h1 { (d.device_id) }
+        p { (d.description) }
+        p.muted { (d.protocol) " at " code { (d.endpoint) } " · " (d.failures) " failed reads since start" }
+        table {
+            thead { tr { th { "Device" } th { "State" } th { "Breaker" } th { "Last error" } th { "Latency" } th { "Last confirmed" } } }
+            tbody { tr #{ "dev-" (d.device_id) } { (device_cells(d)) } }
+        }
+        h2 { "Sensors" }
+        table {
+            thead { tr { th { "Sensor" } th { "Live value" } th { "Normal range" } th { "Last hour" } } }
+            tbody {
+                @for s in &sensors {
+                    tr {
+                        td { a href={ "/console/sensors/" (s.id) } { (s.id) } br; span.muted { (s.description) } }
+                        td #{ "sen-" (s.id) } { (sensor_value(s, c.tools.cached_reading(s).as_ref())) }
+                        td { @match s.range { Some(r) => { (r.min) " – " (r.max) " " (s.unit) } None => { span.muted { "–" } } } }
+                        td { @match history(c, s, "-1h", None, 60) {
+                            Ok(h) => { (chart::sparkline(&h.buckets, now - 3_600_000, now)) }
+                            Err(_) => { span.muted { "–" } }
+                        } }
+                    }
+                }
+            }
+        }
+    };
+    layout(c, viewer, &d.device_id, "", Some("/console/live"), body)
+}
+
+/// The range of a sensor page: `range=1h|24h|7d`, or `from` (and `to`) as the tool takes them.
+#[derive(Debug, Default, Deserialize)]
+pub struct RangeQuery {
+    pub range: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+/// The ranges offered as links.
+const RANGES: [(&str, i64); 3] = [("1h", 3_600_000), ("24h", 86_400_000), ("7d", 7 * 86_400_000)];
+/// Buckets in a chart, about.
+const BUCKETS: i64 = 120;
+
+/// `GET /console/sensors/{id}`: the sensor and its history chart.
+pub async fn sensor(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    q: Result<Query<RangeQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ConsoleError> {
+    let viewer = c.viewer(&headers)?;
+    let Query(q) = q.map_err(|_| {
+        ToolError::invalid(
+            "query",
+            None,
+            "range=1h|24h|7d, or from and to",
+            "The query string does not decode.",
+            "Use the range links on the sensor page.",
+        )
+    })?;
+    Ok(page(sensor_markup(&c, &viewer, &id, &q)?))
+}
+
+pub fn sensor_markup(c: &Console, viewer: &Viewer, id: &str, q: &RangeQuery) -> Result<Markup, ConsoleError> {
+    let registry = c.tools.registry();
+    let Some(s) = registry.sensor_named(id) else {
+        // The tool's own answer for an unknown ID, with its suggestions.
+        typed::<HistoryData>(
+            c.tools.view(crate::tools::Tool::GetSensorHistory, &json!({ "sensor_id": id, "from": "-1h" })),
+        )?;
+        return Err(ToolError::internal().into());
+    };
+    let now = chrono::Utc::now().timestamp_millis();
+    let custom = q.from.as_deref().filter(|f| !f.is_empty());
+    let chosen = q.range.as_deref().filter(|_| custom.is_none()).unwrap_or("1h");
+    let (from_text, to_text, from, to) = match custom {
+        Some(f) => {
+            let to_raw = q.to.as_deref().filter(|t| !t.is_empty());
+            let from = crate::tools::when::instant("from", f, now)?;
+            let to = match to_raw {
+                Some(t) => crate::tools::when::instant("to", t, now)?,
+                None => now,
+            };
+            (f.to_string(), to_raw.map(str::to_string), from, to)
+        }
+        None => {
+            let Some((_, span)) = RANGES.iter().find(|(name, _)| *name == chosen) else {
+                return Err(ToolError::invalid(
+                    "range",
+                    Some(chosen),
+                    "1h, 24h or 7d",
+                    "Unknown range.",
+                    "Use the range links on the sensor page.",
+                )
+                .into());
+            };
+            (format!("-{chosen}"), None, now - span, now)
+        }
+    };
+    let bucket_s = ((to - from) / BUCKETS / 1000).max(1);
+    let h = history(c, s, &from_text, to_text.as_deref(), bucket_s)?;
+    let device = registry.device_of(s);
+    let gaps = h.gaps.iter().filter_map(|g| Some((chart::ms(&g.from)?, chart::ms(&g.to)?))).collect();
+    let chart = Chart {
+        from,
+        to,
+        bucket_ms: bucket_s * 1000,
+        range: s.range.map(|r| (r.min, r.max)),
+        unit: s.unit.clone(),
+        gaps,
+    };
+    let reading = c.tools.cached_reading(s);
+    let body = html! {
+        p { a href="/console" { "Overview" } " › " a href={ "/console/devices/" (device.id) } { (device.id) } " › " (s.id) }
+        h1 { (s.id) }
+        p { (s.description) }
+        p.muted { (s.kind) " in " (s.unit)
+            @if let Some(e) = &s.equipment { " · equipment " (e) }
+            @if let Some(r) = s.range { " · normal range " (r.min) " – " (r.max) " " (s.unit) } }
+        p { "Now: " span #{ "sen-" (s.id) } { (sensor_value(s, reading.as_ref())) } }
+        nav.ranges {
+            @for (name, _) in RANGES {
+                a href={ "/console/sensors/" (s.id) "?range=" (name) } class=[(custom.is_none() && chosen == name).then_some("here")] { "last " (name) }
+            }
+        }
+        form.card method="get" action={ "/console/sensors/" (s.id) } {
+            label { "From " input type="text" name="from" value=(custom.unwrap_or("")) placeholder="-6h or 2026-11-30T08:00:00Z"; }
+            " " label { "to " input type="text" name="to" value=(to_text.as_deref().unwrap_or("")) placeholder="now"; }
+            " " button type="submit" { "Show" }
+        }
+        (chart.render(&h.buckets))
+        p.muted {
+            (chart::instant(from)) " to " (chart::instant(to)) ", buckets of " (bucket_s) " s: " (h.buckets.len()) " with data"
+            @if !h.gaps.is_empty() { ", " (h.gaps.len()) " gaps without stored points" }
+            ". The same data as " code { "get_sensor_history" } " with from=" code { (from_text) }
+            @if let Some(t) = &to_text { ", to=" code { (t) } }
+            ", bucket=" code { (bucket_s) "s" } "."
+        }
+    };
+    Ok(layout(c, viewer, s.id.as_str(), "", Some("/console/live"), body))
+}

@@ -1,0 +1,471 @@
+//! The operator console in process (`Router::oneshot`, no socket): its pages render for
+//! the demo plant, every device-provided string is escaped, sign-in, CSRF and role checks
+//! refuse what they must, and the console's requests are neither rate limited nor shown
+//! as agent calls. The browser drives the real binary in `console_browser.rs`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::Request;
+use fieldgate::config::Config;
+use fieldgate::driver::codec::RawValue;
+use fieldgate::driver::{Sample, SampleQuality};
+use fieldgate::registry::Registry;
+use fieldgate::tools::ToolService;
+use fieldgate::transport::auth::Tokens;
+use fieldgate::transport::http::app;
+use serde_json::json;
+use tower::ServiceExt;
+
+use super::support::*;
+
+/// An answer: status, headers (lower-case names, several values kept), body as text.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// `name=value` of the cookie `name` the answer sets.
+    fn cookie(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .filter(|(k, _)| k == "set-cookie")
+            .find(|(_, v)| v.starts_with(&format!("{name}=")))
+            .map(|(_, v)| v.split(';').next().unwrap_or("").to_string())
+    }
+
+    /// The value of the hidden input `name` in the page (first one).
+    fn hidden(&self, name: &str) -> Option<String> {
+        let at = self.body.find(&format!(r#"name="{name}" value=""#))?;
+        let rest = &self.body[at + name.len() + 15..];
+        Some(rest[..rest.find('"')?].to_string())
+    }
+}
+
+async fn send(
+    router: &axum::Router,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    let mut req = Request::builder().method(method).uri(uri).header("host", "127.0.0.1");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let res = router.clone().oneshot(req.body(Body::from(body.to_string())).unwrap()).await.unwrap();
+    let status = res.status().as_u16();
+    let headers = res
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
+    Answer { status, headers, body: String::from_utf8_lossy(&bytes).to_string() }
+}
+
+async fn get(router: &axum::Router, uri: &str, cookie: Option<&str>) -> Answer {
+    let headers: Vec<(&str, &str)> = cookie.map(|c| ("cookie", c)).into_iter().collect();
+    send(router, "GET", uri, &headers, "").await
+}
+
+async fn post_form(router: &axum::Router, uri: &str, cookie: &str, form: &str) -> Answer {
+    let headers = [
+        ("cookie", cookie),
+        ("content-type", "application/x-www-form-urlencoded"),
+        ("origin", "http://127.0.0.1"),
+    ];
+    send(router, "POST", uri, &headers, form).await
+}
+
+fn router(service: ToolService, tokens: Tokens) -> axum::Router {
+    app(service, Arc::new(tokens), tokio_util::sync::CancellationToken::new())
+}
+
+fn tokens() -> Tokens {
+    let env = [
+        ("FIELDGATE_TOKEN_REPORTER".to_string(), "agent:agent-token-0123456789".to_string()),
+        ("FIELDGATE_TOKEN_SHIFT_LEAD".to_string(), "operator:operator-token-0123456789".to_string()),
+    ];
+    Tokens::load(None, env).unwrap()
+}
+
+/// Signs in with `token`: the session cookie (`name=value`) and the session's CSRF token.
+async fn sign_in(r: &axum::Router, token: &str) -> (String, String) {
+    let form = get(r, "/console/login", None).await;
+    let nonce = form.hidden("csrf").expect("the sign-in form carries a CSRF token");
+    let login_cookie = form.cookie("fieldgate_login").unwrap();
+    let a = post_form(r, "/console/login", &login_cookie, &format!("token={token}&csrf={nonce}")).await;
+    assert_eq!(a.status, 303, "{}", a.body);
+    let set =
+        a.headers.iter().find(|(k, v)| k == "set-cookie" && v.starts_with("fieldgate_session=")).unwrap();
+    assert!(set.1.contains("HttpOnly") && set.1.contains("SameSite=Strict"), "{}", set.1);
+    let cookie = a.cookie("fieldgate_session").unwrap();
+    let page = get(r, "/console/work-orders", Some(&cookie)).await;
+    assert_eq!(page.status, 200);
+    (cookie, page.hidden("csrf").expect("a form with the session's CSRF token"))
+}
+
+/// A pending work order on A_LINE1_001, by the agent; its ID.
+async fn pending_order(service: &ToolService, key: &str) -> String {
+    let agent = fieldgate::tools::Caller { id: "reporter".into(), role: fieldgate::tools::Role::Agent };
+    let e = service
+        .call_as(
+            &agent,
+            "create_work_order",
+            json!({ "sensor_id": "A_LINE1_001", "type": "inspection", "priority": "high",
+                    "summary": "Pressure <b>drops</b> & the pump \"hunts\"", "idempotency_key": key }),
+        )
+        .await
+        .unwrap();
+    assert!(e.ok, "{e:?}");
+    serde_json::from_str::<serde_json::Value>(e.data.as_ref().unwrap().get()).unwrap()["work_order"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+async fn status_of_order(service: &ToolService, id: &str) -> serde_json::Value {
+    let e = service.call("get_work_order", json!({ "work_order_id": id })).await.unwrap();
+    serde_json::from_str::<serde_json::Value>(e.data.as_ref().unwrap().get()).unwrap()["work_order"].clone()
+}
+
+#[tokio::test]
+async fn every_page_renders_for_the_demo_plant() {
+    let service = service();
+    let registry = service.registry();
+    // A cached value and some history, as the poller would leave them.
+    let s = registry.sensor_named("A_LINE1_001").unwrap();
+    let now = chrono::Utc::now();
+    service
+        .reader()
+        .cache()
+        .put(s, &Sample { value: RawValue::Float(3.5), at: now, quality: SampleQuality::Good });
+    let history = service.history().unwrap();
+    for i in 0..30i64 {
+        let p = fieldgate::store::gorilla::Point {
+            t: now.timestamp_millis() - 1_800_000 + i * 60_000,
+            value: fieldgate::store::gorilla::Stored::Float(3.0 + (i % 5) as f64 / 10.0),
+            quality: 0,
+        };
+        assert!(history.append("A_LINE1_001", &p));
+    }
+    let id = pending_order(&service, "render-1-order").await;
+    let r = router(service.clone(), Tokens::default());
+    let overview = get(&r, "/console", None).await;
+    assert_eq!(overview.status, 200);
+    assert!(overview.header("content-type").unwrap().starts_with("text/html"));
+    assert!(overview.header("content-security-policy").unwrap().contains("script-src 'self'"));
+    for d in ["a-line1-plc", "a-util-meter", "b-boiler-rtu", "b-oven2-opcua"] {
+        assert!(overview.body.contains(&format!(r#"<tr id="dev-{d}">"#)), "{d} is listed");
+    }
+    assert!(overview.body.contains(r#"id="sen-A_LINE1_001""#));
+    assert!(overview.body.contains("<b>3.5</b> bar"), "the cached value is shown");
+    assert!(overview.body.len() < 200_000, "the first page is well under 200 KB");
+    let device = get(&r, "/console/devices/a-line1-plc", None).await;
+    assert_eq!(device.status, 200);
+    assert!(device.body.contains(r#"<svg class="spark""#), "a sparkline of the last hour");
+    let sensor = get(&r, "/console/sensors/A_LINE1_001?range=1h", None).await;
+    assert_eq!(sensor.status, 200, "{}", sensor.body);
+    assert!(sensor.body.contains(r#"id="chart""#) && sensor.body.contains("<polyline"), "{}", sensor.body);
+    for range in ["24h", "7d"] {
+        let page = get(&r, &format!("/console/sensors/A_LINE1_001?range={range}"), None).await;
+        assert_eq!(page.status, 200, "{range}");
+        assert!(page.body.contains(r#"id="chart""#), "{range}");
+    }
+    let custom = get(&r, "/console/sensors/A_LINE1_001?from=-40m&to=-10m", None).await;
+    assert!(custom.body.contains(r#"id="chart""#), "a custom range");
+    let queue = get(&r, "/console/work-orders", None).await;
+    assert!(queue.body.contains(&format!(r#"id="wo-{id}""#)), "the pending order is queued");
+    assert!(queue.body.contains("Evidence: <b>3.5</b> bar"), "with the reading the agent attached");
+    assert!(get(&r, &format!("/console/work-orders/{id}"), None).await.body.contains("pending_approval"));
+    assert!(
+        get(&r, "/console/work-orders?status=approved", None)
+            .await
+            .body
+            .contains("No work orders in this state.")
+    );
+    let activity = get(&r, "/console/activity", None).await;
+    assert!(activity.body.contains("create_work_order") && activity.body.contains("reporter"));
+    assert_eq!(get(&r, "/console/assets/console.js", None).await.status, 200);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_page_that_says_what_is_wrong() {
+    let r = router(service(), Tokens::default());
+    let rows = [
+        ("/console/sensors/A_LINE1_099", 404, "SENSOR_NOT_FOUND"),
+        ("/console/sensors/not-an-id", 400, "INVALID_ARGUMENT"),
+        ("/console/sensors/A_LINE1_001?range=2y", 400, "Unknown range"),
+        ("/console/sensors/A_LINE1_001?from=yesterday", 400, "INVALID_ARGUMENT"),
+        ("/console/sensors/A_LINE1_001?from=%FF", 400, "INVALID_ARGUMENT"),
+        ("/console/devices/z-nothing", 404, "DEVICE_NOT_FOUND"),
+        ("/console/work-orders/WO-999999", 404, "WORK_ORDER_NOT_FOUND"),
+        ("/console/work-orders?status=lost", 400, "INVALID_ARGUMENT"),
+    ];
+    for (uri, status, text) in rows {
+        let a = get(&r, uri, None).await;
+        assert_eq!(a.status, status, "{uri}: {}", a.body);
+        assert!(a.body.contains(text), "{uri}: {}", a.body);
+        assert!(a.header("content-type").unwrap().starts_with("text/html"), "{uri}");
+    }
+}
+
+const HOSTILE: &str = r#"id = "h-plc"
+plant = "H"
+zone = "ZONE1"
+description = "<script>alert('device')</script> & \"friends\""
+protocol = "opcua"
+endpoint = "opc.tcp://127.0.0.1:4840/"
+
+[[sensors]]
+id = "H_ZONE1_001"
+description = "<img src=x onerror=alert('sensor')>"
+kind = "text"
+unit = "<i>u</i>"
+equipment = "<svg onload=alert('equipment')>"
+node_id = "ns=2;s=<b>node</b>"
+"#;
+
+#[tokio::test]
+async fn every_device_provided_string_is_escaped() {
+    let registry = Registry::from_texts(&[("hostile.toml".to_string(), HOSTILE.to_string())]).unwrap();
+    let service = ToolService::new(Arc::new(registry), Config::default());
+    let s = service.registry().sensor_named("H_ZONE1_001").unwrap();
+    // An OPC UA string value as hostile as the file.
+    let text = RawValue::Text("</span><script>alert('value')</script>".into());
+    service
+        .reader()
+        .cache()
+        .put(s, &Sample { value: text, at: chrono::Utc::now(), quality: SampleQuality::Good });
+    let r = router(service.clone(), Tokens::default());
+    let snapshot = fieldgate::console::Console::new(
+        service.clone(),
+        Arc::new(Tokens::default()),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .render_snapshot();
+    let live: serde_json::Value = serde_json::from_str(&snapshot).unwrap();
+    let live_html: String =
+        live.as_object().unwrap().values().map(|v| v.as_str().unwrap().to_string()).collect();
+    for uri in ["/console", "/console/devices/h-plc", "/console/sensors/H_ZONE1_001"] {
+        let page = get(&r, uri, None).await;
+        assert_eq!(page.status, 200, "{uri}: {}", page.body);
+        for (name, body) in [(uri, page.body.as_str()), ("the live snapshot", live_html.as_str())] {
+            for raw in ["<script>alert", "<img src=x", "<i>u</i>", "<svg onload", "<b>node"] {
+                assert!(!body.contains(raw), "{name} contains {raw} unescaped");
+            }
+        }
+        if !uri.contains("sensors") {
+            assert!(
+                page.body.contains("&lt;script&gt;alert('device')&lt;/script&gt; &amp; &quot;friends&quot;"),
+                "{uri}"
+            );
+        }
+    }
+    let sensor = get(&r, "/console/sensors/H_ZONE1_001", None).await.body;
+    assert!(sensor.contains("&lt;/span&gt;&lt;script&gt;alert('value')&lt;/script&gt;"), "{sensor}");
+    assert!(sensor.contains("&lt;svg onload=alert('equipment')&gt;"));
+    // The agent's own words in a work order are escaped too.
+    let service = self::service();
+    let id = pending_order(&service, "hostile-1-order").await;
+    let queue =
+        get(&router(service, Tokens::default()), &format!("/console/work-orders/{id}"), None).await.body;
+    assert!(queue.contains("Pressure &lt;b&gt;drops&lt;/b&gt; &amp; the pump &quot;hunts&quot;"), "{queue}");
+}
+
+#[tokio::test]
+async fn without_tokens_anyone_may_look_and_nobody_may_act() {
+    let service = service();
+    let id = pending_order(&service, "open-1-order").await;
+    let r = router(service.clone(), Tokens::default());
+    let queue = get(&r, "/console/work-orders", None).await;
+    assert!(queue.body.contains(r#"id="actions-disabled""#) && queue.body.contains("FIELDGATE_TOKEN_"));
+    assert!(queue.body.contains(&format!(r#"id="approve-{id}" disabled"#)), "the control is disabled");
+    let a = post_form(&r, &format!("/console/work-orders/{id}"), "", "csrf=&action=approve&note=x").await;
+    assert_eq!(a.status, 403);
+    assert!(a.body.contains("no tokens configured"), "{}", a.body);
+    let login = get(&r, "/console/login", None).await;
+    assert!(login.body.contains("configure an operator token") && !login.body.contains("type=\"password\""));
+    assert_eq!(status_of_order(&service, &id).await["status"], "pending_approval");
+}
+
+#[tokio::test]
+async fn decisions_need_an_operator_session_and_the_forms_csrf_token() {
+    let service = service();
+    let id = pending_order(&service, "csrf-1-order").await;
+    let r = router(service.clone(), tokens());
+    let uri = format!("/console/work-orders/{id}");
+    // With tokens, viewing needs a session too.
+    for page in ["/console", "/console/work-orders", "/console/activity", "/console/sensors/A_LINE1_001"] {
+        let a = get(&r, page, None).await;
+        assert_eq!((a.status, a.header("location")), (303, Some("/console/login")), "{page}");
+    }
+    assert_eq!(get(&r, "/console/live", None).await.status, 401);
+    assert_eq!(get(&r, "/console", Some("fieldgate_session=forged")).await.status, 303);
+    // Sign-in: a wrong token, and a form without its own CSRF cookie, are refused.
+    let form = get(&r, "/console/login", None).await;
+    let (nonce, login_cookie) = (form.hidden("csrf").unwrap(), form.cookie("fieldgate_login").unwrap());
+    let wrong =
+        post_form(&r, "/console/login", &login_cookie, &format!("token=nope-nope-nope-nope&csrf={nonce}"))
+            .await;
+    assert_eq!(wrong.status, 401);
+    let forged = post_form(&r, "/console/login", "", "token=operator-token-0123456789&csrf=0000").await;
+    assert_eq!(forged.status, 403);
+    // The agent can look but not decide, even with its session's CSRF token.
+    let (agent, agent_csrf) = sign_in(&r, "agent-token-0123456789").await;
+    let page = get(&r, "/console/work-orders", Some(&agent)).await;
+    assert!(
+        page.body.contains(r#"id="actions-refused""#)
+            && page.body.contains(&format!(r#"id="approve-{id}" disabled"#))
+    );
+    let a = post_form(&r, &uri, &agent, &format!("csrf={agent_csrf}&action=approve&note=agent")).await;
+    assert_eq!(a.status, 403, "{}", a.body);
+    assert!(a.body.contains("agent token"));
+    // The operator needs the form's CSRF token; another session's does not do.
+    let (op, op_csrf) = sign_in(&r, "operator-token-0123456789").await;
+    for csrf in ["", "0123", agent_csrf.as_str()] {
+        let a = post_form(&r, &uri, &op, &format!("csrf={csrf}&action=approve&note=x")).await;
+        assert_eq!(a.status, 403, "csrf {csrf:?}: {}", a.body);
+    }
+    // A request from a foreign page is refused before anything else.
+    let foreign = send(
+        &r,
+        "POST",
+        &uri,
+        &[
+            ("cookie", &op),
+            ("origin", "http://evil.example"),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
+        &format!("csrf={op_csrf}&action=approve"),
+    )
+    .await;
+    assert_eq!(foreign.status, 403);
+    assert_eq!(status_of_order(&service, &id).await["status"], "pending_approval", "nothing was decided yet");
+    let a = post_form(&r, &uri, &op, &format!("csrf={op_csrf}&action=approve&note=Checked+on+site")).await;
+    assert_eq!((a.status, a.header("location")), (303, Some(uri.as_str())), "{}", a.body);
+    let order = status_of_order(&service, &id).await;
+    assert_eq!(order["status"], "approved");
+    let last = order["history"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((last["by"].as_str(), last["note"].as_str()), (Some("shift-lead"), Some("Checked on site")));
+    // Deciding twice is the store's refusal, shown as a page.
+    let again = post_form(&r, &uri, &op, &format!("csrf={op_csrf}&action=reject")).await;
+    assert_eq!(again.status, 409);
+    assert!(again.body.contains("INVALID_STATE"));
+    // Signing out ends the session.
+    let out = post_form(&r, "/console/logout", &op, &format!("csrf={op_csrf}")).await;
+    assert_eq!(out.status, 303);
+    assert_eq!(get(&r, "/console", Some(&op)).await.status, 303);
+}
+
+#[tokio::test]
+async fn the_console_is_neither_rate_limited_nor_shown_as_agent_calls() {
+    let mut config = Config::default();
+    config.server.rate_limit_per_minute = 2;
+    let service = ToolService::new(Arc::new(demo_registry()), config);
+    let r = router(service.clone(), Tokens::default());
+    for _ in 0..5 {
+        for uri in ["/console", "/console/work-orders", "/console/sensors/A_LINE1_001", "/console/activity"] {
+            assert_eq!(get(&r, uri, None).await.status, 200, "{uri}");
+        }
+    }
+    assert!(service.activity().is_empty(), "the console's queries are not agent calls");
+    // The agent still has its whole allowance, and its calls are shown.
+    let call =
+        send(&r, "POST", "/v1/tools/list_sensors", &[("content-type", "application/json")], "{}").await;
+    assert_eq!(call.status, 200, "{}", call.body);
+    let calls = service.activity();
+    assert_eq!(calls.len(), 1);
+    assert_eq!((calls[0].tool, calls[0].code, calls[0].caller.as_str()), ("list_sensors", "OK", "anonymous"));
+    let refused =
+        send(&r, "POST", "/v1/tools/get_sensor_reading", &[], r#"{"sensor_id":"A_LINE1_999"}"#).await;
+    assert_eq!(refused.status, 404);
+    // A call over MCP is shown the same way: here, refused by the agent's rate limit.
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}},
+        "name": "list_sensors", "arguments": {"zone": "UTIL"}}});
+    let headers = [
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "list_sensors"),
+    ];
+    let mcp = send(&r, "POST", "/mcp", &headers, &call.to_string()).await;
+    assert_eq!(mcp.status, 200, "{}", mcp.body);
+    let calls = service.activity();
+    assert_eq!(calls.len(), 3);
+    assert_eq!((calls[0].tool, calls[0].code), ("list_sensors", "RATE_LIMITED"));
+    assert!(calls[0].args_text().contains("UTIL"), "{:?}", calls[0]);
+    // Anything named like a secret is not shown.
+    let secret = r#"{"api_token":"hunter2-hunter2"}"#;
+    send(&r, "POST", "/v1/tools/list_sensors", &[("content-type", "application/json")], secret).await;
+    let page = get(&r, "/console/activity", None).await.body;
+    assert!(page.contains("SENSOR_NOT_FOUND") && page.contains("A_LINE1_999"), "{page}");
+    assert!(page.contains("RATE_LIMITED"), "{page}");
+    assert!(page.contains("[redacted]") && !page.contains("hunter2"), "{page}");
+}
+
+#[tokio::test]
+async fn every_console_route_is_served_and_a_browser_at_the_root_lands_on_it() {
+    let r = router(service(), Tokens::default());
+    for (method, path) in fieldgate::console::ROUTES {
+        let concrete = path
+            .replace("/devices/{id}", "/devices/a-line1-plc")
+            .replace("/sensors/{id}", "/sensors/A_LINE1_001")
+            .replace("/work-orders/{id}", "/work-orders/WO-000001");
+        if concrete == "/console/live" {
+            continue; // A stream: its answer never ends (the browser test reads it).
+        }
+        let a =
+            send(&r, method, &concrete, &[("content-type", "application/x-www-form-urlencoded")], "").await;
+        assert!(!a.body.contains("No such route."), "{method} {concrete} fell through: {}", a.body);
+        assert!(a.status != 405, "{method} {concrete}");
+    }
+    let browser = send(&r, "GET", "/", &[("accept", "text/html,application/xhtml+xml")], "").await;
+    assert_eq!((browser.status, browser.header("location")), (303, Some("/console")));
+    let api = get(&r, "/", None).await;
+    assert!(api.body.contains("\"service\""), "API clients still get the JSON index");
+}
+
+#[tokio::test]
+async fn the_live_stream_sends_every_device_and_sensor_at_once() {
+    use http_body_util::BodyExt;
+    let service = service();
+    let s = service.registry().sensor_named("A_UTIL_001").unwrap();
+    let sample =
+        Sample { value: RawValue::Float(231.25), at: chrono::Utc::now(), quality: SampleQuality::Good };
+    service.reader().cache().put(s, &sample);
+    let r = router(service, Tokens::default());
+    let req =
+        Request::builder().uri("/console/live").header("host", "127.0.0.1").body(Body::empty()).unwrap();
+    let res = r.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let mut body = res.into_body();
+    let frame = tokio::time::timeout(std::time::Duration::from_secs(5), body.frame())
+        .await
+        .expect("the first snapshot comes at once")
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
+    assert!(text.starts_with("event: snapshot\ndata: {"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(text.trim_start_matches("event: snapshot\ndata: ").trim()).unwrap();
+    let parts = json.as_object().unwrap();
+    assert_eq!(parts.keys().filter(|k| k.starts_with("dev-")).count(), 4);
+    assert_eq!(parts.keys().filter(|k| k.starts_with("sen-")).count(), 44);
+    assert!(
+        parts["sen-A_UTIL_001"].as_str().unwrap().contains("<b>231.25</b> V"),
+        "{}",
+        parts["sen-A_UTIL_001"]
+    );
+    assert!(parts.contains_key("attention") && parts.contains_key("activity"));
+}
