@@ -69,9 +69,41 @@ enum Phase {
     Leaving,
 }
 
+/// One connection: the client, and its events from a task of their own. rumqttc's
+/// `EventLoop::poll` is not cancel safe (dropped while connecting, the half-made connection
+/// closes and the broker publishes the will: an NDEATH before the NBIRTH it belongs to; dropped
+/// while writing, a request is lost), so it is never raced in the node's `select!`.
 struct Link {
     client: AsyncClient,
-    events: EventLoop,
+    events: mpsc::Receiver<Result<Event, ConnectionError>>,
+    /// Dropping the link ends the task, which drops the connection.
+    _task: AbortOnDrop,
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Link {
+    fn new(client: AsyncClient, mut events: EventLoop) -> Link {
+        // Bounded: a node that falls behind slows the connection down rather than queueing.
+        let (tx, rx) = mpsc::channel(REQUESTS);
+        let task = tokio::spawn(async move {
+            loop {
+                let ev = events.poll().await;
+                let end = ev.is_err();
+                // After an error the node drops the link; the next connection is a new one.
+                if tx.send(ev).await.is_err() || end {
+                    break;
+                }
+            }
+        });
+        Link { client, events: rx, _task: AbortOnDrop(task) }
+    }
 }
 
 pub struct Node {
@@ -99,7 +131,8 @@ pub struct Node {
 
 async fn next_event(link: &mut Option<Link>) -> Result<Event, ConnectionError> {
     match link {
-        Some(l) => l.events.poll().await,
+        // The task ends only after sending an error, which drops the link.
+        Some(l) => l.events.recv().await.unwrap_or(Err(ConnectionError::RequestsDone)),
         None => std::future::pending().await,
     }
 }
@@ -171,6 +204,14 @@ impl Node {
                 () = std::future::ready(()), if self.can_drain() => self.drain(),
             }
         }
+        // What the poller handed over before it stopped is kept (sent, or buffered by `shut`),
+        // not dropped with the queue: the poller's tasks end on the same stop, and the queue
+        // closes when the last of them is gone (bounded by a read's deadline, should one hang).
+        let grace = Duration::from_millis(self.tools.config().calls.deadline_ms) + Duration::from_secs(1);
+        let deadline = Instant::now() + grace;
+        while let Ok(Some(b)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+            self.on_batch(b);
+        }
         self.shut().await;
     }
 
@@ -188,7 +229,7 @@ impl Node {
         let will = self.edge.ndeath(self.bd_seq);
         let (client, events) = link::open(&self.settings, &broker, (will.topic, will.payload));
         *self.counters.broker.lock().unwrap_or_else(|e| e.into_inner()) = broker.to_string();
-        self.link = Some(Link { client, events });
+        self.link = Some(Link::new(client, events));
         self.queued = 0;
         self.phase = Phase::Connecting;
     }
@@ -497,9 +538,9 @@ impl Node {
         let _ = l.client.try_disconnect();
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
             loop {
-                match l.events.poll().await {
-                    Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_) => break,
-                    Ok(_) => {}
+                match l.events.recv().await {
+                    Some(Ok(Event::Outgoing(Outgoing::Disconnect)) | Err(_)) | None => break,
+                    Some(Ok(_)) => {}
                 }
             }
         })
