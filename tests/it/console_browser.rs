@@ -5,7 +5,7 @@
 //! when it returns, an operator signs in and approves a work order the agent created over
 //! the HTTP API, an agent's token is refused, and a sensor page draws its chart.
 //!
-//! `scripts/test` (the README's test command) installs Chromium and chromedriver (Debian's
+//! `scripts/test-deps` (the first half of the README's test command) installs Chromium and chromedriver (Debian's
 //! `chromium`, `chromium-driver`) when they are missing; without them this test fails and
 //! says so.
 //! With `FIELDGATE_SCREENSHOTS=<dir>` it saves screenshots of the overview, a sensor page
@@ -51,7 +51,7 @@ impl Browser {
     async fn start() -> Browser {
         assert!(
             Path::new(CHROMEDRIVER).exists() && Path::new(CHROMIUM).exists(),
-            "{CHROMEDRIVER} or {CHROMIUM} is not installed: run scripts/test, which installs chromium and chromium-driver"
+            "{CHROMEDRIVER} or {CHROMIUM} is not installed: run scripts/test-deps, which installs chromium and chromium-driver"
         );
         let mut driver = tokio::process::Command::new(CHROMEDRIVER)
             .arg("--port=0")

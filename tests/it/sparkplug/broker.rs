@@ -15,7 +15,7 @@ fn mosquitto() -> PathBuf {
         .iter()
         .map(PathBuf::from)
         .find(|p| p.exists())
-        .expect("Mosquitto is installed (apt-get install mosquitto; scripts/test does)")
+        .expect("Mosquitto is installed (apt-get install mosquitto; scripts/test-deps does)")
 }
 
 /// A Mosquitto broker on loopback.

@@ -1,5 +1,5 @@
 //! Our payloads decoded by Eclipse Tahu's JavaScript `sparkplug-payload` (installed by
-//! `scripts/test` into `target/sparkplug-js`), so a field-number mistake in our prost types
+//! `scripts/test-deps` into `target/sparkplug-js`), so a field-number mistake in our prost types
 //! cannot pass unseen: both sides written by us would agree with each other anyway.
 
 use std::path::PathBuf;
@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::support;
 
-/// Where `scripts/test` installs the decoder.
+/// Where `scripts/test-deps` installs the decoder.
 pub fn decoder_modules() -> PathBuf {
     support::root().join("target/sparkplug-js/node_modules")
 }
@@ -25,7 +25,7 @@ pub fn decode_js(payloads: &[Vec<u8>]) -> Vec<Value> {
     let modules = decoder_modules();
     assert!(
         modules.join("sparkplug-payload").is_dir(),
-        "Eclipse Tahu's sparkplug-payload is not installed: run `npm install --prefix target/sparkplug-js sparkplug-payload@1.0.3` (scripts/test does)"
+        "Eclipse Tahu's sparkplug-payload is not installed: run `npm install --prefix target/sparkplug-js sparkplug-payload@1.0.3` (scripts/test-deps does)"
     );
     let dir = tempfile::tempdir().unwrap();
     let files: Vec<PathBuf> = payloads
