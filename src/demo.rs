@@ -209,7 +209,7 @@ impl Tour<'_> {
         step(&mut self.client, title, tool.name(), args, self.out).await
     }
 
-    fn expect(&mut self, cond: bool, what: &str) {
+    fn check(&mut self, cond: bool, what: &str) {
         if !cond {
             (self.out)(&format!("!! unexpected: {what}"));
             self.ok = false;
@@ -222,7 +222,7 @@ impl Tour<'_> {
         let v = t
             .step("Discover sensors on line 1", Tool::ListSensors, json!({"zone": "LINE1", "limit": 4}))
             .await;
-        t.expect(v["ok"] == true, "list_sensors should succeed");
+        t.check(v["ok"] == true, "list_sensors should succeed");
         let v = t
             .step(
                 "Read three sensors on three devices in one call",
@@ -230,7 +230,7 @@ impl Tour<'_> {
                 json!({"sensor_ids": ["A_LINE1_001", "A_UTIL_001", "B_BOILER_003"]}),
             )
             .await;
-        t.expect(v["data"]["complete"] == true, "all three readings");
+        t.check(v["data"]["complete"] == true, "all three readings");
         let v = t
             .step(
                 "A malformed ID: rejected, with the ID that was meant",
@@ -238,7 +238,7 @@ impl Tour<'_> {
                 json!({"sensor_id": "a_line1_001"}),
             )
             .await;
-        t.expect(v["error"]["suggestions"][0] == "A_LINE1_001", "a suggestion");
+        t.check(v["error"]["suggestions"][0] == "A_LINE1_001", "a suggestion");
     }
 
     /// The meter stops answering: a retryable error, then the breaker opens.
@@ -250,7 +250,7 @@ impl Tour<'_> {
         Tool::GetSensorReading,
         json!({"sensor_id": "A_UTIL_005"}))
     .await;
-        t.expect(
+        t.check(
             v["error"]["code"] == "DEVICE_TIMEOUT" && v["error"]["retryable"] == true,
             "DEVICE_TIMEOUT, retryable",
         );
@@ -269,7 +269,7 @@ impl Tour<'_> {
                 break;
             }
         }
-        t.expect(opened, "CIRCUIT_OPEN");
+        t.check(opened, "CIRCUIT_OPEN");
         let v = t
             .step(
                 "While it is open, calls are answered at once, with the time until a probe",
@@ -277,7 +277,7 @@ impl Tour<'_> {
                 json!({"sensor_id": "A_UTIL_007"}),
             )
             .await;
-        t.expect(
+        t.check(
             v["error"]["code"] == "CIRCUIT_OPEN" && v["meta"]["attempts"] == 0,
             "CIRCUIT_OPEN without a device attempt",
         );
@@ -288,7 +288,7 @@ impl Tour<'_> {
                 json!({"device_id": "a-util-meter"}),
             )
             .await;
-        t.expect(v["data"]["devices"][0]["state"] == "down", "device down");
+        t.check(v["data"]["devices"][0]["state"] == "down", "device down");
     }
 
     /// The meter answers again: too early is still open, then the probe closes it.
@@ -313,10 +313,10 @@ impl Tour<'_> {
                 json!({"sensor_id": "A_UTIL_005", "unit": "raw"}),
             )
             .await;
-        t.expect(v["ok"] == true, "recovery");
+        t.check(v["ok"] == true, "recovery");
         let v = t
             .step("The device is up again", Tool::GetDeviceStatus, json!({"device_id": "a-util-meter"}))
             .await;
-        t.expect(v["data"]["devices"][0]["breaker"]["state"] == "closed", "breaker closed");
+        t.check(v["data"]["devices"][0]["breaker"]["state"] == "closed", "breaker closed");
     }
 }
