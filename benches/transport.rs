@@ -238,15 +238,8 @@ async fn run() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    let app = http::app(tools.clone(), Arc::new(Tokens::default()), stop.clone());
-    let s = stop.clone();
-    tokio::spawn(http::serve(
-        listener,
-        app,
-        async move { s.cancelled().await },
-        http::Timeouts { header: Duration::from_secs(30), grace: Duration::from_secs(1) },
-        stop.clone(),
-    ));
+    let timeouts = http::Timeouts { header: Duration::from_secs(30), grace: Duration::from_secs(1) };
+    fieldgate::app::serve_http(listener, &tools, Arc::new(Tokens::default()), timeouts, &stop);
 
     // Warm the cache and the connection to the device.
     let mut c = HttpClient::connect(addr).await.unwrap();

@@ -166,17 +166,7 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
         tasks.push(s.task);
     }
     tasks.push(crate::work_orders::delivery::start(orders, webhook, ttl, shutdown.clone()));
-    let server = listener.map(|listener| {
-        let app = http::app(tools.clone(), options.tokens.clone(), shutdown.clone());
-        let stop = shutdown.clone();
-        tokio::spawn(http::serve(
-            listener,
-            app,
-            async move { stop.cancelled().await },
-            timeouts,
-            shutdown.clone(),
-        ))
-    });
+    let server = listener.map(|l| serve_http(l, &tools, options.tokens.clone(), timeouts, &shutdown));
     let owner = Owner {
         pid: std::process::id(),
         mode: options.mode.to_string(),
@@ -188,6 +178,27 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
         tracing::warn!(file = %owner_file.display(), error = %error.kind(), "cannot write the owner file; other commands will not find this process");
     }
     Ok(Running { tools, addr, data_dir, shutdown, server, tasks, owner_file })
+}
+
+/// Serves the HTTP API of `tools` (MCP at `/mcp`, the console at `/console`) on
+/// `listener` until `shutdown` is cancelled: the one place the server is assembled, used
+/// by [`start`] and by the tests and benches that serve a tool service of their own.
+pub fn serve_http(
+    listener: tokio::net::TcpListener,
+    tools: &ToolService,
+    tokens: Arc<Tokens>,
+    timeouts: http::Timeouts,
+    shutdown: &CancellationToken,
+) -> JoinHandle<std::io::Result<()>> {
+    let app = http::app(tools.clone(), tokens, shutdown.clone());
+    let stop = shutdown.clone();
+    tokio::spawn(http::serve(
+        listener,
+        app,
+        async move { stop.cancelled().await },
+        timeouts,
+        shutdown.clone(),
+    ))
 }
 
 impl Running {

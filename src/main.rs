@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use fieldgate::cli;
 use fieldgate::config::Config;
 use fieldgate::registry::Registry;
 use fieldgate::toml_reader::Problem;
-use fieldgate::tools::{Caller, ToolService};
 use fieldgate::transport::auth::Tokens;
 
 // Measured (benches/transport.rs): the tool path allocates many small, short-lived
@@ -148,35 +148,7 @@ enum Command {
     },
     /// Probe a Modbus device or browse an OPC UA server and print a device file skeleton for
     /// a person to edit: one sensor per readable Modbus address, or per OPC UA variable.
-    Discover(DiscoverArgs),
-}
-
-#[derive(clap::Args)]
-struct DiscoverArgs {
-    /// modbus | opcua
-    protocol: String,
-    /// Modbus: the device's host:port, e.g. 192.168.10.21:502. OPC UA: the server's
-    /// URL, e.g. opc.tcp://192.168.10.30:4840/path (browsed with security None).
-    #[arg(long)]
-    endpoint: String,
-    /// Modbus unit ID, 1-247.
-    #[arg(long, default_value_t = 1)]
-    unit: u8,
-    /// Plant code of the sensor IDs, e.g. A.
-    #[arg(long)]
-    plant: String,
-    /// Zone code of the sensor IDs, e.g. LINE1.
-    #[arg(long)]
-    zone: String,
-    /// Probe addresses 0 to this (exclusive) in each table.
-    #[arg(long, default_value_t = 1000)]
-    max_address: u16,
-    /// Per-request timeout in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    timeout_ms: u64,
-    /// Write the file here (refused if it exists) instead of standard output.
-    #[arg(long, value_name = "FILE")]
-    out: Option<PathBuf>,
+    Discover(cli::discover::DiscoverArgs),
 }
 
 fn main() -> ExitCode {
@@ -192,15 +164,15 @@ fn main() -> ExitCode {
     let Cli { config, devices, command, .. } = cli;
     let load = || load(&config, &devices);
     match command {
-        Command::Discover(args) => discover(&runtime, args),
+        Command::Discover(args) => cli::discover::discover(&runtime, args),
         Command::Tools => {
             let defs: Vec<_> =
                 fieldgate::tools::TOOLS.iter().filter(|t| t.served).map(|t| t.definition()).collect();
-            out(&serde_json::to_string_pretty(&defs).unwrap_or_default());
+            cli::out(&serde_json::to_string_pretty(&defs).unwrap_or_default());
             ExitCode::SUCCESS
         }
         Command::Check => match load().and_then(with_tokens) {
-            Ok((config, registry, _)) => check(&config, &registry),
+            Ok((config, registry, _)) => cli::devices::check(&config, &registry),
             Err(code) => code,
         },
         Command::Call { tool, args, url, data_dir, token } => {
@@ -217,7 +189,7 @@ fn main() -> ExitCode {
             match load() {
                 Ok((c, registry)) => {
                     let c = with_overrides(c, None, data_dir);
-                    runtime.block_on(fieldgate::cli::call(c, registry, &tool, args, url, token))
+                    runtime.block_on(cli::run::call(c, registry, &tool, args, url, token))
                 }
                 Err(code) => code,
             }
@@ -225,35 +197,35 @@ fn main() -> ExitCode {
         Command::Mcp { url, token, listen, data_dir } => match load().and_then(with_tokens) {
             Ok((c, registry, tokens)) => {
                 let c = with_overrides(c, listen, data_dir);
-                runtime.block_on(fieldgate::cli::mcp(c, registry, tokens, url, token))
+                runtime.block_on(cli::run::mcp(c, registry, tokens, url, token))
             }
             Err(code) => code,
         },
         Command::Serve { listen, data_dir } => match load().and_then(with_tokens) {
             Ok((c, registry, tokens)) => {
-                runtime.block_on(serve(with_overrides(c, listen, data_dir), registry, tokens))
+                runtime.block_on(cli::run::serve(with_overrides(c, listen, data_dir), registry, tokens))
             }
             Err(code) => code,
         },
         Command::WorkOrders { action, id, note, by, url, token, data_dir, json } => {
             let target = match url {
-                Some(url) => fieldgate::cli::Target::Remote { url, token },
+                Some(url) => cli::Target::Remote { url, token },
                 None => match Config::load(config.as_deref(), std::env::vars()) {
-                    Ok(c) => fieldgate::cli::Target::Local {
+                    Ok(c) => cli::Target::Local {
                         data_dir: data_dir.unwrap_or(c.storage.data_dir),
                         webhook_configured: !c.work_orders.webhook_url.is_empty(),
                     },
                     Err(e) => return report(&e.0),
                 },
             };
-            let cmd = fieldgate::cli::WorkOrderCommand { action, id, note, by, json };
-            runtime.block_on(fieldgate::cli::work_orders(target, cmd))
+            let cmd = cli::WorkOrderCommand { action, id, note, by, json };
+            runtime.block_on(cli::work_orders::work_orders(target, cmd))
         }
         Command::Devices { action, id, url: Some(url), token } => {
-            runtime.block_on(fieldgate::cli::devices_remote(&url, token, &action, id))
+            runtime.block_on(cli::devices::devices_remote(&url, token, &action, id))
         }
         Command::Devices { action, id, url: None, .. } => match load() {
-            Ok((c, registry)) => runtime.block_on(devices_local(c, registry, &action, id)),
+            Ok((c, registry)) => runtime.block_on(cli::devices::devices_local(c, registry, &action, id)),
             Err(code) => code,
         },
         #[cfg(feature = "demo")]
@@ -268,7 +240,7 @@ fn main() -> ExitCode {
                 }
                 let free = SocketAddr::from(([127, 0, 0, 1], 0));
                 let listen = listen.unwrap_or(if tour { free } else { c.server.listen });
-                runtime.block_on(demo(c, registry, listen, data_dir, tour))
+                runtime.block_on(cli::run::demo(c, registry, listen, data_dir, tour))
             }
             Err(code) => code,
         },
@@ -303,124 +275,6 @@ fn init_logs(cli: &Cli) {
     }
 }
 
-/// `discover`: a device file skeleton from a live device, on stdout or into a new file.
-fn discover(runtime: &tokio::runtime::Runtime, a: DiscoverArgs) -> ExitCode {
-    use fieldgate::driver::discover::{
-        DiscoverError, ModbusProbe, check_modbus_args, discover_modbus, resolve,
-    };
-    let timeout = std::time::Duration::from_millis(a.timeout_ms.max(1));
-    let found = match a.protocol.as_str() {
-        "modbus" => {
-            if let Err(e) = check_modbus_args(&a.plant, &a.zone, a.unit) {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-            let addr = match runtime.block_on(resolve(&a.endpoint, timeout)) {
-                Ok(addr) => addr,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    let usage = matches!(e, DiscoverError::Invalid(_));
-                    return if usage { ExitCode::from(2) } else { ExitCode::FAILURE };
-                }
-            };
-            if a.endpoint.parse::<SocketAddr>().is_err() {
-                eprintln!("note: {} answered at {addr}", a.endpoint);
-            }
-            let (unit, max_address) = (a.unit, a.max_address);
-            let probe = ModbusProbe {
-                addr,
-                endpoint: a.endpoint,
-                unit,
-                plant: a.plant,
-                zone: a.zone,
-                max_address,
-                timeout,
-            };
-            runtime.block_on(discover_modbus(&probe))
-        }
-        "opcua" => {
-            let probe = fieldgate::driver::opcua::browse::UaProbe {
-                url: a.endpoint,
-                plant: a.plant,
-                zone: a.zone,
-                timeout,
-                max_depth: 8,
-            };
-            runtime.block_on(fieldgate::driver::opcua::browse::discover_opcua(&probe))
-        }
-        other => {
-            eprintln!("error: discover supports \"modbus\" and \"opcua\", found {other:?}");
-            return ExitCode::from(2);
-        }
-    };
-    let text = match found {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let Some(path) = a.out else {
-        out(text.trim_end());
-        return ExitCode::SUCCESS;
-    };
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
-    match written {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: cannot write {}: {}", path.display(), e.kind());
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// `check`: a summary of a valid configuration and plant, with notes on OPC UA security.
-fn check(config: &Config, registry: &Registry) -> ExitCode {
-    out(&format!(
-        "ok: {} devices, {} sensors (devices from {})",
-        registry.devices().len(),
-        registry.sensors().len(),
-        config.devices.dir.display()
-    ));
-    for (protocol, devices, sensors) in registry.summary() {
-        out(&format!("  {:<20} {devices} device(s), {sensors} sensor(s)", protocol.name()));
-    }
-    let pki = fieldgate::driver::opcua::security::Pki::new(config.storage.data_dir.join("pki"));
-    for d in registry.devices() {
-        for line in fieldgate::driver::opcua::security::notes(d, &pki) {
-            out(&line);
-        }
-    }
-    ExitCode::SUCCESS
-}
-
-/// `devices status|probe` in this process (no service holds the devices).
-async fn devices_local(config: Config, registry: Registry, action: &str, id: Option<String>) -> ExitCode {
-    let service = ToolService::new(Arc::new(registry), config);
-    let envelope = match (action, id) {
-        ("probe", Some(id)) => Some(service.probe_device(&Caller::local(), &id).await),
-        ("status", id) => service
-            .call(fieldgate::tools::Tool::GetDeviceStatus.name(), serde_json::json!({ "device_id": id }))
-            .await
-            .ok(),
-        _ => None,
-    };
-    match envelope {
-        Some(e) => {
-            out(&serde_json::to_string_pretty(&e).unwrap_or_default());
-            if e.ok { ExitCode::SUCCESS } else { ExitCode::from(2) }
-        }
-        None => {
-            eprintln!("error: use `devices status [ID]` or `devices probe ID`");
-            ExitCode::from(2)
-        }
-    }
-}
-
 /// The bearer tokens of the configuration, or every problem printed.
 fn with_tokens((config, registry): (Config, Registry)) -> Result<(Config, Registry, Arc<Tokens>), ExitCode> {
     match Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars()) {
@@ -440,72 +294,6 @@ fn with_overrides(mut config: Config, listen: Option<SocketAddr>, data_dir: Opti
     config
 }
 
-async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> ExitCode {
-    let options = fieldgate::app::Options {
-        listen: Some(config.server.listen),
-        listen_required: true,
-        tokens,
-        mode: "serve",
-    };
-    let mut signals = fieldgate::cli::StopSignal::listen();
-    let running = match fieldgate::app::start(config, registry, options).await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let addr = running.addr.map(|a| a.to_string()).unwrap_or_default();
-    tracing::info!(%addr, "serving the HTTP API and MCP at /mcp");
-    eprintln!("fieldgate listening on http://{addr} (MCP at /mcp)");
-    let stopped = running.shutdown();
-    tokio::select! {
-        () = signals.received() => {}
-        () = stopped.cancelled() => {}
-    }
-    // Stop accepting, let requests finish, and make the last history points durable.
-    match running.stop().await {
-        Ok(()) => {
-            tracing::info!("stopped");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-#[cfg(feature = "demo")]
-async fn demo(
-    config: Config,
-    registry: Registry,
-    listen: SocketAddr,
-    data_dir: Option<PathBuf>,
-    tour: bool,
-) -> ExitCode {
-    let mut signals = fieldgate::cli::StopSignal::listen();
-    let demo = match fieldgate::demo::Demo::start(config, registry, listen, data_dir).await {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if tour {
-        out(&format!("fieldgate demo tour against http://{}", demo.addr));
-        let ok = fieldgate::demo::tour(&demo, &mut |line: &str| out(line)).await;
-        demo.stop().await;
-        out(if ok { "\ntour complete" } else { "\ntour finished with unexpected answers" });
-        return if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE };
-    }
-    out(&demo.banner());
-    out("Ctrl-C stops the demo.");
-    signals.received().await;
-    demo.stop().await;
-    ExitCode::SUCCESS
-}
-
 /// Configuration and registry, or every problem printed and exit code 1.
 fn load(config: &Option<PathBuf>, devices: &Option<PathBuf>) -> Result<(Config, Registry), ExitCode> {
     let mut config = Config::load(config.as_deref(), std::env::vars()).map_err(|e| report(&e.0))?;
@@ -522,10 +310,4 @@ fn report(problems: &[Problem]) -> ExitCode {
     }
     eprintln!("{} problem(s); fieldgate will not start until they are fixed.", problems.len());
     ExitCode::FAILURE
-}
-
-/// Prints a line to stdout; a closed pipe (`| head`) is not an error worth a panic.
-fn out(text: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stdout().lock(), "{text}");
 }

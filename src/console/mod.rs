@@ -90,15 +90,7 @@ impl IntoResponse for ConsoleError {
                 return res;
             }
             ConsoleError::Tool(e) => {
-                let status = crate::transport::http::status_of(&crate::tools::Envelope::failure(
-                    e.clone(),
-                    crate::tools::Meta {
-                        call_id: String::new(),
-                        tool: "console".into(),
-                        duration_ms: 0.0,
-                        attempts: 0,
-                    },
-                ));
+                let status = crate::transport::http::status_of_code(e.code);
                 (status, e.code.as_str(), html! { p { (e.message) } p.muted { (e.hint) } })
             }
             ConsoleError::Refused(why) => (StatusCode::FORBIDDEN, "Refused", html! { p { (why) } }),

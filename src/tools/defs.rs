@@ -374,13 +374,22 @@ pub struct NorthboundStatus {
 /// waits in memory and work orders cannot be created.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct StorageStatus {
-    /// `ok`, or `failing` while a store cannot write.
-    pub state: String,
+    pub state: StorageState,
     /// What is wrong, per store, e.g. "history: the disk reserve is reached".
     pub problems: Vec<String>,
     /// Free and total bytes of the data directory's filesystem, when known.
     pub free_bytes: Option<u64>,
     pub total_bytes: Option<u64>,
+}
+
+/// Whether every store can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageState {
+    /// Every store writes.
+    Ok,
+    /// A store cannot write (see `problems`).
+    Failing,
 }
 
 /// How an operator's probe went.

@@ -16,23 +16,7 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
         "Wait retry_after_ms, then retry; if it keeps failing, call get_device_status and report the device.";
     let e = match e {
         ReadError::CircuitOpen { retry_after, down_since, report } => {
-            let since = down_since
-                .map(|t| format!(" since {}", t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)))
-                .unwrap_or_default();
-            let hint = if *report {
-                format!(
-                    "Device {id} has been down{since}: report it to a person now (get_device_status shows its state). fieldgate keeps probing it; wait retry_after_ms before asking again."
-                )
-            } else {
-                "Wait retry_after_ms before asking again: fieldgate probes the device itself meanwhile, and get_device_status shows its state. Do not retry sooner.".to_string()
-            };
-            return ToolError::new(
-                ErrorCode::CircuitOpen,
-                format!("Device {id} is failing{since}; fieldgate stopped asking it for now (circuit breaker open)."),
-                hint,
-            )
-            .with_retry_after((retry_after.as_millis() as u64).max(1))
-            .with_device(id);
+            return circuit_open(id, *retry_after, *down_since, *report);
         }
         ReadError::Driver(e) => e,
     };
@@ -110,6 +94,32 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
         ),
     };
     err.with_device(id)
+}
+
+/// The device's breaker is open: wait, and report a device down for long.
+fn circuit_open(
+    id: &str,
+    retry_after: std::time::Duration,
+    down_since: Option<chrono::DateTime<chrono::Utc>>,
+    report: bool,
+) -> ToolError {
+    let since = down_since
+        .map(|t| format!(" since {}", t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)))
+        .unwrap_or_default();
+    let hint = if report {
+        format!(
+            "Device {id} has been down{since}: report it to a person now (get_device_status shows its state). fieldgate keeps probing it; wait retry_after_ms before asking again."
+        )
+    } else {
+        "Wait retry_after_ms before asking again: fieldgate probes the device itself meanwhile, and get_device_status shows its state. Do not retry sooner.".to_string()
+    };
+    ToolError::new(
+        ErrorCode::CircuitOpen,
+        format!("Device {id} is failing{since}; fieldgate stopped asking it for now (circuit breaker open)."),
+        hint,
+    )
+    .with_retry_after((retry_after.as_millis() as u64).max(1))
+    .with_device(id)
 }
 
 /// A device that refused fieldgate itself: what an operator has to do about it.

@@ -219,6 +219,21 @@ pub struct Meta {
     pub attempts: u32,
 }
 
+impl Meta {
+    /// The meta of call `call_id` of `tool`, started at `started`, that made `attempts`
+    /// device attempts (its duration to the microsecond).
+    pub fn timed(call_id: String, tool: &str, started: std::time::Instant, attempts: u32) -> Meta {
+        let duration_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0;
+        Meta { call_id, tool: tool.to_string(), duration_ms, attempts }
+    }
+
+    /// The meta of an answer refused before any tool ran (`tool` says what refused it): a
+    /// new call ID, no time, no device attempts.
+    pub fn refusal(tool: &str) -> Meta {
+        Meta { call_id: super::new_call_id(), tool: tool.to_string(), duration_ms: 0.0, attempts: 0 }
+    }
+}
+
 /// Tool data as JSON text: written once by the tool and spliced as is into every
 /// transport's envelope ([`Envelope::to_json`]).
 ///

@@ -8,19 +8,19 @@ pub mod catalog;
 mod cursor;
 pub mod defs;
 mod device_error;
-pub mod envelope;
+pub(crate) mod envelope;
 mod history;
 mod json;
-pub mod limits;
+pub(crate) mod limits;
 mod list_sensors;
 mod prometheus;
 mod reading_json;
-pub mod readings;
+mod readings;
 mod resources;
 mod status;
 pub mod validate;
-pub mod when;
-pub mod work_orders;
+pub(crate) mod when;
+pub(crate) mod work_orders;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -293,12 +293,7 @@ impl ToolService {
             )
             .with_retry_after(wait.as_millis() as u64 + 1)),
         };
-        let meta = Meta {
-            call_id: call_id.clone(),
-            tool: spec.name().to_string(),
-            duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
-            attempts,
-        };
+        let meta = Meta::timed(call_id.clone(), spec.name(), started, attempts);
         if reads && blocked.is_none() {
             let verdict = verdict(&result);
             // Only a failure has to be remembered, and an empty guard has no streak to end.
@@ -465,12 +460,8 @@ impl ToolService {
 /// The envelope of an operator action or resource (not an agent tool): `name` is
 /// reported as `meta.tool`.
 fn finish(name: &str, started: Instant, attempts: u32, result: ToolResult) -> Envelope {
-    let meta = Meta {
-        call_id: new_call_id(),
-        tool: name.chars().take(40).collect(),
-        duration_ms: (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0,
-        attempts,
-    };
+    let tool: String = name.chars().take(40).collect();
+    let meta = Meta::timed(new_call_id(), &tool, started, attempts);
     match result {
         Ok(data) => Envelope::success(data, meta),
         Err(e) => Envelope::failure(e, meta),

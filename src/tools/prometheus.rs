@@ -37,7 +37,11 @@ impl ToolService {
         let storage = self.storage();
         let history = self.inner.history.as_ref();
         out.push_str("# HELP fieldgate_storage_failing 1 while a store cannot write (history waits in memory, work orders are refused).\n# TYPE fieldgate_storage_failing gauge\n");
-        let _ = writeln!(out, "fieldgate_storage_failing {}", u8::from(storage.state != "ok"));
+        let _ = writeln!(
+            out,
+            "fieldgate_storage_failing {}",
+            u8::from(storage.state != super::defs::StorageState::Ok)
+        );
         if let Some(free) = storage.free_bytes {
             out.push_str("# HELP fieldgate_storage_free_bytes Free space of the data directory's filesystem.\n# TYPE fieldgate_storage_free_bytes gauge\n");
             let _ = writeln!(out, "fieldgate_storage_free_bytes {free}");

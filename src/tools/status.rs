@@ -5,7 +5,7 @@ use chrono::SecondsFormat;
 
 use super::defs::{
     BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, GetDeviceStatusArgs, LastError,
-    Latency, NorthboundStatus, ProbeData, ProbeResult, StorageStatus,
+    Latency, NorthboundStatus, ProbeData, ProbeResult, StorageState, StorageStatus,
 };
 use super::device_error::device_error;
 use super::{Inner, ToolError, ToolResult, to_data};
@@ -174,7 +174,7 @@ pub fn storage(inner: &Inner) -> StorageStatus {
     }
     let space = inner.history.as_ref().and_then(|h| h.disk_space());
     StorageStatus {
-        state: if problems.is_empty() { "ok" } else { "failing" }.into(),
+        state: if problems.is_empty() { StorageState::Ok } else { StorageState::Failing },
         problems,
         free_bytes: space.map(|s| s.0),
         total_bytes: space.map(|s| s.1),

@@ -133,9 +133,7 @@ fn replacement_for(head: &[u8]) -> Option<Vec<u8>> {
         ),
         _ => return None,
     };
-    let meta =
-        Meta { call_id: crate::tools::new_call_id(), tool: "http".into(), duration_ms: 0.0, attempts: 0 };
-    let envelope = Envelope::failure(error, meta);
+    let envelope = Envelope::failure(error, Meta::refusal("http"));
     let status = super::http::status_of(&envelope);
     let body = envelope.to_json();
     let mut answer = format!(

@@ -35,8 +35,12 @@ struct AppState {
 
 /// The one mapping from an envelope to an HTTP status (docs/tool-contract.md §7).
 pub fn status_of(e: &Envelope) -> StatusCode {
-    let Some(err) = &e.error else { return StatusCode::OK };
-    match err.code {
+    e.error.as_ref().map_or(StatusCode::OK, |err| status_of_code(err.code))
+}
+
+/// The HTTP status of an error code (the table of the contract).
+pub fn status_of_code(code: ErrorCode) -> StatusCode {
+    match code {
         ErrorCode::InvalidArgument => StatusCode::BAD_REQUEST,
         ErrorCode::SensorNotFound | ErrorCode::DeviceNotFound | ErrorCode::WorkOrderNotFound => {
             StatusCode::NOT_FOUND
@@ -84,13 +88,7 @@ fn envelope_response(e: &Envelope) -> Response {
 /// An error that is not the answer of a tool (authentication, origin, routing, limits):
 /// still an envelope with `meta`, its status from [`status_of`].
 fn refusal(error: ToolError) -> Response {
-    let meta = crate::tools::Meta {
-        call_id: crate::tools::new_call_id(),
-        tool: "http".into(),
-        duration_ms: 0.0,
-        attempts: 0,
-    };
-    envelope_response(&Envelope::failure(error, meta))
+    envelope_response(&Envelope::failure(error, crate::tools::Meta::refusal("http")))
 }
 
 /// A refusal after which the request's body may still be unread: the connection is closed
@@ -273,10 +271,7 @@ fn query_args(q: HashMap<String, String>) -> Value {
 }
 
 async fn sensors(State(st): State<AppState>, Extension(c): Extension<Caller>, Params(q): Params) -> Response {
-    match st.tools.call_as(&c, Tool::ListSensors.name(), query_args(q)).await {
-        Ok(e) => envelope_response(&e),
-        Err(_) => refusal(ToolError::internal()),
-    }
+    answer(&st, &c, Tool::ListSensors, query_args(q)).await
 }
 
 async fn sensor(
@@ -293,7 +288,7 @@ async fn reading(
     Path(id): Path<String>,
     Params(q): Params,
 ) -> Response {
-    sensor_tool(&st, &c, Tool::GetSensorReading.name(), id, q).await
+    sensor_tool(&st, &c, Tool::GetSensorReading, id, q).await
 }
 
 async fn history(
@@ -302,14 +297,14 @@ async fn history(
     Path(id): Path<String>,
     Params(q): Params,
 ) -> Response {
-    sensor_tool(&st, &c, Tool::GetSensorHistory.name(), id, q).await
+    sensor_tool(&st, &c, Tool::GetSensorHistory, id, q).await
 }
 
 /// `GET /v1/sensors/{id}/...`: the query string as arguments, with the path's sensor ID.
 async fn sensor_tool(
     st: &AppState,
     c: &Caller,
-    tool: &str,
+    tool: Tool,
     id: String,
     q: HashMap<String, String>,
 ) -> Response {
@@ -317,7 +312,13 @@ async fn sensor_tool(
     if let Some(o) = args.as_object_mut() {
         o.insert("sensor_id".into(), Value::String(id));
     }
-    match st.tools.call_as(c, tool, args).await {
+    answer(st, c, tool, args).await
+}
+
+/// The envelope of a known tool called with `args` (a name this code chose, so an
+/// unknown-tool answer would be our bug: `INTERNAL`).
+async fn answer(st: &AppState, c: &Caller, tool: Tool, args: Value) -> Response {
+    match st.tools.call_as(c, tool.name(), args).await {
         Ok(e) => envelope_response(&e),
         Err(_) => refusal(ToolError::internal()),
     }
@@ -328,10 +329,7 @@ async fn list_work_orders(
     Extension(c): Extension<Caller>,
     Params(q): Params,
 ) -> Response {
-    match st.tools.call_as(&c, Tool::ListWorkOrders.name(), query_args(q)).await {
-        Ok(e) => envelope_response(&e),
-        Err(_) => refusal(ToolError::internal()),
-    }
+    answer(&st, &c, Tool::ListWorkOrders, query_args(q)).await
 }
 
 async fn get_work_order(
@@ -339,10 +337,7 @@ async fn get_work_order(
     Extension(c): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    match st.tools.call_as(&c, Tool::GetWorkOrder.name(), json!({ "work_order_id": id })).await {
-        Ok(e) => envelope_response(&e),
-        Err(_) => refusal(ToolError::internal()),
-    }
+    answer(&st, &c, Tool::GetWorkOrder, json!({ "work_order_id": id })).await
 }
 
 /// `POST /v1/work-orders/{id}/{action}` with an optional `{"note": "..."}`: operators only.
@@ -369,10 +364,7 @@ async fn probe_device(
 }
 
 async fn devices(State(st): State<AppState>, Extension(c): Extension<Caller>) -> Response {
-    match st.tools.call_as(&c, Tool::GetDeviceStatus.name(), json!({})).await {
-        Ok(e) => envelope_response(&e),
-        Err(_) => refusal(ToolError::internal()),
-    }
+    answer(&st, &c, Tool::GetDeviceStatus, json!({})).await
 }
 
 async fn device(
@@ -380,10 +372,7 @@ async fn device(
     Extension(c): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    match st.tools.call_as(&c, Tool::GetDeviceStatus.name(), json!({ "device_id": id })).await {
-        Ok(e) => envelope_response(&e),
-        Err(_) => refusal(ToolError::internal()),
-    }
+    answer(&st, &c, Tool::GetDeviceStatus, json!({ "device_id": id })).await
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {
@@ -401,7 +390,7 @@ async fn healthz() -> &'static str {
 /// (readings keep working), not unready.
 async fn readyz(State(st): State<AppState>) -> Response {
     let storage = st.tools.storage();
-    let status = if storage.state == "ok" { "ready" } else { "degraded" };
+    let status = if storage.state == crate::tools::defs::StorageState::Ok { "ready" } else { "degraded" };
     let body = json!({
         "ready": true,
         "status": status,

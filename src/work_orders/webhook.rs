@@ -206,7 +206,7 @@ fn is_loopback(url: &Url) -> bool {
 }
 
 /// Reads the webhook's keys of `[work_orders]` from `s` into `w`, each problem at its key
-/// (`config.rs` reads the table's other keys).
+/// (`config/read.rs` reads the table's other keys).
 pub fn read_keys(s: &Table<'_, '_>, w: &mut WorkOrdersConfig) {
     let checked = |key: &'static str, check: fn(&str) -> Result<(), String>| {
         let v = s.str(key)?;

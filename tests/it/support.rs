@@ -143,22 +143,14 @@ pub struct Server {
 impl Server {
     pub async fn start(service: ToolService, tokens: fieldgate::transport::auth::Tokens) -> Server {
         use fieldgate::transport::http;
-        let tokens = Arc::new(tokens);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = tokio_util::sync::CancellationToken::new();
-        let app = http::app(service, tokens, stop.clone());
-        let s = stop.clone();
-        tokio::spawn(http::serve(
-            listener,
-            app,
-            async move { s.cancelled().await },
-            http::Timeouts {
-                header: std::time::Duration::from_secs(30),
-                grace: std::time::Duration::from_secs(1),
-            },
-            stop.clone(),
-        ));
+        let timeouts = http::Timeouts {
+            header: std::time::Duration::from_secs(30),
+            grace: std::time::Duration::from_secs(1),
+        };
+        fieldgate::app::serve_http(listener, &service, Arc::new(tokens), timeouts, &stop);
         Server { addr, stop }
     }
 

@@ -5,6 +5,11 @@
 //! encrypting policy with fieldgate's own certificate from the PKI folder, anonymous or
 //! with a user whose credentials come from the environment. `mode = "subscribe"` devices
 //! are also read this way on demand; their values arrive through [`subscribe`].
+//!
+//! Status codes as `DriverError`s: BadNodeIdUnknown and access errors → `NodeRejected`,
+//! BadTooManyOperations → `Busy`, BadNotConnected and communication errors →
+//! `Unavailable`; any other Bad status is a bad-quality sample, Uncertain an uncertain one.
+//! A session is replaced when its event loop ends.
 
 pub mod browse;
 pub mod security;

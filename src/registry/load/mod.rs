@@ -231,6 +231,47 @@ fn read_breaker(b: &Table<'_, '_>) -> BreakerOverrides {
     o
 }
 
+/// The `[serial]` and `[opcua]` tables of a device, each refused on the wrong protocol;
+/// an OPC UA device without `[opcua]` gets security None, polled.
+fn read_protocol_tables(
+    t: &Table<'_, '_>,
+    protocol: Option<Protocol>,
+) -> (Option<SerialSettings>, Option<OpcUaSettings>) {
+    let serial = t.table("serial").and_then(|s| {
+        let v = read_serial(&s);
+        s.finish();
+        v
+    });
+    if protocol == Some(Protocol::ModbusRtu) && serial.is_none() && !t.has("serial") {
+        t.table_problem(
+            "a modbus-rtu device needs a [serial] table (baud_rate, parity, data_bits, stop_bits)",
+        );
+    }
+    if serial.is_some() && protocol.is_some_and(|p| p != Protocol::ModbusRtu) {
+        t.problem("serial", "only modbus-rtu devices take a [serial] table");
+    }
+    let opcua_table = t.table("opcua");
+    let opcua = opcua_table.as_ref().and_then(|o| {
+        let v = read_opcua(o);
+        o.finish();
+        v
+    });
+    if opcua_table.is_some() && protocol.is_some_and(|p| p != Protocol::Opcua) {
+        t.problem("opcua", "only opcua devices take an [opcua] table");
+    }
+    let opcua = match (protocol, opcua) {
+        (Some(Protocol::Opcua), None) if opcua_table.is_none() => Some(OpcUaSettings {
+            security_policy: "None".into(),
+            security_mode: "None".into(),
+            username_env: None,
+            password_env: None,
+            mode: OpcUaMode::Poll,
+        }),
+        (_, o) => o,
+    };
+    (serial, opcua)
+}
+
 fn read_device_file(t: &Table<'_, '_>) -> Parsed {
     let doc = t.doc();
     let id_line = t.key_span("id").map_or(1, |s| doc.line(s.start));
@@ -275,39 +316,7 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
         _ => None,
     };
 
-    let serial = t.table("serial").and_then(|s| {
-        let v = read_serial(&s);
-        s.finish();
-        v
-    });
-    if protocol == Some(Protocol::ModbusRtu) && serial.is_none() && !t.has("serial") {
-        t.table_problem(
-            "a modbus-rtu device needs a [serial] table (baud_rate, parity, data_bits, stop_bits)",
-        );
-    }
-    if serial.is_some() && protocol.is_some_and(|p| p != Protocol::ModbusRtu) {
-        t.problem("serial", "only modbus-rtu devices take a [serial] table");
-    }
-    let opcua_table = t.table("opcua");
-    let opcua = opcua_table.as_ref().and_then(|o| {
-        let v = read_opcua(o);
-        o.finish();
-        v
-    });
-    if opcua_table.is_some() && protocol.is_some_and(|p| p != Protocol::Opcua) {
-        t.problem("opcua", "only opcua devices take an [opcua] table");
-    }
-    let opcua = match (protocol, opcua) {
-        (Some(Protocol::Opcua), None) if opcua_table.is_none() => Some(OpcUaSettings {
-            security_policy: "None".into(),
-            security_mode: "None".into(),
-            username_env: None,
-            password_env: None,
-            mode: OpcUaMode::Poll,
-        }),
-        (_, o) => o,
-    };
-
+    let (serial, opcua) = read_protocol_tables(t, protocol);
     let breaker = t.table("breaker").map(|b| read_breaker(&b));
     let (mut sensors, declared_sensors) =
         read_sensors(t, Context { protocol, plant, zone, word_order, device: id.as_ref(), max_regs });

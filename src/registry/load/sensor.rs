@@ -75,9 +75,32 @@ pub(super) fn read_sensor(
         *d >= 0.0
     });
 
+    let source = read_source(s, protocol, device_word_order);
+
+    Some(Sensor {
+        id: id?,
+        device: device?.clone(),
+        place: Place::UNPLACED,
+        description: description?.to_string(),
+        kind: kind?.to_string(),
+        unit: unit?.to_string(),
+        equipment: equipment.map(str::to_string),
+        source: source?,
+        range,
+        deadband,
+    })
+}
+
+/// Where a sensor is read: an OPC UA node, or a Modbus point; the other protocol's keys
+/// are refused.
+fn read_source(
+    s: &Table<'_, '_>,
+    protocol: Option<Protocol>,
+    device_word_order: WordOrder,
+) -> Option<SensorSource> {
     let modbus_keys_present: Vec<&str> = MODBUS_SENSOR_KEYS.iter().copied().filter(|k| s.has(k)).collect();
     let has_node = s.has("node_id");
-    let source = match protocol {
+    match protocol {
         Some(Protocol::Opcua) => {
             for k in &modbus_keys_present {
                 s.problem(k, "an OPC UA sensor is addressed by node_id, not by Modbus keys");
@@ -98,20 +121,7 @@ pub(super) fn read_sensor(
             read_modbus_point(s, device_word_order).map(SensorSource::Modbus)
         }
         None => None,
-    };
-
-    Some(Sensor {
-        id: id?,
-        device: device?.clone(),
-        place: Place::UNPLACED,
-        description: description?.to_string(),
-        kind: kind?.to_string(),
-        unit: unit?.to_string(),
-        equipment: equipment.map(str::to_string),
-        source: source?,
-        range,
-        deadband,
-    })
+    }
 }
 
 fn read_modbus_point(s: &Table<'_, '_>, device_word_order: WordOrder) -> Option<ModbusPoint> {

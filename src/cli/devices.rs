@@ -1,0 +1,74 @@
+//! `fieldgate devices status|probe` (in this process, or through a running service with
+//! `--url`) and `fieldgate check`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use super::{connect, data_of, fail, out};
+use crate::config::Config;
+use crate::registry::Registry;
+use crate::tools::{Caller, Tool, ToolService};
+
+/// `fieldgate devices status|probe ... --url`: a running service's device status and an
+/// operator's probe; prints the envelope's data as JSON.
+pub async fn devices_remote(url: &str, token: Option<String>, action: &str, id: Option<String>) -> ExitCode {
+    let mut client = match connect(url, token).await {
+        Ok(c) => c,
+        Err((code, message)) => return fail(code, &message),
+    };
+    let response = match (action, id) {
+        ("status", None) => client.get("/v1/devices").await,
+        ("status", Some(id)) => client.get(&format!("/v1/devices/{id}")).await,
+        ("probe", Some(id)) => client.post(&format!("/v1/devices/{id}/probe"), b"").await,
+        _ => return fail(2, "use `devices status [ID]` or `devices probe ID`"),
+    };
+    match data_of(response) {
+        Ok(data) => {
+            out(&serde_json::to_string_pretty(&data).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err((code, message)) => fail(code, &message),
+    }
+}
+
+/// `devices status|probe` in this process (no service holds the devices).
+pub async fn devices_local(config: Config, registry: Registry, action: &str, id: Option<String>) -> ExitCode {
+    let service = ToolService::new(Arc::new(registry), config);
+    let envelope = match (action, id) {
+        ("probe", Some(id)) => Some(service.probe_device(&Caller::local(), &id).await),
+        ("status", id) => {
+            service.call(Tool::GetDeviceStatus.name(), serde_json::json!({ "device_id": id })).await.ok()
+        }
+        _ => None,
+    };
+    match envelope {
+        Some(e) => {
+            out(&serde_json::to_string_pretty(&e).unwrap_or_default());
+            if e.ok { ExitCode::SUCCESS } else { ExitCode::from(2) }
+        }
+        None => {
+            eprintln!("error: use `devices status [ID]` or `devices probe ID`");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `check`: a summary of a valid configuration and plant, with notes on OPC UA security.
+pub fn check(config: &Config, registry: &Registry) -> ExitCode {
+    out(&format!(
+        "ok: {} devices, {} sensors (devices from {})",
+        registry.devices().len(),
+        registry.sensors().len(),
+        config.devices.dir.display()
+    ));
+    for (protocol, devices, sensors) in registry.summary() {
+        out(&format!("  {:<20} {devices} device(s), {sensors} sensor(s)", protocol.name()));
+    }
+    let pki = crate::driver::opcua::security::Pki::new(config.storage.data_dir.join("pki"));
+    for d in registry.devices() {
+        for line in crate::driver::opcua::security::notes(d, &pki) {
+            out(&line);
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,164 @@
+use super::*;
+
+#[test]
+fn default_file_equals_code_defaults() {
+    // The embedded file is the documentation of every key; it must not drift.
+    let cfg = Config::load(None, []).unwrap();
+    assert_eq!(cfg, Config::default());
+}
+
+#[test]
+fn default_file_sets_every_key() {
+    // Change every default in code; applying the file must restore all of them.
+    let mut c = Config::default();
+    c.devices.dir = "x".into();
+    c.server = ServerConfig {
+        listen: "1.2.3.4:1".parse().unwrap(),
+        request_timeout_ms: 1,
+        header_timeout_ms: 1,
+        max_body_bytes: 1,
+        rate_limit_per_minute: 1,
+        allowed_hosts: vec!["x".into()],
+        allowed_origins: vec!["http://x".into()],
+        shutdown_grace_ms: 1,
+        mcp_max_sessions: 1,
+        mcp_session_idle_s: 1,
+    };
+    c.auth.tokens_file = Some("x".into());
+    c.storage = StorageConfig {
+        data_dir: "x".into(),
+        flush_interval_ms: 1,
+        retention_days: 1,
+        retention_max_mb: 1,
+        reserve_mb: 1,
+        reserve_percent: 1,
+        unflushed_max_mb: 1,
+    };
+    c.calls = CallsConfig {
+        deadline_ms: 1,
+        max_retries: 9,
+        retry_backoff_ms: 1,
+        repeat_failure_limit: 1,
+        repeat_failure_window_s: 1,
+    };
+    c.breaker = BreakerConfig {
+        failure_threshold: 1,
+        failure_rate_percent: 1,
+        window_size: 1,
+        min_calls: 1,
+        open_ms: 1,
+        max_open_ms: 1,
+        report_down_after_s: 1,
+    };
+    c.history.max_silence_s = 1;
+    c.work_orders.pending_ttl_hours = 1;
+    c.work_orders.auto_approve = vec!["x".into()];
+    c.work_orders.webhook_url = "x".into();
+    c.work_orders.webhook_ca_file = Some("x".into());
+    c.work_orders.webhook_auth_env = "X".into();
+    c.work_orders.webhook_auth_header = "X".into();
+    c.mqtt = crate::sparkplug::config::MqttConfig::every_key_changed();
+    assert!(apply_text(&mut c, "d", DEFAULT_TOML).is_empty());
+    assert_eq!(c, Config::default());
+}
+
+#[test]
+fn env_overrides_file() {
+    let env = [
+        ("FIELDGATE_SERVER_LISTEN".to_string(), "127.0.0.1:9999".to_string()),
+        ("FIELDGATE_CALLS_DEADLINE_MS".to_string(), "3000".to_string()),
+        ("FIELDGATE_LOG".to_string(), "debug".to_string()),
+        ("FIELDGATE_CLI_TOKEN".to_string(), "abcdefghijklmnop1234".to_string()),
+        ("PATH".to_string(), "/bin".to_string()),
+    ];
+    let cfg = Config::load(None, env).unwrap();
+    assert_eq!(cfg.server.listen.port(), 9999);
+    assert_eq!(cfg.calls.deadline_ms, 3000);
+}
+
+#[test]
+fn reports_every_problem_with_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "[server]\nlisten = \"localhost\"\nmax_body_bytes = \"big\"\n\n[breaker]\nopen_ms = 5\nfailur_threshold = 3\n[nope]\n",
+    )
+    .unwrap();
+    let env = [
+        ("FIELDGATE_CALLS_DEADLINE_MS".to_string(), "soon".to_string()),
+        ("FIELDGATE_SEVER_LISTEN".to_string(), "x".to_string()),
+    ];
+    let err = Config::load(Some(&path), env).unwrap_err();
+    let prefix = format!("{}/", dir.path().display());
+    let text: Vec<String> = err.0.iter().map(|p| p.to_string().replace(&prefix, "")).collect();
+    assert_eq!(
+        text,
+        [
+            r#"bad.toml:2: `listen` in [server]: must be ip:port, e.g. "127.0.0.1:8080", found "localhost""#,
+            "bad.toml:3: `max_body_bytes` in [server]: must be an integer, found a string",
+            "bad.toml:6: `open_ms` in [breaker]: must be between 10 and 86400000, found 5",
+            "bad.toml:7: unknown key `failur_threshold` in [breaker]; did you mean `failure_threshold`?",
+            "bad.toml:8: unknown key `nope`",
+            "environment variable FIELDGATE_CALLS_DEADLINE_MS: `deadline_ms` in [calls]: must be an integer, found a string",
+            "environment variable FIELDGATE_SEVER_LISTEN: not a configuration key: the name must be \
+             FIELDGATE_<SECTION>_<KEY> with SECTION one of DEVICES, SERVER, AUTH, STORAGE, CALLS, BREAKER, \
+             HISTORY, WORK_ORDERS, MQTT",
+        ]
+    );
+}
+
+#[test]
+fn mcp_session_keys_are_checked() {
+    let env = [
+        ("FIELDGATE_SERVER_MCP_MAX_SESSIONS".to_string(), "10000".to_string()),
+        ("FIELDGATE_SERVER_MCP_SESSION_IDLE_S".to_string(), "60".to_string()),
+    ];
+    let cfg = Config::load(None, env).unwrap();
+    assert_eq!((cfg.server.mcp_max_sessions, cfg.server.mcp_session_idle_s), (10_000, 60));
+    let env = [
+        ("FIELDGATE_SERVER_MCP_MAX_SESSIONS".to_string(), "0".to_string()),
+        ("FIELDGATE_SERVER_MCP_SESSION_IDLE_S".to_string(), "forever".to_string()),
+    ];
+    let text: Vec<String> = Config::load(None, env).unwrap_err().0.iter().map(|p| p.to_string()).collect();
+    assert_eq!(text.len(), 2, "{text:?}");
+    assert!(text[0].contains("`mcp_max_sessions` in [server]: must be between 1 and 100000"), "{text:?}");
+    assert!(text[1].contains("`mcp_session_idle_s` in [server]: must be an integer"), "{text:?}");
+}
+
+#[test]
+fn cross_key_rules() {
+    let env = [
+        ("FIELDGATE_BREAKER_MIN_CALLS".to_string(), "30".to_string()),
+        ("FIELDGATE_BREAKER_OPEN_MS".to_string(), "70000".to_string()),
+    ];
+    let err = Config::load(None, env).unwrap_err();
+    let text: Vec<String> = err.0.iter().map(|p| p.to_string()).collect();
+    assert_eq!(
+        text,
+        [
+            "configuration: breaker.min_calls (30) must not exceed breaker.window_size (20)",
+            "configuration: breaker.open_ms (70000) must not exceed breaker.max_open_ms (60000)",
+        ]
+    );
+    // Each rule alone, and its boundary: equal is allowed.
+    let load = |pairs: &[(&str, &str)]| {
+        Config::load(None, pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .map(|_| ())
+            .map_err(|e| e.0.iter().map(|p| p.to_string()).collect::<Vec<_>>())
+    };
+    assert_eq!(load(&[("FIELDGATE_BREAKER_MIN_CALLS", "20")]), Ok(()));
+    assert_eq!(load(&[("FIELDGATE_BREAKER_OPEN_MS", "60000")]), Ok(()));
+    assert_eq!(
+        load(&[("FIELDGATE_BREAKER_WINDOW_SIZE", "5")]),
+        Err(vec![
+            "configuration: breaker.min_calls (10) must not exceed breaker.window_size (5)".to_string()
+        ])
+    );
+    assert_eq!(
+        load(&[("FIELDGATE_BREAKER_MAX_OPEN_MS", "100")]),
+        Err(vec![
+            "configuration: breaker.open_ms (5000) must not exceed breaker.max_open_ms (100)".to_string()
+        ])
+    );
+}
