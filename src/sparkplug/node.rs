@@ -23,6 +23,8 @@ pub struct Out {
     pub data: bool,
     /// Metrics it carries.
     pub metrics: usize,
+    /// Of a DDATA: the indices of the records (as given to [`Edge::ddata`]) it carries.
+    pub recs: Vec<usize>,
 }
 
 /// What was last sent for a metric.
@@ -99,7 +101,13 @@ impl Edge {
     pub fn ndeath(&self, bd_seq: u64) -> Out {
         let m = Metric::new(Some(BD_SEQ), None, datatype::INT64, Some(Value::Long(bd_seq)));
         let p = Payload { timestamp: Some(now_ms()), metrics: vec![m], ..Payload::default() };
-        Out { topic: self.topics.node(Kind::NDeath), payload: p.encode_to_bytes(), data: false, metrics: 1 }
+        Out {
+            topic: self.topics.node(Kind::NDeath),
+            payload: p.encode_to_bytes(),
+            data: false,
+            metrics: 1,
+            recs: Vec::new(),
+        }
     }
 
     /// NBIRTH: `seq` starts again at 0; every device is unborn until its DBIRTH.
@@ -121,7 +129,7 @@ impl Edge {
             Some(d) => self.topics.device(kind, self.registry.devices()[d].id.as_str()),
             None => self.topics.node(kind),
         };
-        Out { topic, payload: p.encode_to_bytes(), data, metrics: n }
+        Out { topic, payload: p.encode_to_bytes(), data, metrics: n, recs: Vec::new() }
     }
 
     pub fn is_born(&self, device: usize) -> bool {
@@ -174,8 +182,8 @@ impl Edge {
     pub fn ddata(&mut self, recs: &[Rec], historical: bool, per_message: usize) -> Vec<Out> {
         let registry = self.registry.clone();
         let mut out = Vec::new();
-        let mut open: Vec<(usize, Vec<Metric>)> = Vec::new();
-        for r in recs {
+        let mut open: Vec<(usize, Vec<Metric>, Vec<usize>)> = Vec::new();
+        for (j, r) in recs.iter().enumerate() {
             let Some(s) = r.sensor.parse().ok().and_then(|id| registry.sensor(&id)) else { continue };
             if !self.is_born(s.place.device) {
                 continue;
@@ -183,21 +191,22 @@ impl Edge {
             let dt = self.datatypes[s.place.sensor];
             let changed = std::mem::replace(&mut self.sent_quality[s.place.sensor], r.quality) != r.quality;
             let m = metric::data(s, dt, r.t, &r.value, r.quality, changed, historical);
-            let i = match open.iter().position(|(d, _)| *d == s.place.device) {
+            let i = match open.iter().position(|(d, _, _)| *d == s.place.device) {
                 Some(i) => i,
                 None => {
-                    open.push((s.place.device, Vec::new()));
+                    open.push((s.place.device, Vec::new(), Vec::new()));
                     open.len() - 1
                 }
             };
             open[i].1.push(m);
+            open[i].2.push(j);
             if open[i].1.len() >= per_message {
-                let (d, ms) = open.swap_remove(i);
-                out.push(self.message(Kind::DData, Some(d), ms, true));
+                let (d, ms, js) = open.swap_remove(i);
+                out.push(Out { recs: js, ..self.message(Kind::DData, Some(d), ms, true) });
             }
         }
-        for (d, ms) in open {
-            out.push(self.message(Kind::DData, Some(d), ms, true));
+        for (d, ms, js) in open {
+            out.push(Out { recs: js, ..self.message(Kind::DData, Some(d), ms, true) });
         }
         out
     }

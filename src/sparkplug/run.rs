@@ -397,16 +397,7 @@ impl Node {
 
     /// Hands a message to rumqttc; false when it cannot take it now.
     fn send(&mut self, out: Out) -> bool {
-        let Some(l) = &self.link else { return false };
-        let qos = if out.data && self.cfg.data_qos == 1 { QoS::AtLeastOnce } else { QoS::AtMostOnce };
-        match l.client.try_publish(out.topic, qos, false, out.payload) {
-            Ok(()) => {
-                self.queued += 1;
-                Counters::add(&self.counters.metrics_sent, out.metrics as u64);
-                true
-            }
-            Err(_) => false,
-        }
+        publish(self.link.as_ref(), self.cfg.data_qos, &mut self.queued, &self.counters, out)
     }
 
     fn room(&self) -> bool {
@@ -424,14 +415,22 @@ impl Node {
             return;
         }
         let outs = self.edge.ddata(&recs, false, PER_MESSAGE);
-        let n = outs.len();
-        for (i, out) in outs.into_iter().enumerate() {
-            if !self.send(out) {
-                self.edge.rollback(n - i);
-                recs.into_iter().for_each(|r| self.buffer.push(r));
-                return;
+        let unsent = self.hand_over(outs);
+        // Only what was not handed over: a value sent live is never sent again as historical.
+        let mut recs: Vec<Option<Rec>> = recs.into_iter().map(Some).collect();
+        for j in unsent {
+            if let Some(r) = recs.get_mut(j).and_then(Option::take) {
+                self.buffer.push(r);
             }
         }
+    }
+
+    /// Hands `outs` to the client in order until one cannot be; the `seq` of those not
+    /// sent is taken back (the host sees no gap). Returns the indices of the records the
+    /// unsent messages carried.
+    fn hand_over(&mut self, outs: Vec<Out>) -> Vec<usize> {
+        let Node { edge, link, cfg, queued, counters, .. } = self;
+        hand_over(edge, outs, |out| publish(link.as_ref(), cfg.data_qos, queued, counters, out))
     }
 
     fn on_batch(&mut self, b: Batch) {
@@ -510,15 +509,15 @@ impl Node {
         let keys: Vec<_> = taken.iter().map(|(k, r)| (*k, Buffer::size_of(r))).collect();
         let recs: Vec<Rec> = taken.into_iter().map(|(_, r)| r).collect();
         let outs = self.edge.ddata(&recs, true, PER_MESSAGE);
-        let n = outs.len();
-        for (i, out) in outs.into_iter().enumerate() {
-            if !self.send(out) {
-                self.edge.rollback(n - i);
-                self.drain_idle = true;
-                return;
-            }
+        let unsent = self.hand_over(outs);
+        if !unsent.is_empty() {
+            self.drain_idle = true;
         }
-        Counters::add(&self.counters.historical_sent, recs.len() as u64);
+        // What was handed over leaves the buffer; what was not stays for the next step.
+        let mut keep = vec![false; keys.len()];
+        unsent.iter().for_each(|&j| keep[j] = true);
+        let keys: Vec<_> = keys.into_iter().zip(keep).filter(|(_, k)| !k).map(|(key, _)| key).collect();
+        Counters::add(&self.counters.historical_sent, (recs.len() - unsent.len()) as u64);
         if let Err(error) = self.buffer.remove(&keys) {
             tracing::warn!(%error, "sparkplug buffer: sent values not removed; they may be sent again");
         }
@@ -549,3 +548,38 @@ impl Node {
         self.counters.online.store(false, Ordering::Relaxed);
     }
 }
+
+/// Hands `out` to the client (QoS 1 for data only when `data_qos = 1`); false when it
+/// cannot take it now.
+fn publish(link: Option<&Link>, data_qos: u8, queued: &mut u64, counters: &Counters, out: Out) -> bool {
+    let Some(l) = link else { return false };
+    let qos = if out.data && data_qos == 1 { QoS::AtLeastOnce } else { QoS::AtMostOnce };
+    match l.client.try_publish(out.topic, qos, false, out.payload) {
+        Ok(()) => {
+            *queued += 1;
+            Counters::add(&counters.metrics_sent, out.metrics as u64);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Hands `outs` to `send` in order until one is refused; takes back the `seq` of every
+/// message not sent and returns the indices of the records those carried.
+fn hand_over(edge: &mut Edge, outs: Vec<Out>, mut send: impl FnMut(Out) -> bool) -> Vec<usize> {
+    let n = outs.len();
+    let mut outs = outs.into_iter();
+    let mut i = 0;
+    while let Some(out) = outs.next() {
+        let recs = out.recs.clone();
+        if !send(out) {
+            edge.rollback(n - i);
+            return recs.into_iter().chain(outs.flat_map(|o| o.recs)).collect();
+        }
+        i += 1;
+    }
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests;

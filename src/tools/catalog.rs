@@ -474,4 +474,37 @@ mod tests {
         }
         assert_eq!(Tool::named("get_sensor"), None);
     }
+
+    /// Hints and descriptions name tools in prose ("call list_sensors to see valid IDs").
+    /// A tool renamed in `Tool` fails here until every text naming it follows: each word
+    /// of a string literal in `src/` shaped like a tool name must be one.
+    #[test]
+    fn every_tool_named_in_a_text_is_a_tool() {
+        let literal = regex::Regex::new(r#""(?:[^"\\\n]|\\.)*""#).unwrap();
+        let name = regex::Regex::new(r"\b(?:get|list|create)_[a-z_]+\b").unwrap();
+        let mut files = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))];
+        let mut unknown = Vec::new();
+        let mut seen = 0;
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            // OpenAPI's operation IDs (get_sensors, get_device, ...) name routes, not tools.
+            if path.extension().is_none_or(|e| e != "rs") || path.ends_with("transport/openapi.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for lit in literal.find_iter(&text) {
+                for word in name.find_iter(lit.as_str()).map(|m| m.as_str()) {
+                    seen += 1;
+                    if Tool::named(word).is_none() && word != "get_sensor" {
+                        unknown.push(format!("{}: {word}", path.display()));
+                    }
+                }
+            }
+        }
+        assert!(seen > 20, "the scan found only {seen} tool names in texts");
+        assert!(unknown.is_empty(), "texts name tools that do not exist: {unknown:?}");
+    }
 }
