@@ -239,4 +239,62 @@ mod tests {
         tokio::time::advance(Duration::from_secs(60)).await;
         assert!(g.blocked_devices(|_| None).is_empty());
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn empty_until_a_streak_and_again_once_it_ends() {
+        let g = RepeatGuard::new(3, Duration::from_secs(300));
+        assert!(g.is_empty());
+        g.record("k".into(), Verdict::Neutral, Some("d"));
+        assert!(g.is_empty(), "a neutral answer starts no streak");
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        assert!(!g.is_empty());
+        g.record("k".into(), Verdict::Ended, Some("d"));
+        assert!(g.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_block_says_how_long_is_left_of_its_window() {
+        let g = RepeatGuard::new(2, Duration::from_secs(300));
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        tokio::time::advance(Duration::from_secs(40)).await;
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        tokio::time::advance(Duration::from_secs(60)).await;
+        // The window runs from the streak's first failure.
+        let b = g.check("k", |_| None).unwrap();
+        assert_eq!(b.until_window_ends, Duration::from_secs(200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_an_answer_after_the_last_failure_lifts_the_block() {
+        let g = RepeatGuard::new(2, Duration::from_secs(300));
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        g.record("k".into(), Verdict::DeviceFailure, Some("d"));
+        let last_failure = g.lock()["k"].last_failure;
+        assert!(g.check("k", |_| Some(last_failure)).is_some(), "an answer at the failure's own instant");
+        assert_eq!(g.blocked_devices(|_| Some(last_failure)), vec!["d".to_string()]);
+        let after = last_failure + chrono::Duration::milliseconds(1);
+        assert!(g.blocked_devices(|_| Some(after)).is_empty());
+        assert!(g.check("k", |_| Some(after)).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn distinct_calls_keep_their_own_streaks_up_to_the_bound_then_the_oldest_goes() {
+        let g = RepeatGuard::new(1, Duration::from_secs(300));
+        g.record("first".into(), Verdict::DeviceFailure, Some("d"));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        for i in 1..MAX_ENTRIES {
+            g.record(format!("k{i}"), Verdict::DeviceFailure, Some("d"));
+        }
+        assert_eq!(g.lock().len(), MAX_ENTRIES);
+        assert!(g.check("first", |_| None).is_some(), "every streak kept up to the bound");
+        // A call already remembered counts again without pushing anything out.
+        g.record("k1".into(), Verdict::DeviceFailure, Some("d"));
+        assert_eq!(g.lock().len(), MAX_ENTRIES);
+        assert!(g.check("first", |_| None).is_some());
+        // A new one pushes out the oldest streak.
+        g.record("new".into(), Verdict::DeviceFailure, Some("d"));
+        assert_eq!(g.lock().len(), MAX_ENTRIES);
+        assert!(g.check("first", |_| None).is_none(), "the oldest streak was forgotten");
+        assert!(g.check("new", |_| None).is_some());
+    }
 }
