@@ -9,6 +9,7 @@ use std::time::Duration;
 use rumqttc::{AsyncClient, EventLoop, LastWill, MqttOptions, QoS, TlsConfiguration, Transport};
 
 use super::config::{Broker, MqttConfig};
+use super::node::Out;
 
 /// Requests rumqttc may hold for one connection; the edge node keeps what it hands over
 /// below this, so a hand-over never fails for room (see `run.rs`).
@@ -136,4 +137,78 @@ pub fn host_name() -> String {
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '-' })
         .collect();
     if clean.is_empty() { "edge".into() } else { clean }
+}
+
+/// Hands `out` to the client (QoS 1 for data only when `data_qos = 1`); false when it
+/// cannot take it now.
+pub fn publish(
+    client: Option<&AsyncClient>,
+    data_qos: u8,
+    queued: &mut u64,
+    counters: &Counters,
+    out: Out,
+) -> bool {
+    let Some(client) = client else { return false };
+    let qos = if out.data && data_qos == 1 { QoS::AtLeastOnce } else { QoS::AtMostOnce };
+    match client.try_publish(out.topic, qos, false, out.payload) {
+        Ok(()) => {
+            *queued += 1;
+            Counters::add(&counters.metrics_sent, out.metrics as u64);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Warnings any client of the broker can cause at will (a refused command, a STATE that
+/// does not parse): at most one line per kind a minute, saying how many were left out, so
+/// a flood of commands cannot fill the box's log.
+#[derive(Default)]
+pub struct Throttle {
+    last: std::collections::HashMap<&'static str, (tokio::time::Instant, u64)>,
+}
+
+impl Throttle {
+    const EVERY: Duration = Duration::from_secs(60);
+
+    /// Whether to log this warning of `kind` now: `Some(n)`, with `n` the ones left out
+    /// since the last line; `None` to leave it out.
+    pub fn allow(&mut self, kind: &'static str) -> Option<u64> {
+        let now = tokio::time::Instant::now();
+        match self.last.get_mut(kind) {
+            Some((at, skipped)) if now.duration_since(*at) < Self::EVERY => {
+                *skipped += 1;
+                None
+            }
+            Some((at, skipped)) => {
+                *at = now;
+                Some(std::mem::take(skipped))
+            }
+            None => {
+                self.last.insert(kind, (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Throttle;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn one_line_per_kind_a_minute_with_the_count_left_out() {
+        let mut t = Throttle::default();
+        assert_eq!(t.allow("dcmd"), Some(0));
+        for _ in 0..1000 {
+            assert_eq!(t.allow("dcmd"), None);
+        }
+        assert_eq!(t.allow("state"), Some(0), "kinds are throttled apart");
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert_eq!(t.allow("dcmd"), None);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(t.allow("dcmd"), Some(1001));
+        assert_eq!(t.allow("dcmd"), None);
+    }
 }

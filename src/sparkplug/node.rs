@@ -240,5 +240,22 @@ pub fn asks_rebirth(p: &Payload) -> bool {
     p.metrics.iter().any(|m| m.name.as_deref() == Some(REBIRTH) && m.value == Some(Value::Boolean(true)))
 }
 
+/// Hands `outs` to `send` in order until one is refused; takes back the `seq` of every
+/// message not sent and returns the indices of the records those carried.
+pub fn hand_over(edge: &mut Edge, outs: Vec<Out>, mut send: impl FnMut(Out) -> bool) -> Vec<usize> {
+    let n = outs.len();
+    let mut outs = outs.into_iter();
+    let mut i = 0;
+    while let Some(out) = outs.next() {
+        let recs = out.recs.clone();
+        if !send(out) {
+            edge.rollback(n - i);
+            return recs.into_iter().chain(outs.flat_map(|o| o.recs)).collect();
+        }
+        i += 1;
+    }
+    Vec::new()
+}
+
 #[cfg(test)]
 mod tests;

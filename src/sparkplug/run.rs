@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::buffer::{Buffer, Rec};
 use super::config::{Broker, MqttConfig};
 use super::link::{self, Counters, REQUESTS, Settings};
-use super::node::{Edge, Out, asks_rebirth};
+use super::node::{Edge, Out, asks_rebirth, hand_over};
 use super::payload::Payload;
 use super::topic::{self, Incoming as Topic};
 use crate::driver::Sample;
@@ -127,6 +127,8 @@ pub struct Node {
     last_flush: Instant,
     /// Nothing drainable until the next tick (the rest waits for devices to be born).
     drain_idle: bool,
+    /// Warnings the broker's clients can cause, rate-limited.
+    throttle: link::Throttle,
 }
 
 async fn next_event(link: &mut Option<Link>) -> Result<Event, ConnectionError> {
@@ -178,6 +180,7 @@ impl Node {
             flush_every,
             last_flush: Instant::now(),
             drain_idle: false,
+            throttle: link::Throttle::default(),
         }
     }
 
@@ -339,19 +342,29 @@ impl Node {
                     }
                 }
                 Ok(p) => {
-                    let names: Vec<&str> = p.metrics.iter().filter_map(|m| m.name.as_deref()).collect();
                     Counters::add(&self.counters.commands_refused, 1);
-                    tracing::warn!(?names, "sparkplug: NCMD refused (only Node Control/Rebirth is honoured)");
+                    if let Some(skipped) = self.throttle.allow("ncmd") {
+                        let metrics = p.metrics.len();
+                        tracing::warn!(
+                            metrics,
+                            skipped,
+                            "sparkplug: NCMD refused (only Node Control/Rebirth is honoured)"
+                        );
+                    }
                 }
                 Err(error) => {
                     Counters::add(&self.counters.commands_refused, 1);
-                    tracing::warn!(%error, "sparkplug: NCMD refused");
+                    if let Some(skipped) = self.throttle.allow("ncmd") {
+                        tracing::warn!(%error, skipped, "sparkplug: NCMD refused: not a Sparkplug payload");
+                    }
                 }
             },
             Topic::DeviceCommand { device } => {
                 Counters::add(&self.counters.commands_refused, 1);
-                let device: String = device.chars().take(64).collect();
-                tracing::warn!(%device, "sparkplug: DCMD refused: fieldgate never writes to devices from the broker");
+                if let Some(skipped) = self.throttle.allow("dcmd") {
+                    let device: String = device.chars().take(64).collect();
+                    tracing::warn!(%device, skipped, "sparkplug: DCMD refused: fieldgate never writes to devices from the broker");
+                }
             }
             _ => {}
         }
@@ -367,7 +380,9 @@ impl Node {
         let s: State = match serde_json::from_slice(payload) {
             Ok(s) => s,
             Err(error) => {
-                tracing::warn!(%error, "sparkplug: the primary host's STATE is not {{\"online\":bool,\"timestamp\":ms}}; ignored");
+                if let Some(skipped) = self.throttle.allow("state") {
+                    tracing::warn!(%error, skipped, "sparkplug: the primary host's STATE is not {{\"online\":bool,\"timestamp\":ms}}; ignored");
+                }
                 return;
             }
         };
@@ -397,7 +412,13 @@ impl Node {
 
     /// Hands a message to rumqttc; false when it cannot take it now.
     fn send(&mut self, out: Out) -> bool {
-        publish(self.link.as_ref(), self.cfg.data_qos, &mut self.queued, &self.counters, out)
+        link::publish(
+            self.link.as_ref().map(|l| &l.client),
+            self.cfg.data_qos,
+            &mut self.queued,
+            &self.counters,
+            out,
+        )
     }
 
     fn room(&self) -> bool {
@@ -430,7 +451,8 @@ impl Node {
     /// unsent messages carried.
     fn hand_over(&mut self, outs: Vec<Out>) -> Vec<usize> {
         let Node { edge, link, cfg, queued, counters, .. } = self;
-        hand_over(edge, outs, |out| publish(link.as_ref(), cfg.data_qos, queued, counters, out))
+        let client = link.as_ref().map(|l| &l.client);
+        hand_over(edge, outs, |out| link::publish(client, cfg.data_qos, queued, counters, out))
     }
 
     fn on_batch(&mut self, b: Batch) {
@@ -548,38 +570,3 @@ impl Node {
         self.counters.online.store(false, Ordering::Relaxed);
     }
 }
-
-/// Hands `out` to the client (QoS 1 for data only when `data_qos = 1`); false when it
-/// cannot take it now.
-fn publish(link: Option<&Link>, data_qos: u8, queued: &mut u64, counters: &Counters, out: Out) -> bool {
-    let Some(l) = link else { return false };
-    let qos = if out.data && data_qos == 1 { QoS::AtLeastOnce } else { QoS::AtMostOnce };
-    match l.client.try_publish(out.topic, qos, false, out.payload) {
-        Ok(()) => {
-            *queued += 1;
-            Counters::add(&counters.metrics_sent, out.metrics as u64);
-            true
-        }
-        Err(_) => false,
-    }
-}
-
-/// Hands `outs` to `send` in order until one is refused; takes back the `seq` of every
-/// message not sent and returns the indices of the records those carried.
-fn hand_over(edge: &mut Edge, outs: Vec<Out>, mut send: impl FnMut(Out) -> bool) -> Vec<usize> {
-    let n = outs.len();
-    let mut outs = outs.into_iter();
-    let mut i = 0;
-    while let Some(out) = outs.next() {
-        let recs = out.recs.clone();
-        if !send(out) {
-            edge.rollback(n - i);
-            return recs.into_iter().chain(outs.flat_map(|o| o.recs)).collect();
-        }
-        i += 1;
-    }
-    Vec::new()
-}
-
-#[cfg(test)]
-mod tests;
