@@ -23,10 +23,16 @@ use crate::tools::{Caller, Role};
 
 pub const SESSION_COOKIE: &str = "fieldgate_session";
 const LOGIN_COOKIE: &str = "fieldgate_login";
+/// How long a failed sign-in takes to answer.
+const FAILED_LOGIN_PAUSE: Duration = Duration::from_secs(1);
 /// How long a session lives after sign-in.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-/// Sessions kept at most; the oldest goes first.
+/// Sessions kept at most: when they are all taken, a new sign-in is refused (nobody
+/// else's session is ended for it).
 const MAX_SESSIONS: usize = 1024;
+/// Sessions one token holds at most; its own oldest goes first, so no token can fill the
+/// table and sign everyone else out.
+const PER_CALLER: usize = 8;
 
 /// The sentence shown where actions would be, on a server without tokens.
 pub const NO_TOKENS: &str = "Actions are disabled: this server has no tokens configured, so nobody can sign in as an operator. To approve work orders here, configure an operator token (the environment variable FIELDGATE_TOKEN_<NAME>=operator:<secret of 16+ characters>, or [auth] tokens_file), restart fieldgate, and sign in with it.";
@@ -93,19 +99,25 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 impl Sessions {
-    fn open(&self, caller: Caller) -> Option<(String, Session)> {
-        let session = Session { caller, csrf: random_hex()?, expires: Instant::now() + SESSION_TTL };
-        let id = random_hex()?;
+    fn open(&self, caller: Caller) -> Result<(String, Session), &'static str> {
+        let no_random = "No session could be opened (no randomness).";
+        let csrf = random_hex().ok_or(no_random)?;
+        let id = random_hex().ok_or(no_random)?;
+        let session = Session { caller, csrf, expires: Instant::now() + SESSION_TTL };
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         map.retain(|_, s| s.expires > now);
-        if map.len() >= MAX_SESSIONS
-            && let Some(oldest) = map.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| k.clone())
+        let own = map.iter().filter(|(_, s)| s.caller.id == session.caller.id);
+        if own.clone().count() >= PER_CALLER
+            && let Some(oldest) = own.min_by_key(|(_, s)| s.expires).map(|(k, _)| k.clone())
         {
             map.remove(&oldest);
         }
+        if map.len() >= MAX_SESSIONS {
+            return Err("Every console session is taken; sign out elsewhere or wait for sessions to expire.");
+        }
         map.insert(id.clone(), session.clone());
-        Some((id, session))
+        Ok((id, session))
     }
 
     fn get(&self, id: &str) -> Option<Session> {
@@ -128,6 +140,11 @@ impl Console {
             .and_then(|id| self.sessions.get(id))
             .map(Viewer::Signed)
             .ok_or(ConsoleError::SignIn)
+    }
+
+    /// Whether the holder of session `id` (none on a server without tokens) may still look.
+    pub(super) fn may_look(&self, id: Option<&str>) -> bool {
+        self.tokens.is_empty() || id.is_some_and(|id| self.sessions.get(id).is_some())
     }
 
     /// The session of a form's sender, checked: signed in, the form's CSRF token is the
@@ -216,10 +233,19 @@ pub async fn login(
         );
     }
     let Some(caller) = c.tokens.authenticate(form.token.trim()) else {
+        // One failed sign-in at a time, each after a pause: guessing gets one try a second
+        // at most, whoever else is guessing too; a good token is never held up.
+        let mut failures = c.failed_logins.lock().await;
+        *failures += 1;
+        tracing::warn!(failures = *failures, "console sign-in refused: the token is not valid");
+        tokio::time::sleep(FAILED_LOGIN_PAUSE).await;
+        drop(failures);
         return login_form(&c, Some("That token is not valid."), StatusCode::UNAUTHORIZED);
     };
-    let Some((id, _)) = c.sessions.open(caller) else {
-        return ConsoleError::Refused("No session could be opened (no randomness).".into()).into_response();
+    tracing::info!(caller = caller.id.as_str(), "console sign-in");
+    let (id, _) = match c.sessions.open(caller) {
+        Ok(s) => s,
+        Err(why) => return ConsoleError::Refused(why.into()).into_response(),
     };
     let mut res = axum::response::Redirect::to("/console/work-orders").into_response();
     *res.status_mut() = StatusCode::SEE_OTHER;
@@ -247,10 +273,18 @@ pub async fn logout(
     form: Result<Form<LogoutForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let csrf = form.map(|Form(f)| f.csrf).unwrap_or_default();
-    if let (Some(id), Ok(Viewer::Signed(s))) = (cookie(&headers, SESSION_COOKIE), c.viewer(&headers))
-        && same(&s.csrf, &csrf)
-    {
-        c.sessions.close(id);
+    let Some(id) = cookie(&headers, SESSION_COOKIE) else {
+        return axum::response::Redirect::to("/console/login").into_response();
+    };
+    match c.viewer(&headers) {
+        Ok(Viewer::Signed(s)) if !same(&s.csrf, &csrf) => {
+            // A stale or foreign form: the session stays, and so does its cookie.
+            return ConsoleError::Refused(
+                "This sign-out form is stale or was not sent from this console; reload the page and sign out again.".into(),
+            )
+            .into_response();
+        }
+        _ => c.sessions.close(id),
     }
     let mut res = axum::response::Redirect::to("/console/login").into_response();
     *res.status_mut() = StatusCode::SEE_OTHER;
@@ -282,5 +316,27 @@ mod tests {
         s.close(&id);
         assert!(s.get(&id).is_none());
         assert!(!same("abc", "abd") && same("abc", "abc") && !same("abc", "ab"));
+    }
+
+    #[test]
+    fn a_token_holds_a_few_sessions_and_cannot_end_anyone_elses() {
+        let s = Sessions::default();
+        let op = Caller { id: "op".into(), role: Role::Operator };
+        let agent = Caller { id: "bot".into(), role: Role::Agent };
+        let (op_id, _) = s.open(op).unwrap();
+        let mine: Vec<String> = (0..PER_CALLER + 20).map(|_| s.open(agent.clone()).unwrap().0).collect();
+        assert!(s.get(&op_id).is_some(), "another token's sign-ins end no operator's session");
+        let kept = mine.iter().filter(|id| s.get(id).is_some()).count();
+        assert_eq!(kept, PER_CALLER);
+        assert!(s.get(mine.last().unwrap()).is_some(), "the newest is kept");
+        // Full: a new sign-in is refused rather than ending someone's session.
+        for i in 0..MAX_SESSIONS {
+            let c = Caller { id: format!("t{i}"), role: Role::Agent };
+            if s.open(c).is_err() {
+                break;
+            }
+        }
+        assert!(s.open(Caller { id: "late".into(), role: Role::Agent }).is_err());
+        assert!(s.get(&op_id).is_some());
     }
 }

@@ -34,6 +34,9 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// How often the devices' states are compared with the last snapshot's: a change is
 /// sent at once, not at the next second.
 const CHECK: Duration = Duration::from_millis(200);
+/// Live streams open at once (every browser tab showing a live page holds one): enough for
+/// a control room, and a bound on what clients that never read can make the server hold.
+pub const MAX_STREAMS: usize = 64;
 /// Recent calls shown on the activity page.
 pub const ACTIVITY_ROWS: usize = 50;
 
@@ -92,24 +95,36 @@ pub async fn stream(State(c): State<Console>, headers: HeaderMap) -> Response {
             e => e.into_response(),
         };
     }
+    let Ok(permit) = c.streams.clone().try_acquire_owned() else {
+        let busy = format!("{MAX_STREAMS} live views are open already; close one, or reload later");
+        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "30")], busy).into_response();
+    };
     let mut rx = c.live.subscribe();
     let first: Arc<str> = Arc::from(snapshot(&c.tools));
     rx.mark_unchanged();
     let stop = c.shutdown.clone();
-    let events = futures_util::stream::unfold((Some(first), rx, stop), |(first, mut rx, stop)| async move {
-        let text = match first {
-            Some(t) => t,
-            None => {
-                tokio::select! {
-                    _ = stop.cancelled() => return None,
-                    changed = rx.changed() => changed.ok()?,
+    // Each event is sent only while the viewer may still look: a stream ends at sign-out
+    // or when its session expires.
+    let session = super::auth::cookie(&headers, super::auth::SESSION_COOKIE).map(str::to_string);
+    let state = (Some(first), rx, stop, c, session, permit);
+    let events =
+        futures_util::stream::unfold(state, |(first, mut rx, stop, c, session, permit)| async move {
+            let text = match first {
+                Some(t) => t,
+                None => {
+                    tokio::select! {
+                        _ = stop.cancelled() => return None,
+                        changed = rx.changed() => changed.ok()?,
+                    }
+                    rx.borrow_and_update().clone()
                 }
-                rx.borrow_and_update().clone()
+            };
+            if !c.may_look(session.as_deref()) {
+                return None;
             }
-        };
-        let event = Event::default().event("snapshot").data(&*text);
-        Some((Ok::<_, Infallible>(event), (None, rx, stop)))
-    });
+            let event = Event::default().event("snapshot").data(&*text);
+            Some((Ok::<_, Infallible>(event), (None, rx, stop, c, session, permit)))
+        });
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }
 
@@ -204,7 +219,7 @@ pub fn device_cells(d: &DeviceStatus) -> Markup {
                 Some(l) => { (l.p50_ms) " ms" br; span.muted { "p99 " (l.p99_ms) " ms" } }
                 None => { span.muted { "–" } }
             } }
-        td { @match &d.confirmed_at {
+        td { @match &d.last_success {
                 Some(t) => { (when(t)) }
                 None => { span.muted { "never" } }
             } }

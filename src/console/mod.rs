@@ -58,6 +58,10 @@ pub struct Console {
     tokens: Arc<Tokens>,
     sessions: Arc<auth::Sessions>,
     live: Arc<live::Live>,
+    /// Live streams open at once, at most [`live::MAX_STREAMS`].
+    streams: Arc<tokio::sync::Semaphore>,
+    /// Failed sign-ins answer one at a time, each after a pause (`auth::login`).
+    failed_logins: Arc<tokio::sync::Mutex<u64>>,
     shutdown: CancellationToken,
 }
 
@@ -91,7 +95,8 @@ impl IntoResponse for ConsoleError {
             }
             ConsoleError::Tool(e) => {
                 let status = crate::transport::http::status_of_code(e.code);
-                (status, e.code.as_str(), html! { p { (e.message) } p.muted { (e.hint) } })
+                // The message only: the hint speaks to the agent ("call list_sensors ...").
+                (status, e.code.as_str(), html! { p { (e.message) } })
             }
             ConsoleError::Refused(why) => (StatusCode::FORBIDDEN, "Refused", html! { p { (why) } }),
         };
@@ -157,6 +162,8 @@ impl Console {
             tools,
             tokens,
             sessions: Arc::new(auth::Sessions::default()),
+            streams: Arc::new(tokio::sync::Semaphore::new(live::MAX_STREAMS)),
+            failed_logins: Arc::new(tokio::sync::Mutex::new(0)),
             shutdown,
         }
     }
@@ -167,6 +174,7 @@ impl Console {
         use axum::routing::post;
         Router::new()
             .route("/console", get(pages::overview))
+            .route("/console/", get(|| async { axum::response::Redirect::permanent("/console") }))
             .route("/console/devices/{id}", get(pages::device))
             .route("/console/sensors/{id}", get(pages::sensor))
             .route("/console/work-orders", get(orders::queue))

@@ -89,7 +89,7 @@ pub fn overview_markup(c: &Console, viewer: &Viewer) -> Markup {
                 section.zone {
                     h3 { "Zone " (zone) }
                     table {
-                        thead { tr { th { "Device" } th { "State" } th { "Breaker" } th { "Last error" } th { "Latency" } th { "Last confirmed" } } }
+                        thead { tr { th { "Device" } th { "State" } th { "Breaker" } th { "Last error" } th { "Latency" } th { "Last contact" } } }
                         tbody {
                             @for d in registry.devices().iter().filter(|d| d.plant == plant && d.zone == zone) {
                                 @if let Some(s) = status(d.id.as_str()) { tr #{ "dev-" (d.id) } { (device_cells(s)) } }
@@ -109,6 +109,31 @@ pub fn overview_markup(c: &Console, viewer: &Viewer) -> Markup {
     layout(c, viewer, "Overview", "/console", Some("/console/live"), body)
 }
 
+/// A bucket of `secs` seconds as `get_sensor_history` takes it: a count of at most four
+/// digits and a unit (`90s`, `1440m`, `168h`, `365d`); `secs` a whole number of that unit
+/// ([`bucket_secs`] rounds to one).
+fn bucket_text(secs: i64) -> String {
+    match secs {
+        s if s <= 9999 => format!("{s}s"),
+        s if s / 60 <= 9999 => format!("{}m", s / 60),
+        s if s / 3600 <= 9999 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// About [`BUCKETS`] buckets over `span_ms`, rounded up to a whole number of the unit
+/// [`bucket_text`] writes it in.
+fn bucket_secs(span_ms: i64) -> i64 {
+    let s = (span_ms / BUCKETS / 1000).max(1);
+    let unit = match s {
+        s if s <= 9999 => 1,
+        s if s / 60 < 9999 => 60,
+        s if s / 3600 < 9999 => 3600,
+        _ => 86_400,
+    };
+    (s + unit - 1) / unit * unit
+}
+
 /// A sensor's history over `[from, to)` in `buckets` buckets, as `get_sensor_history` answers.
 fn history(
     c: &Console,
@@ -118,7 +143,7 @@ fn history(
     bucket_s: i64,
 ) -> Result<HistoryData, ToolError> {
     let mut args =
-        json!({ "sensor_id": s.id.as_str(), "from": from, "bucket": format!("{bucket_s}s"), "limit": 5000 });
+        json!({ "sensor_id": s.id.as_str(), "from": from, "bucket": bucket_text(bucket_s), "limit": 5000 });
     if let Some(to) = to {
         args["to"] = json!(to);
     }
@@ -151,7 +176,7 @@ fn device_markup(c: &Console, viewer: &Viewer, d: &DeviceStatus) -> Markup {
         p { (d.description) }
         p.muted { (d.protocol) " at " code { (d.endpoint) } " · " (d.failures) " failed reads since start" }
         table {
-            thead { tr { th { "Device" } th { "State" } th { "Breaker" } th { "Last error" } th { "Latency" } th { "Last confirmed" } } }
+            thead { tr { th { "Device" } th { "State" } th { "Breaker" } th { "Last error" } th { "Latency" } th { "Last contact" } } }
             tbody { tr #{ "dev-" (d.device_id) } { (device_cells(d)) } }
         }
         h2 { "Sensors" }
@@ -219,6 +244,16 @@ pub fn sensor_markup(c: &Console, viewer: &Viewer, id: &str, q: &RangeQuery) -> 
     };
     let now = chrono::Utc::now().timestamp_millis();
     let custom = q.from.as_deref().filter(|f| !f.is_empty());
+    if custom.is_none() && q.to.as_deref().is_some_and(|t| !t.is_empty()) {
+        return Err(ToolError::invalid(
+            "from",
+            None,
+            "a start such as -6h or 2026-11-30T08:00:00Z",
+            "A custom range needs a start (from) as well as an end (to).",
+            "Fill in from.",
+        )
+        .into());
+    }
     let chosen = q.range.as_deref().filter(|_| custom.is_none()).unwrap_or("1h");
     let (from_text, to_text, from, to) = match custom {
         Some(f) => {
@@ -244,7 +279,7 @@ pub fn sensor_markup(c: &Console, viewer: &Viewer, id: &str, q: &RangeQuery) -> 
             (format!("-{chosen}"), None, now - span, now)
         }
     };
-    let bucket_s = ((to - from) / BUCKETS / 1000).max(1);
+    let bucket_s = bucket_secs(to - from);
     let h = history(c, s, &from_text, to_text.as_deref(), bucket_s)?;
     let device = registry.device_of(s);
     let gaps = h.gaps.iter().filter_map(|g| Some((chart::ms(&g.from)?, chart::ms(&g.to)?))).collect();
@@ -285,4 +320,33 @@ pub fn sensor_markup(c: &Console, viewer: &Viewer, id: &str, q: &RangeQuery) -> 
         }
     };
     Ok(layout(c, viewer, s.id.as_str(), "", Some("/console/live"), body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bucket_secs, bucket_text};
+
+    #[test]
+    fn buckets_of_any_range_are_written_as_the_history_tool_takes_them() {
+        let day = 86_400_000;
+        for span in [60_000, 3_600_000, day, 7 * day, 14 * day, 30 * day, 365 * day, 3650 * day, 36_500 * day]
+        {
+            let secs = bucket_secs(span);
+            let text = bucket_text(secs);
+            let (count, unit) = text.split_at(text.len() - 1);
+            let n: i64 = count.parse().unwrap();
+            assert!((1..=9999).contains(&n), "{span} ms: {text}");
+            let unit_s = match unit {
+                "s" => 1,
+                "m" => 60,
+                "h" => 3600,
+                "d" => 86_400,
+                u => panic!("unit {u}"),
+            };
+            assert_eq!(n * unit_s, secs, "{text} is the bucket used for the chart");
+            assert!(span / secs / 1000 <= 120 && span / secs / 1000 >= 60, "{span} ms: {text}");
+        }
+        assert_eq!(bucket_text(30), "30s");
+        assert_eq!(bucket_text(14 * 86_400 / 120 / 60 * 60 + 60), "169m");
+    }
 }

@@ -76,7 +76,9 @@ pub fn value_of(sensor: &Sensor, datatype: u32, v: &Stored) -> Option<Value> {
         }),
         dt::FLOAT => Value::Float(number? as f32),
         dt::INT8 | dt::INT16 | dt::INT32 => Value::Int(int()? as i32 as u32),
-        dt::UINT8 | dt::UINT16 | dt::UINT32 => Value::Int(int()? as u32),
+        dt::UINT8 | dt::UINT16 => Value::Int(int()? as u32),
+        // UInt32 travels in `long_value`, as Int64 and UInt64 do (the specification's table).
+        dt::UINT32 => Value::Long(u64::from(int()? as u32)),
         dt::INT64 | dt::UINT64 => Value::Long(int()? as u64),
         _ => Value::Double(number?),
     })

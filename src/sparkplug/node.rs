@@ -44,6 +44,9 @@ pub struct Edge {
     born: Vec<bool>,
     /// Per sensor: its datatype of the current birth, and what it last sent.
     datatypes: Vec<u32>,
+    /// Whether a sensor's datatype was decided by a value (an OPC UA node's type is
+    /// known only from one): kept across rebirths, since hosts take a change as an error.
+    typed: Vec<bool>,
     last: Vec<Option<Last>>,
     /// Per sensor: the quality last sent (a change carries the `Quality` property).
     sent_quality: Vec<u8>,
@@ -63,6 +66,7 @@ impl Edge {
             seq: 0,
             born: vec![false; d],
             datatypes: vec![datatype::DOUBLE; s],
+            typed: vec![false; s],
             last: (0..s).map(|_| None).collect(),
             sent_quality: vec![0; s],
             max_silence_ms,
@@ -147,8 +151,16 @@ impl Edge {
                 let (v, q) = stored_of(&sample);
                 (sample.at.timestamp_millis(), v, q)
             });
-            let dt = metric::datatype_of(s, now.as_ref().map(|(_, v, _)| v));
-            self.datatypes[s.place.sensor] = dt;
+            let i = s.place.sensor;
+            let dt = if self.typed[i] {
+                self.datatypes[i]
+            } else {
+                // Decided by a value that is not of bad quality (a bad one may be a stand-in).
+                let good = now.as_ref().filter(|(_, _, q)| *q != 2);
+                self.typed[i] = good.is_some();
+                metric::datatype_of(s, good.map(|(_, v, _)| v))
+            };
+            self.datatypes[i] = dt;
             metrics.push(metric::birth(s, dt, now.as_ref().map(|(t, v, q)| (*t, v, *q))));
             self.sent_quality[s.place.sensor] = now.as_ref().map_or(2, |(_, _, q)| *q);
             self.last[s.place.sensor] = now.map(|(t, value, quality)| Last { t, value, quality });

@@ -53,10 +53,10 @@ pub struct Metric {
 /// `Payload.Metric.value`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum Value {
-    /// Int8, Int16, Int32 (two's complement in 32 bits), UInt8, UInt16, UInt32.
+    /// Int8, Int16, Int32 (two's complement in 32 bits), UInt8, UInt16.
     #[prost(uint32, tag = "10")]
     Int(u32),
-    /// Int64 (two's complement), UInt64, DateTime.
+    /// UInt32, Int64 (two's complement), UInt64, DateTime.
     #[prost(uint64, tag = "11")]
     Long(u64),
     #[prost(float, tag = "12")]

@@ -26,6 +26,11 @@ use crate::tools::ToolService;
 
 /// Values of one drain step, and metrics per DDATA message.
 const DRAIN_CHUNK: usize = 2000;
+/// How long a device waits after the node's birth for a value of each sensor before its
+/// DBIRTH goes out without them.
+const BIRTH_WAIT: Duration = Duration::from_secs(5);
+/// A connection up this long resets the reconnect backoff.
+const STABLE: Duration = Duration::from_secs(10);
 const PER_MESSAGE: usize = 500;
 /// Messages handed to rumqttc and not yet written, at most, before data waits in the buffer.
 const QUEUED_MAX: u64 = (REQUESTS / 2) as u64;
@@ -119,6 +124,12 @@ pub struct Node {
     phase: Phase,
     bd_seq: u64,
     backoff: crate::backoff::Backoff,
+    /// When the current connection was acknowledged.
+    connected_at: Option<Instant>,
+    /// When the node was last born (NBIRTH).
+    online_at: Instant,
+    /// Live values for the next tick's DDATA.
+    live: Vec<Rec>,
     /// Messages handed to rumqttc minus those it wrote.
     queued: u64,
     /// The last STATE timestamp seen (older ones are ignored, as the specification says).
@@ -175,6 +186,9 @@ impl Node {
             phase: Phase::Down { retry_at: Instant::now() },
             bd_seq,
             backoff,
+            connected_at: None,
+            online_at: Instant::now(),
+            live: Vec::new(),
             queued: 0,
             host_ts: 0,
             flush_every,
@@ -257,7 +271,7 @@ impl Node {
     }
 
     fn connected(&mut self) {
-        self.backoff.reset();
+        self.connected_at = Some(Instant::now());
         self.counters.connected.store(true, Ordering::Relaxed);
         Counters::add(&self.counters.connects, 1);
         tracing::info!(broker = %self.counters.broker(), bd_seq = self.bd_seq, "sparkplug: connected");
@@ -291,11 +305,17 @@ impl Node {
         }
         // After leaving too: a new connection with the same client ID racing the old one's
         // DISCONNECT would make the broker publish the old will as well.
+        // Only a connection that lasted resets the backoff: one the broker (or a retained
+        // message too large to take) drops at once is retried like a failed connect.
+        if self.connected_at.take().is_some_and(|t| t.elapsed() >= STABLE) {
+            self.backoff.reset();
+        }
         let wait = self.backoff.next_wait();
         if matches!(was, Phase::Online | Phase::AwaitingHost | Phase::Leaving) {
             tracing::warn!(reason = why, "sparkplug: broker connection lost; data goes to the buffer");
-        } else {
-            tracing::debug!(reason = why, "sparkplug: cannot connect");
+        } else if let Some(skipped) = self.throttle.allow("connect") {
+            let broker = self.counters.broker();
+            tracing::warn!(%broker, reason = why, skipped, "sparkplug: cannot connect to the broker; data goes to the buffer");
         }
         self.phase = Phase::Down { retry_at: Instant::now() + wait };
     }
@@ -304,8 +324,9 @@ impl Node {
     fn birth(&mut self) {
         let nbirth = self.edge.nbirth(self.bd_seq);
         self.send(nbirth);
+        self.online_at = Instant::now();
         for d in 0..self.edge.registry().devices().len() {
-            if self.device_up(d) {
+            if self.ready(d) {
                 self.dbirth(d);
             }
         }
@@ -319,6 +340,21 @@ impl Node {
         let out = self.edge.dbirth(device, |s| reader.cache().last(s));
         self.send(out);
         self.drain_idle = false;
+    }
+
+    /// A device up whose sensors all have a value to be born with (or that had
+    /// `BIRTH_WAIT` since the node's birth to get them): a DBIRTH with no values would also
+    /// leave an OPC UA node's datatype unknown.
+    fn ready(&self, device: usize) -> bool {
+        if !self.device_up(device) {
+            return false;
+        }
+        let registry = self.edge.registry();
+        let reader = self.tools.reader();
+        self.online_at.elapsed() >= BIRTH_WAIT
+            || registry
+                .sensors_of_device(&registry.devices()[device].id)
+                .all(|s| reader.cache().last(s).is_some())
     }
 
     /// A device with sensors and a driver whose breaker is not open.
@@ -457,7 +493,7 @@ impl Node {
 
     fn on_batch(&mut self, b: Batch) {
         let online = self.phase == Phase::Online;
-        if online && !self.edge.is_born(b.device) && self.device_up(b.device) {
+        if online && !self.edge.is_born(b.device) && self.ready(b.device) {
             // Back from the dead: its birth carries these values.
             self.dbirth(b.device);
             return;
@@ -469,21 +505,35 @@ impl Node {
             .filter_map(|(i, sample)| registry.sensors().get(*i).and_then(|s| self.edge.offer(s, sample)))
             .collect();
         if online && self.edge.is_born(b.device) {
-            self.send_data(recs);
+            // Sent with the tick's other values: one DDATA for a device's changes, not one
+            // per change (a subscription hands them over one at a time).
+            self.live.extend(recs);
+            if self.live.len() >= PER_MESSAGE {
+                self.send_live();
+            }
         } else {
             // Not sendable now (offline, or the device not born): kept for later.
             recs.into_iter().for_each(|r| self.buffer.push(r));
         }
     }
 
+    /// The live values gathered since the last tick.
+    fn send_live(&mut self) {
+        let live = std::mem::take(&mut self.live);
+        self.send_data(live);
+    }
+
     fn on_tick(&mut self) {
         let now = chrono::Utc::now().timestamp_millis();
+        self.send_live();
         if self.phase == Phase::Online {
             for d in 0..self.edge.registry().devices().len() {
                 let up = self.device_up(d);
                 if self.edge.is_born(d) && !up {
                     let death = self.edge.ddeath(d);
                     self.send(death);
+                } else if !self.edge.is_born(d) && self.ready(d) {
+                    self.dbirth(d);
                 }
             }
             let again = self.edge.silent(now);
@@ -548,6 +598,7 @@ impl Node {
 
     /// On stop: the buffer made durable; when online, NDEATH and a clean disconnect.
     async fn shut(mut self) {
+        std::mem::take(&mut self.live).into_iter().for_each(|r| self.buffer.push(r));
         if let Err(error) = self.buffer.flush(chrono::Utc::now().timestamp_millis()) {
             tracing::error!(%error, "sparkplug buffer not fully written at stop");
         }

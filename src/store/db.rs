@@ -160,8 +160,8 @@ impl Db {
         let db = self.handle().map_err(E::storage)?;
         match catch_unwind(AssertUnwindSafe(|| f(&db))) {
             Ok(Ok(v)) => {
-                if write {
-                    *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                if write && self.problem.lock().unwrap_or_else(|e| e.into_inner()).take().is_some() {
+                    tracing::info!(store = self.what, "storage writes again");
                 }
                 Ok(v)
             }
@@ -195,7 +195,9 @@ impl Db {
             .unwrap_or_else(|_| Err("the storage library failed on the file's contents".into()));
         match opened {
             Ok(db) => {
-                tracing::info!(store = self.what, "storage reopened");
+                // Quietly: while the disk stays full this happens on every attempt; the
+                // line that matters is "storage writes again".
+                tracing::debug!(store = self.what, "storage reopened");
                 let db = Arc::new(db);
                 *slot = Some(db.clone());
                 Ok(db)

@@ -469,3 +469,81 @@ async fn the_live_stream_sends_every_device_and_sensor_at_once() {
     );
     assert!(parts.contains_key("attention") && parts.contains_key("activity"));
 }
+
+/// Opens `/console/live` with `cookie`; the response (its body unread).
+async fn open_live(r: &axum::Router, cookie: Option<&str>) -> axum::response::Response {
+    let mut req = Request::builder().uri("/console/live").header("host", "127.0.0.1");
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    r.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap()
+}
+
+#[tokio::test]
+async fn live_streams_are_bounded_and_a_closed_one_frees_its_place() {
+    let r = router(service(), Tokens::default());
+    let mut open = Vec::new();
+    for _ in 0..64 {
+        let res = open_live(&r, None).await;
+        assert_eq!(res.status(), 200);
+        open.push(res);
+    }
+    let refused = open_live(&r, None).await;
+    assert_eq!(refused.status(), 503, "a 65th stream");
+    assert_eq!(refused.headers()["retry-after"], "30");
+    drop(open.pop());
+    assert_eq!(open_live(&r, None).await.status(), 200, "a closed stream frees its place");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_live_stream_ends_when_its_session_signs_out() {
+    use http_body_util::BodyExt;
+    let r = router(service(), tokens());
+    let (cookie, csrf) = sign_in(&r, "agent-token-0123456789").await;
+    let mut body = open_live(&r, Some(&cookie)).await.into_body();
+    let first = body.frame().await.unwrap().unwrap();
+    assert!(first.into_data().is_ok(), "the first snapshot");
+    let out = post_form(&r, "/console/logout", &cookie, &format!("csrf={csrf}")).await;
+    assert_eq!(out.status, 303);
+    // The next snapshot is not sent: the stream ends (keep-alive comments aside).
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(30), body.frame()).await {
+            Ok(None) => break,
+            Ok(Some(Ok(f))) => {
+                let text = String::from_utf8(f.into_data().unwrap().to_vec()).unwrap();
+                assert!(!text.contains("event: snapshot"), "sent after sign-out: {text}");
+            }
+            Ok(Some(Err(e))) => panic!("{e}"),
+            Err(_) => panic!("the stream stayed open after sign-out"),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_sign_ins_answer_one_at_a_time_after_a_pause() {
+    let r = router(service(), tokens());
+    let form = get(&r, "/console/login", None).await;
+    let nonce = form.hidden("csrf").unwrap();
+    let cookie = form.cookie("fieldgate_login").unwrap();
+    let started = tokio::time::Instant::now();
+    let tries = (0..5).map(|i| {
+        let (r, cookie, nonce) = (r.clone(), cookie.clone(), nonce.clone());
+        async move { post_form(&r, "/console/login", &cookie, &format!("token=wrong-{i}&csrf={nonce}")).await }
+    });
+    for a in futures_util::future::join_all(tries).await {
+        assert_eq!(a.status, 401);
+    }
+    assert!(started.elapsed() >= std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    // A good token is not held up behind the pauses.
+    let good = tokio::time::Instant::now();
+    sign_in(&r, "operator-token-0123456789").await;
+    assert!(good.elapsed() < std::time::Duration::from_millis(100));
+}
+
+#[tokio::test]
+async fn a_trailing_slash_lands_on_the_console() {
+    let r = router(service(), Tokens::default());
+    let a = get(&r, "/console/", None).await;
+    assert_eq!(a.status, 308);
+    assert_eq!(a.headers.iter().find(|(k, _)| k == "location").map(|(_, v)| v.as_str()), Some("/console"));
+}

@@ -107,3 +107,45 @@ fn tahu_decodes_births_and_data() {
     assert_eq!(nd.get("seq"), None, "NDEATH has no seq");
     assert_eq!(nd["metrics"][0]["value"], 42);
 }
+
+/// Value types of the demo line's PLC, decoded by Tahu: each Sparkplug datatype in the
+/// field the specification gives it (UInt32 in `long_value` like UInt64; the narrower
+/// integers' `int_value` is read in the test above, by the Int32 quality property), values
+/// beyond the signed 32-bit range included.
+#[test]
+fn tahu_decodes_each_datatype_from_its_own_field() {
+    let registry = Arc::new(support::demo_registry());
+    let mut edge = Edge::new(Topics::new("A", "gw"), registry.clone(), 60_000);
+    edge.nbirth(1);
+    let plc = registry.devices().iter().position(|d| d.id.as_str() == "a-line1-plc").unwrap();
+    let dbirth = edge.dbirth(plc, |_| None);
+    let cases: [(&str, Stored, &str, Value); 5] = [
+        // Stored raw; the sensor's scale (0.1) applies on the way out.
+        ("A_LINE1_003", Stored::Float(-12.5), "Double", Value::from(-1.25)),
+        ("A_LINE1_015", Stored::Int(5_000_000_000), "UInt64", Value::from(5_000_000_000u64)),
+        ("A_LINE1_006", Stored::Int(4_000_000_000), "UInt32", Value::from(4_000_000_000u64)),
+        ("A_LINE1_008", Stored::Bool(true), "Boolean", Value::from(true)),
+        ("A_LINE1_013", Stored::Text("LOT-7".into()), "String", Value::from("LOT-7")),
+    ];
+    let recs: Vec<Rec> = cases
+        .iter()
+        .map(|(id, v, _, _)| Rec {
+            sensor: id.to_string(),
+            t: 1_700_000_001_000,
+            value: v.clone(),
+            quality: 2,
+        })
+        .collect();
+    let ddata = edge.ddata(&recs, false, 100);
+    assert_eq!(ddata.len(), 1);
+    let js = decode_js(&[dbirth.payload, ddata[0].payload.clone()]);
+    let born = js[0]["metrics"].as_array().unwrap();
+    let sent = js[1]["metrics"].as_array().unwrap();
+    for (i, (id, _, ty, want)) in cases.iter().enumerate() {
+        let b = born.iter().find(|m| m["name"] == *id).unwrap();
+        assert_eq!(b["type"], *ty, "{id} born as {b}");
+        assert_eq!(sent[i]["alias"], b["alias"], "{id}");
+        assert_eq!(sent[i]["type"], *ty, "{id}");
+        assert_eq!(sent[i]["value"], *want, "{id}: {}", sent[i]);
+    }
+}

@@ -4,5 +4,6 @@
 mod broker;
 mod edge;
 mod external_decoder;
+mod hostile;
 mod outage;
 mod process;
