@@ -114,14 +114,20 @@ fn seven_recs(e: &Edge) -> Vec<Rec> {
     out
 }
 
-#[test]
-fn ddata_says_which_records_each_message_carries() {
+/// An edge node with every device born, and [`seven_recs`] of it.
+fn all_born() -> (Edge, Vec<Rec>) {
     let mut e = edge();
     e.nbirth(1);
     for d in 0..e.registry_arc().devices().len() {
         e.dbirth(d, |_| None);
     }
     let recs = seven_recs(&e);
+    (e, recs)
+}
+
+#[test]
+fn ddata_says_which_records_each_message_carries() {
+    let (mut e, recs) = all_born();
     let outs = e.ddata(&recs, true, 3);
     let mut all: Vec<usize> = outs.iter().flat_map(|o| o.recs.clone()).collect();
     for o in &outs {
@@ -133,12 +139,7 @@ fn ddata_says_which_records_each_message_carries() {
 
 #[test]
 fn a_refused_message_returns_its_records_and_the_rest_and_takes_back_their_seq() {
-    let mut e = edge();
-    e.nbirth(1);
-    for d in 0..e.registry_arc().devices().len() {
-        e.dbirth(d, |_| None);
-    }
-    let recs = seven_recs(&e);
+    let (mut e, recs) = all_born();
     let outs = e.ddata(&recs, true, 3);
     assert!(outs.len() >= 3, "{} messages", outs.len());
     let carried: Vec<Vec<usize>> = outs.iter().map(|o| o.recs.clone()).collect();
