@@ -186,14 +186,22 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            if let Some(url) = url {
+                return runtime.block_on(cli::run::call_remote(&url, token, &tool, &args));
+            }
             match load() {
                 Ok((c, registry)) => {
                     let c = with_overrides(c, None, data_dir);
-                    runtime.block_on(cli::run::call(c, registry, &tool, args, url, token))
+                    runtime.block_on(cli::run::call(c, registry, &tool, args, None, token))
                 }
                 Err(code) => code,
             }
         }
+        Command::Mcp { url: Some(url), token, .. } => match Config::load(config.as_deref(), std::env::vars())
+        {
+            Ok(c) => runtime.block_on(cli::run::mcp_relay(&c, &url, token)),
+            Err(e) => report(&e.0),
+        },
         Command::Mcp { url, token, listen, data_dir } => match load().and_then(with_tokens) {
             Ok((c, registry, tokens)) => {
                 let c = with_overrides(c, listen, data_dir);

@@ -95,7 +95,7 @@ pub async fn mcp(
     use crate::transport::bridge;
     let max_line = usize::try_from(config.server.max_body_bytes).unwrap_or(usize::MAX);
     if let Some(url) = url {
-        return exit_of(bridge::bridge_stdio(&url, token, max_line).await);
+        return mcp_relay(&config, &url, token).await;
     }
     let options = Options { listen: Some(config.server.listen), listen_required: false, tokens, mode: "mcp" };
     let mut signals = StopSignal::listen();
@@ -127,6 +127,13 @@ pub async fn mcp(
         }
         Err(e) => fail(1, &e.to_string()),
     }
+}
+
+/// `fieldgate mcp --url`: MCP on stdio relayed to a running service (no device files
+/// needed here).
+pub async fn mcp_relay(config: &Config, url: &str, token: Option<String>) -> ExitCode {
+    let max_line = usize::try_from(config.server.max_body_bytes).unwrap_or(usize::MAX);
+    exit_of(crate::transport::bridge::bridge_stdio(url, token, max_line).await)
 }
 
 /// The URL of the process holding `dir`, waiting a few seconds for its owner file (a
@@ -236,11 +243,17 @@ pub async fn call(
         }
     };
     let Some(url) = url else { return fail(1, "no service to ask") };
-    let mut client = match connect(&url, token).await {
+    call_remote(&url, token, tool, &args).await
+}
+
+/// `fieldgate call --url`: one tool call through a running service (no device files or
+/// data directory needed here).
+pub async fn call_remote(url: &str, token: Option<String>, tool: &str, args: &Value) -> ExitCode {
+    let mut client = match connect(url, token).await {
         Ok(c) => c,
         Err((code, message)) => return fail(code, &message),
     };
-    let body = serde_json::to_vec(&args).unwrap_or_default();
+    let body = serde_json::to_vec(args).unwrap_or_default();
     // Bounded: a hung service must not hold a script forever.
     let wait = std::time::Duration::from_secs(60);
     match tokio::time::timeout(wait, client.post(&format!("/v1/tools/{tool}"), &body)).await {

@@ -507,3 +507,23 @@ fn logs_to_a_pipe_have_no_escape_codes_and_one_event_per_call() {
     assert!(!err.contains('\u{1b}'), "escape codes in piped logs: {err:?}");
     assert_eq!(err.matches("tool call").count(), 1, "{err}");
 }
+
+/// Asking a running service needs none of the files a local call reads: `call --url` from
+/// a folder with no `devices/` answers with the service's envelope.
+#[tokio::test]
+async fn call_with_a_url_needs_no_device_files_here() {
+    let plant = demo_plant().await;
+    let server = Server::start(plant.service.clone(), Default::default()).await;
+    let elsewhere = tempfile::tempdir().unwrap();
+    let url = format!("http://{}", server.addr);
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["call", "--url", &url, "list_sensors", r#"{"limit":1}"#])
+        .current_dir(elsewhere.path())
+        .env_clear()
+        .output()
+        .await
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+}
