@@ -232,14 +232,21 @@ pub async fn login(
             StatusCode::FORBIDDEN,
         );
     }
-    let Some(caller) = c.tokens.authenticate(form.token.trim()) else {
-        // One failed sign-in at a time, each after a pause: guessing gets one try a second
-        // at most, whoever else is guessing too; a good token is never held up.
-        let mut failures = c.failed_logins.lock().await;
-        *failures += 1;
-        tracing::warn!(failures = *failures, "console sign-in refused: the token is not valid");
-        tokio::time::sleep(FAILED_LOGIN_PAUSE).await;
-        drop(failures);
+    // Every token is checked in turn behind the pause of the last failure, in a task of its
+    // own (a client that gives up does not cut the pause short): guessing gets one try a
+    // second at most, whoever guesses and however many at once, and every failure is logged.
+    let (lock, tokens, token) = (c.failed_logins.clone(), c.tokens.clone(), form.token.trim().to_string());
+    let checked = tokio::spawn(async move {
+        let mut failures = lock.lock_owned().await;
+        let caller = tokens.authenticate(&token);
+        if caller.is_none() {
+            *failures += 1;
+            tracing::warn!(failures = *failures, "console sign-in refused: the token is not valid");
+            tokio::time::sleep(FAILED_LOGIN_PAUSE).await;
+        }
+        caller
+    });
+    let Ok(Some(caller)) = checked.await else {
         return login_form(&c, Some("That token is not valid."), StatusCode::UNAUTHORIZED);
     };
     tracing::info!(caller = caller.id.as_str(), "console sign-in");

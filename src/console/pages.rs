@@ -316,7 +316,7 @@ pub fn sensor_markup(c: &Console, viewer: &Viewer, id: &str, q: &RangeQuery) -> 
             @if !h.gaps.is_empty() { ", " (h.gaps.len()) " gaps without stored points" }
             ". The same data as " code { "get_sensor_history" } " with from=" code { (from_text) }
             @if let Some(t) = &to_text { ", to=" code { (t) } }
-            ", bucket=" code { (bucket_s) "s" } "."
+            ", bucket=" code { (bucket_text(bucket_s)) } "."
         }
     };
     Ok(layout(c, viewer, s.id.as_str(), "", Some("/console/live"), body))

@@ -534,7 +534,7 @@ async fn failed_sign_ins_answer_one_at_a_time_after_a_pause() {
         assert_eq!(a.status, 401);
     }
     assert!(started.elapsed() >= std::time::Duration::from_secs(5), "{:?}", started.elapsed());
-    // A good token is not held up behind the pauses.
+    // A good token is not held up once the failures are answered.
     let good = tokio::time::Instant::now();
     sign_in(&r, "operator-token-0123456789").await;
     assert!(good.elapsed() < std::time::Duration::from_millis(100));
