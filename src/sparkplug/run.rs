@@ -366,73 +366,6 @@ impl Node {
             && reader.guard(&d.id).is_none_or(|g| g.breaker.snapshot().state != SnapshotState::Open)
     }
 
-    fn on_message(&mut self, topic: &str, payload: &[u8]) {
-        match self.edge.topics().parse(topic) {
-            Topic::State { host } if host == self.cfg.primary_host_id => self.on_state(payload),
-            Topic::NodeCommand => match Payload::decode_bytes(payload) {
-                Ok(p) if asks_rebirth(&p) => {
-                    if self.phase == Phase::Online {
-                        tracing::info!("sparkplug: rebirth asked (NCMD)");
-                        Counters::add(&self.counters.rebirths, 1);
-                        self.birth();
-                    }
-                }
-                Ok(p) => {
-                    Counters::add(&self.counters.commands_refused, 1);
-                    if let Some(skipped) = self.throttle.allow("ncmd") {
-                        let metrics = p.metrics.len();
-                        tracing::warn!(
-                            metrics,
-                            skipped,
-                            "sparkplug: NCMD refused (only Node Control/Rebirth is honoured)"
-                        );
-                    }
-                }
-                Err(error) => {
-                    Counters::add(&self.counters.commands_refused, 1);
-                    if let Some(skipped) = self.throttle.allow("ncmd") {
-                        tracing::warn!(%error, skipped, "sparkplug: NCMD refused: not a Sparkplug payload");
-                    }
-                }
-            },
-            Topic::DeviceCommand { device } => {
-                Counters::add(&self.counters.commands_refused, 1);
-                if let Some(skipped) = self.throttle.allow("dcmd") {
-                    let device: String = device.chars().take(64).collect();
-                    tracing::warn!(%device, skipped, "sparkplug: DCMD refused: fieldgate never writes to devices from the broker");
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// The primary host's STATE (Sparkplug 3.0: JSON `{"online": bool, "timestamp": ms}`).
-    fn on_state(&mut self, payload: &[u8]) {
-        #[derive(serde::Deserialize)]
-        struct State {
-            online: bool,
-            timestamp: u64,
-        }
-        let s: State = match serde_json::from_slice(payload) {
-            Ok(s) => s,
-            Err(error) => {
-                if let Some(skipped) = self.throttle.allow("state") {
-                    tracing::warn!(%error, skipped, "sparkplug: the primary host's STATE is not {{\"online\":bool,\"timestamp\":ms}}; ignored");
-                }
-                return;
-            }
-        };
-        if s.timestamp < self.host_ts {
-            return;
-        }
-        self.host_ts = s.timestamp;
-        match (s.online, self.phase) {
-            (true, Phase::AwaitingHost) => self.birth(),
-            (false, Phase::Online) => self.leave(),
-            _ => {}
-        }
-    }
-
     /// The primary host went offline: NDEATH, disconnect, and on to the next broker.
     fn leave(&mut self) {
         tracing::warn!("sparkplug: the primary host is offline: NDEATH, and on to the next broker");
@@ -621,3 +554,5 @@ impl Node {
         self.counters.online.store(false, Ordering::Relaxed);
     }
 }
+
+mod commands;
