@@ -63,3 +63,77 @@ where
         writeln!(w, "{line}")
     }
 }
+
+/// Log lines anyone outside can cause at will (a refused command, a STATE that does not
+/// parse, a sign-in): at most one line per key a minute, saying how many were left out, so
+/// a flood cannot fill the box's log.
+pub struct Throttle<K = &'static str> {
+    last: std::collections::HashMap<K, (tokio::time::Instant, u64)>,
+}
+
+impl<K> Default for Throttle<K> {
+    fn default() -> Self {
+        Throttle { last: std::collections::HashMap::new() }
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Throttle<K> {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+    /// Keys remembered at most (the oldest line's key is forgotten first).
+    const KEYS: usize = 1024;
+
+    /// Whether to log this line of `key` now: `Some(n)`, with `n` the ones left out since
+    /// the last line; `None` to leave it out.
+    pub fn allow(&mut self, key: K) -> Option<u64> {
+        let now = tokio::time::Instant::now();
+        match self.last.get_mut(&key) {
+            Some((at, skipped)) if now.duration_since(*at) < Self::EVERY => {
+                *skipped += 1;
+                None
+            }
+            Some((at, skipped)) => {
+                *at = now;
+                Some(std::mem::take(skipped))
+            }
+            None => {
+                if self.last.len() >= Self::KEYS {
+                    self.last.retain(|_, (at, _)| now.duration_since(*at) < Self::EVERY);
+                }
+                self.last.insert(key, (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Throttle;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn one_line_per_key_a_minute_with_the_count_left_out() {
+        let mut t = Throttle::default();
+        assert_eq!(t.allow("dcmd"), Some(0));
+        for _ in 0..1000 {
+            assert_eq!(t.allow("dcmd"), None);
+        }
+        assert_eq!(t.allow("state"), Some(0), "keys are throttled apart");
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert_eq!(t.allow("dcmd"), None);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(t.allow("dcmd"), Some(1001));
+        assert_eq!(t.allow("dcmd"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_past_the_bound_forget_the_ones_a_minute_old() {
+        let mut t: Throttle<u32> = Throttle::default();
+        for k in 0..1024 {
+            assert_eq!(t.allow(k), Some(0));
+        }
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(t.allow(5000), Some(0));
+        assert_eq!(t.last.len(), 1, "the old keys are forgotten");
+    }
+}

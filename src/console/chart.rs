@@ -90,7 +90,14 @@ fn label(v: f64) -> String {
 
 fn time_label(ms: i64, span_ms: i64) -> String {
     let t = Utc.timestamp_millis_opt(ms).single().unwrap_or_default();
-    let fmt = if span_ms <= 86_400_000 { "%H:%M" } else { "%m-%d %H:%M" };
+    // Past a month (and so perhaps over a new year), the year is named.
+    let fmt = if span_ms <= 86_400_000 {
+        "%H:%M"
+    } else if span_ms <= 30 * 86_400_000 {
+        "%m-%d %H:%M"
+    } else {
+        "%Y-%m-%d"
+    };
     t.format(fmt).to_string()
 }
 
@@ -272,5 +279,13 @@ mod tests {
         assert_eq!(label(1234.4), "1234");
         assert_eq!(label(3.0), "3");
         assert_eq!(label(0.000_12), "1.20e-4");
+    }
+
+    #[test]
+    fn time_labels_name_the_year_past_a_month() {
+        let t = 1_767_225_600_000 - 3_600_000; // 2025-12-31 23:00 UTC
+        assert_eq!(time_label(t, 3_600_000), "23:00");
+        assert_eq!(time_label(t, 7 * 86_400_000), "12-31 23:00");
+        assert_eq!(time_label(t, 365 * 86_400_000), "2025-12-31");
     }
 }

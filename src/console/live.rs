@@ -37,6 +37,9 @@ const CHECK: Duration = Duration::from_millis(200);
 /// Live streams open at once (every browser tab showing a live page holds one): enough for
 /// a control room, and a bound on what clients that never read can make the server hold.
 pub const MAX_STREAMS: usize = 64;
+/// Live streams one viewer holds at most (a signed-in token, or everyone on a server
+/// without tokens): one browser, or one token, cannot take every stream.
+pub const PER_VIEWER: usize = MAX_STREAMS / 4;
 /// Recent calls shown on the activity page.
 pub const ACTIVITY_ROWS: usize = 50;
 
@@ -86,18 +89,24 @@ impl Live {
 
 /// `GET /console/live`: the snapshot now, then every new one, until the server stops.
 pub async fn stream(State(c): State<Console>, headers: HeaderMap) -> Response {
-    if let Err(e) = c.viewer(&headers) {
+    let viewer = match c.viewer(&headers) {
+        Ok(v) => v,
         // A stream cannot follow a redirect to the sign-in page: say it plainly.
-        return match e {
-            super::ConsoleError::SignIn => {
-                (axum::http::StatusCode::UNAUTHORIZED, "sign in first").into_response()
-            }
-            e => e.into_response(),
-        };
-    }
-    let Ok(permit) = c.streams.clone().try_acquire_owned() else {
-        let busy = format!("{MAX_STREAMS} live views are open already; close one, or reload later");
-        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "30")], busy).into_response();
+        Err(super::ConsoleError::SignIn) => {
+            return (axum::http::StatusCode::UNAUTHORIZED, "sign in first").into_response();
+        }
+        Err(e) => return e.into_response(),
+    };
+    let who = match &viewer {
+        super::auth::Viewer::Open => String::new(),
+        super::auth::Viewer::Signed(s) => s.caller.id.to_string(),
+    };
+    let permit = match c.streams.take(who) {
+        Ok(p) => p,
+        Err(busy) => {
+            return (axum::http::StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "30")], busy)
+                .into_response();
+        }
     };
     let mut rx = c.live.subscribe();
     let first: Arc<str> = Arc::from(snapshot(&c.tools));
@@ -126,6 +135,46 @@ pub async fn stream(State(c): State<Console>, headers: HeaderMap) -> Response {
             Some((Ok::<_, Infallible>(event), (None, rx, stop, c, session, permit)))
         });
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// The live streams held, in all and per viewer.
+#[derive(Default)]
+pub struct Streams {
+    held: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+/// One stream's place, given back when the stream ends.
+pub struct Slot {
+    streams: Arc<Streams>,
+    who: String,
+}
+
+impl Streams {
+    /// A place for a stream of viewer `who`, or why there is none.
+    pub fn take(self: &Arc<Self>, who: String) -> Result<Slot, String> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.values().sum::<usize>() >= MAX_STREAMS {
+            return Err(format!("{MAX_STREAMS} live views are open already; close one, or reload later"));
+        }
+        let mine = held.entry(who.clone()).or_default();
+        if *mine >= PER_VIEWER {
+            return Err(format!("you have {PER_VIEWER} live views open already; close one, or reload later"));
+        }
+        *mine += 1;
+        Ok(Slot { streams: self.clone(), who })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.streams.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.who) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.who);
+            }
+        }
+    }
 }
 
 /// Every live part, as a JSON object of element IDs and their HTML.
@@ -331,6 +380,24 @@ pub fn activity_rows(calls: &[Call]) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streams_are_bounded_in_all_and_per_viewer() {
+        let streams = Arc::new(Streams::default());
+        let mut held = Vec::new();
+        for v in 0..MAX_STREAMS / PER_VIEWER {
+            for _ in 0..PER_VIEWER {
+                held.push(streams.take(format!("viewer-{v}")).expect("room"));
+            }
+            assert!(streams.take(format!("viewer-{v}")).is_err(), "viewer {v} past its share");
+        }
+        let full = streams.take("someone-else".into()).err().expect("full in all");
+        assert!(full.starts_with(&format!("{MAX_STREAMS} live views")), "{full}");
+        drop(held.pop());
+        assert!(streams.take("someone-else".into()).is_ok(), "a place given back");
+        held.clear();
+        assert!(streams.held.lock().unwrap().is_empty(), "nothing left counted");
+    }
 
     #[test]
     fn numbers_are_shown_with_about_five_significant_digits() {

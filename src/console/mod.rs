@@ -58,10 +58,12 @@ pub struct Console {
     tokens: Arc<Tokens>,
     sessions: Arc<auth::Sessions>,
     live: Arc<live::Live>,
-    /// Live streams open at once, at most [`live::MAX_STREAMS`].
-    streams: Arc<tokio::sync::Semaphore>,
+    /// Live streams open at once, at most [`live::MAX_STREAMS`] ([`live::PER_VIEWER`] each).
+    streams: Arc<live::Streams>,
     /// Failed sign-ins answer one at a time, each after a pause (`auth::login`).
     failed_logins: Arc<tokio::sync::Mutex<u64>>,
+    /// Successful sign-ins are logged once a minute per token at most.
+    signins: Arc<std::sync::Mutex<crate::logs::Throttle<String>>>,
     shutdown: CancellationToken,
 }
 
@@ -77,6 +79,9 @@ pub enum ConsoleError {
     /// A decision without an operator's session, or with a stale form.
     #[error("{0}")]
     Refused(String),
+    /// No console page at this address.
+    #[error("no console page here")]
+    NotFound,
 }
 
 impl From<ToolError> for ConsoleError {
@@ -99,6 +104,11 @@ impl IntoResponse for ConsoleError {
                 (status, e.code.as_str(), html! { p { (e.message) } })
             }
             ConsoleError::Refused(why) => (StatusCode::FORBIDDEN, "Refused", html! { p { (why) } }),
+            ConsoleError::NotFound => (
+                StatusCode::NOT_FOUND,
+                "Not found",
+                html! { p { "There is no console page at this address." } },
+            ),
         };
         let page = html! {
             (maud::DOCTYPE)
@@ -162,8 +172,9 @@ impl Console {
             tools,
             tokens,
             sessions: Arc::new(auth::Sessions::default()),
-            streams: Arc::new(tokio::sync::Semaphore::new(live::MAX_STREAMS)),
+            streams: Arc::new(live::Streams::default()),
             failed_logins: Arc::new(tokio::sync::Mutex::new(0)),
+            signins: Arc::default(),
             shutdown,
         }
     }
@@ -185,6 +196,7 @@ impl Console {
             .route("/console/logout", post(auth::logout))
             .route("/console/assets/console.css", get(css))
             .route("/console/assets/console.js", get(js))
+            .route("/console/{*rest}", get(|| async { ConsoleError::NotFound }))
             .layer(middleware::from_fn(headers))
             .with_state(self)
     }

@@ -182,6 +182,12 @@ impl Edge {
         let (value, quality) = stored_of(sample);
         let slot = self.last.get_mut(s.place.sensor)?;
         let prev = slot.as_ref().map(|l| (l.t, &l.value, l.quality));
+        // A sample no newer than the last sent is no news: the birth carried it (a poll's
+        // batch can arrive after the DBIRTH built from the same read), or it came late. A
+        // step back of a minute or more is a clock step, and what follows it is sent.
+        if prev.is_some_and(|(lt, _, _)| t <= lt && lt - t < crate::store::history::CLOCK_STEP_MS) {
+            return None;
+        }
         if !worth_storing(s, prev, t, &value, quality, self.max_silence_ms) {
             return None;
         }

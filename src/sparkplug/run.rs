@@ -139,7 +139,7 @@ pub struct Node {
     /// Nothing drainable until the next tick (the rest waits for devices to be born).
     drain_idle: bool,
     /// Warnings the broker's clients can cause, rate-limited.
-    throttle: link::Throttle,
+    throttle: crate::logs::Throttle,
 }
 
 async fn next_event(link: &mut Option<Link>) -> Result<Event, ConnectionError> {
@@ -194,7 +194,7 @@ impl Node {
             flush_every,
             last_flush: Instant::now(),
             drain_idle: false,
-            throttle: link::Throttle::default(),
+            throttle: crate::logs::Throttle::default(),
         }
     }
 
@@ -240,8 +240,10 @@ impl Node {
         // The will carries the bdSeq of this connection's NBIRTH; a new one for every
         // connection, kept across restarts.
         self.bd_seq = (self.bd_seq + 1) % 256;
-        if let Err(error) = self.buffer.set_bd_seq(self.bd_seq) {
-            tracing::warn!(%error, "sparkplug: bdSeq not recorded; a restart may repeat it");
+        if let Err(error) = self.buffer.set_bd_seq(self.bd_seq)
+            && let Some(skipped) = self.throttle.allow("bdseq")
+        {
+            tracing::warn!(%error, skipped, "sparkplug: bdSeq not recorded; a restart may repeat it");
         }
         let will = self.edge.ndeath(self.bd_seq);
         let (client, events) = link::open(&self.settings, &broker, (will.topic, will.payload));

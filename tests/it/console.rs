@@ -208,6 +208,9 @@ async fn bad_input_gets_a_page_that_says_what_is_wrong() {
         ("/console/devices/z-nothing", 404, "DEVICE_NOT_FOUND"),
         ("/console/work-orders/WO-999999", 404, "WORK_ORDER_NOT_FOUND"),
         ("/console/work-orders?status=lost", 400, "INVALID_ARGUMENT"),
+        ("/console/nothing-here", 404, "no console page at this address"),
+        ("/console/devices/a-line1-plc/more", 404, "no console page at this address"),
+        ("/console/assets/other.js", 404, "no console page at this address"),
     ];
     for (uri, status, text) in rows {
         let a = get(&r, uri, None).await;
@@ -480,19 +483,24 @@ async fn open_live(r: &axum::Router, cookie: Option<&str>) -> axum::response::Re
 }
 
 #[tokio::test]
-async fn live_streams_are_bounded_and_a_closed_one_frees_its_place() {
-    let r = router(service(), Tokens::default());
+async fn live_streams_are_bounded_per_viewer_and_a_closed_one_frees_its_place() {
+    let r = router(service(), tokens());
+    let (operator, _) = sign_in(&r, "operator-token-0123456789").await;
+    // A second session of the same token counts as the same viewer.
+    let (operator2, _) = sign_in(&r, "operator-token-0123456789").await;
     let mut open = Vec::new();
-    for _ in 0..64 {
-        let res = open_live(&r, None).await;
+    for i in 0..16 {
+        let res = open_live(&r, Some(if i % 2 == 0 { &operator } else { &operator2 })).await;
         assert_eq!(res.status(), 200);
         open.push(res);
     }
-    let refused = open_live(&r, None).await;
-    assert_eq!(refused.status(), 503, "a 65th stream");
+    let refused = open_live(&r, Some(&operator2)).await;
+    assert_eq!(refused.status(), 503, "a 17th stream of one token");
     assert_eq!(refused.headers()["retry-after"], "30");
+    let (agent, _) = sign_in(&r, "agent-token-0123456789").await;
+    assert_eq!(open_live(&r, Some(&agent)).await.status(), 200, "another token is not held up");
     drop(open.pop());
-    assert_eq!(open_live(&r, None).await.status(), 200, "a closed stream frees its place");
+    assert_eq!(open_live(&r, Some(&operator)).await.status(), 200, "a closed stream frees its place");
 }
 
 #[tokio::test(start_paused = true)]

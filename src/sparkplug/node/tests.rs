@@ -61,6 +61,23 @@ fn report_by_exception_and_ddata_by_alias() {
 }
 
 #[test]
+fn a_sample_no_newer_than_the_birth_is_not_sent_again() {
+    let mut e = edge();
+    e.nbirth(0);
+    let reg = e.registry.clone();
+    // A sensor without a deadband, where every newer sample is news.
+    let s = reg.sensors().iter().find(|s| s.deadband.is_none() && s.range.is_some());
+    let s = s.expect("the demo plant has a number sensor without a deadband");
+    e.dbirth(s.place.device, |x| (x.id == s.id).then(|| sample(4.0, 1000, SampleQuality::Good)));
+    // The poller's batch of the same read (or an older one) arrives after the birth.
+    assert!(e.offer(s, &sample(4.0, 1000, SampleQuality::Good)).is_none(), "the birth carried it");
+    assert!(e.offer(s, &sample(3.0, 900, SampleQuality::Bad)).is_none(), "older than the birth");
+    assert!(e.offer(s, &sample(4.0, 2000, SampleQuality::Good)).is_some(), "a newer sample");
+    // The clock stepped back an hour: what follows is sent, not held back for an hour.
+    assert!(e.offer(s, &sample(5.0, 2000 - 3_600_000, SampleQuality::Good)).is_some(), "a clock step");
+}
+
+#[test]
 fn unborn_devices_get_no_data_and_silence_repeats() {
     let mut e = edge();
     e.nbirth(0);

@@ -21,17 +21,79 @@ fn mosquitto() -> PathBuf {
 /// A Mosquitto broker on loopback.
 pub struct Broker {
     pub port: u16,
+    /// A second listener over TLS that asks for a client certificate, when started so.
+    pub tls: Option<TlsListener>,
     dir: tempfile::TempDir,
     child: Option<tokio::process::Child>,
+}
+
+/// The TLS listener's port and its files: the CA that signed the broker's certificate (and
+/// the client certificate it accepts), and a client certificate and key signed by it.
+pub struct TlsListener {
+    pub port: u16,
+    pub ca: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, written to `dir`.
+fn tls_files(dir: &std::path::Path) -> TlsListener {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "Plant broker CA");
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let leaf = |names: Vec<String>, cn: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        (p.signed_by(&key, &ca).unwrap().pem(), key.serialize_pem())
+    };
+    let (server, server_key) = leaf(vec!["127.0.0.1".into(), "localhost".into()], "broker");
+    let (client, client_key) = leaf(Vec::new(), "edge-gw");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    TlsListener {
+        port: 0,
+        ca: write("ca.pem", &ca.pem()),
+        server_cert: write("server.pem", &server),
+        server_key: write("server.key", &server_key),
+        client_cert: write("client.pem", &client),
+        client_key: write("client.key", &client_key),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl Broker {
     /// Picks a free port (Mosquitto cannot report an ephemeral one) and starts on it,
     /// trying another port when the bind fails.
     pub async fn start() -> Broker {
-        let mut b = Broker { port: 0, dir: tempfile::tempdir().unwrap(), child: None };
+        Broker::start_with(false).await
+    }
+
+    /// A broker with a second listener over TLS that requires a client certificate.
+    pub async fn start_tls() -> Broker {
+        Broker::start_with(true).await
+    }
+
+    async fn start_with(tls: bool) -> Broker {
+        let mut b = Broker { port: 0, tls: None, dir: tempfile::tempdir().unwrap(), child: None };
+        if tls {
+            b.tls = Some(tls_files(b.dir.path()));
+        }
         for _ in 0..10 {
-            b.port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            b.port = free_port();
+            if let Some(t) = &mut b.tls {
+                t.port = free_port();
+            }
             if b.run().await {
                 return b;
             }
@@ -46,11 +108,17 @@ impl Broker {
     /// Starts the process on `self.port`; false when it exited (the port was taken).
     async fn run(&mut self) -> bool {
         let conf = self.dir.path().join("mosquitto.conf");
-        std::fs::write(
-            &conf,
-            format!("listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n", self.port),
-        )
-        .unwrap();
+        let mut text = format!("listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n", self.port);
+        if let Some(t) = &self.tls {
+            text += &format!(
+                "listener {} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\nrequire_certificate true\n",
+                t.port,
+                t.ca.display(),
+                t.server_cert.display(),
+                t.server_key.display()
+            );
+        }
+        std::fs::write(&conf, text).unwrap();
         let mut child = tokio::process::Command::new(mosquitto())
             .arg("-c")
             .arg(&conf)
@@ -64,7 +132,10 @@ impl Broker {
             if let Ok(Some(_)) = child.try_wait() {
                 return false;
             }
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
+            let tls_port = self.tls.as_ref().map_or(self.port, |t| t.port);
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_ok()
+                && tokio::net::TcpStream::connect(("127.0.0.1", tls_port)).await.is_ok()
+            {
                 self.child = Some(child);
                 return true;
             }
@@ -96,6 +167,8 @@ impl Broker {
 pub struct Msg {
     pub topic: String,
     pub payload: Payload,
+    /// The QoS it arrived with (the host subscribes with 1, so it is the publisher's).
+    pub qos: u8,
 }
 
 impl Msg {
@@ -151,7 +224,7 @@ impl Host {
                         let topic = p.topic.clone();
                         // STATE is JSON, not a Sparkplug payload.
                         let payload = Payload::decode_bytes(&p.payload).unwrap_or_default();
-                        let _ = tx.send(Msg { topic, payload });
+                        let _ = tx.send(Msg { topic, payload, qos: p.qos as u8 });
                     }
                     Ok(_) => {}
                     Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,

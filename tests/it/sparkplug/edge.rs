@@ -157,6 +157,14 @@ async fn births_carry_every_sensor_then_data_by_alias_with_continuous_seq() {
         ddata += 1;
     }
     assert!(several, "several metrics of one device share a DDATA");
+    // No DDATA repeats what a DBIRTH carried: each value is newer than its birth's.
+    let born = aliases(&host.seen);
+    for m in host.seen.iter().filter(|m| m.kind() == "DDATA").flat_map(|m| &m.payload.metrics) {
+        let birth = &born[&m.alias.unwrap()];
+        if let (Some(b), Some(t)) = (birth.timestamp, m.timestamp) {
+            assert!(t > b, "DDATA of {:?} at {t} repeats its DBIRTH at {b}", birth.name);
+        }
+    }
     // seq: 0 at NBIRTH, then +1 per message, every message of this node.
     host.take();
     let seqs: Vec<u64> = host

@@ -5,5 +5,6 @@ mod broker;
 mod edge;
 mod external_decoder;
 mod hostile;
+mod links;
 mod outage;
 mod process;
