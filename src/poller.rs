@@ -226,21 +226,38 @@ async fn subscribe_device(
     // What get_device_status shows: the device was heard from; and its sessions, lost or
     // up again, go to its breaker as reads' outcomes would (down and up in the log).
     let health = reader.guard(&d.id).map(|g| &g.health);
+    // Sensors whose server says it cannot reach them (BadNotConnected, ...): while every
+    // one of them does, the device is unreachable behind a live server, a failure each second.
+    let mut cut = std::collections::HashSet::new();
+    let unreachable = crate::driver::DriverError::Unavailable { retry_after: None };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             u = rx.recv() => match u {
-                Some(subscribe::Update::Change { sensor, sample: Ok(sample) }) => {
-                    if let Some(s) = sensors.get(sensor) {
-                        reader.cache().put(s, &sample);
-                        recorder.record(s, &sample);
-                        tap_send(&tap, device, vec![(s.place.sensor, sample)]);
-                    }
-                    if let Some(h) = health {
-                        h.heard();
-                    }
+                Some(subscribe::Update::Change { sensor, sample }) => {
+                    let Some(s) = sensors.get(sensor) else { continue };
+                    let sample = match sample {
+                        Ok(sample) => {
+                            cut.remove(&sensor);
+                            if let Some(h) = health {
+                                h.heard();
+                            }
+                            sample
+                        }
+                        // The last value is no longer current: a bad-quality sample says so.
+                        Err(crate::driver::DriverError::Unavailable { .. }) => {
+                            cut.insert(sensor);
+                            if cut.len() == sensors.len() {
+                                reader.observe(&d.id, Err(&unreachable));
+                            }
+                            Sample { value: RawValue::Float(f64::NAN), at: chrono::Utc::now(), quality: crate::driver::SampleQuality::Bad }
+                        }
+                        Err(_) => continue,
+                    };
+                    reader.cache().put(s, &sample);
+                    recorder.record(s, &sample);
+                    tap_send(&tap, device, vec![(s.place.sensor, sample)]);
                 }
-                Some(subscribe::Update::Change { sample: Err(_), .. }) => {}
                 Some(subscribe::Update::Up) => reader.observe(&d.id, Ok(())),
                 Some(subscribe::Update::Down(e)) => reader.observe(&d.id, Err(&e)),
                 None => break,
@@ -248,6 +265,9 @@ async fn subscribe_device(
             _ = tick.tick() => {
                 if subscription.live.load(Ordering::Relaxed) {
                     recorder.still(&sensors, chrono::Utc::now().timestamp_millis());
+                    if cut.len() == sensors.len() {
+                        reader.observe(&d.id, Err(&unreachable));
+                    }
                 }
             }
             () = stop.cancelled() => break,

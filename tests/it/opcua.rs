@@ -479,3 +479,53 @@ async fn a_quiet_subscription_stores_the_last_value_again_after_max_silence() {
     assert!(points.windows(2).all(|w| w[1].t - w[0].t >= 1000), "not before max_silence: {points:?}");
     assert_eq!(metric(&plant.service, "fieldgate_opcua_notifications_total"), 8, "no change was sent");
 }
+
+/// A live server that answers every item of a subscription with BadNotConnected (the
+/// device behind it is gone): the cached values turn bad instead of staying the last good
+/// ones, and the device goes down; when the items answer again, values and state return.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribed_device_whose_items_all_go_unreachable_is_down_and_its_values_bad() {
+    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml"))
+        .unwrap()
+        .replace("poll_interval_ms = 1000", "poll_interval_ms = 50");
+    assert!(oven.contains("mode = \"subscribe\""), "the demo oven subscribes");
+    let dir = device_dir(&[("b-oven2-opcua.toml", &oven)]);
+    let mut config = fieldgate::config::Config::default();
+    config.breaker.failure_threshold = 2;
+    config.breaker.open_ms = 200;
+    config.breaker.max_open_ms = 400;
+    let plant = plant_with(dir.path(), fieldgate_sim::Scenario::default(), config).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let cached = || {
+        let p = plant.service.clone();
+        async move {
+            let args = json!({"sensor_id": "B_OVEN2_001", "max_age_ms": 60000});
+            let v = p.call("get_sensor_reading", args).await.expect("served").json();
+            v["quality"].as_str().map(str::to_string)
+        }
+    };
+    let state = || {
+        let p = plant.service.clone();
+        async move {
+            let args = json!({"device_id": "b-oven2-opcua"});
+            let v = p.call("get_device_status", args).await.expect("served").json();
+            v["devices"][0]["state"].as_str().map(str::to_string)
+        }
+    };
+    let t = std::time::Duration::from_secs(30);
+    wait_until("a good value", t, || async { cached().await.as_deref() == Some("good") }).await;
+    wait_until("up", t, || async { state().await.as_deref() == Some("up") }).await;
+
+    plant.faults("b-oven2-opcua", Faults { down: true, ..Default::default() });
+    wait_until("the cached value bad", t, || async { cached().await.as_deref() == Some("bad") }).await;
+    wait_until("the device down", t, || async { state().await.as_deref() == Some("down") }).await;
+
+    plant.faults("b-oven2-opcua", Faults::default());
+    wait_until("a good value again", t, || async { cached().await.as_deref() == Some("good") }).await;
+    wait_until("up again", t, || async { state().await.as_deref() == Some("up") }).await;
+    stop.cancel();
+    for h in polling {
+        h.await.unwrap();
+    }
+}
