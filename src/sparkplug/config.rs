@@ -145,6 +145,8 @@ pub fn read_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
                 *slot = None;
             } else if let Err(why) = check(Path::new(v)) {
                 s.problem(key, why);
+                // Set all the same: the rules across keys ("ca_file is empty") do not fire too.
+                *slot = Some(PathBuf::from(v));
             } else {
                 *slot = Some(PathBuf::from(v));
             }
@@ -238,8 +240,9 @@ fn redact(s: &str) -> String {
 
 /// Whether the PEM file at `path` holds a block whose label ends with `label`.
 fn pem_has(path: &Path, label: &str) -> Result<(), String> {
+    // Only a regular file of bounded size: a FIFO would block, a link to /dev/zero never end.
     let text =
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
+        crate::toml_reader::read_text_file(path).map_err(|why| format!("{}: {why}", path.display()))?;
     let found = text
         .lines()
         .any(|l| l.starts_with("-----BEGIN ") && l.trim_end().ends_with(&format!("{label}-----")));
@@ -301,6 +304,24 @@ mod tests {
             [("FIELDGATE_MQTT_BROKERS".into(), "[\"mqtt://127.0.0.1:1\"]".into())],
         );
         assert_eq!(ok.unwrap().mqtt.brokers, ["mqtt://127.0.0.1:1"]);
+    }
+
+    #[test]
+    fn certificate_files_that_are_not_regular_files_are_refused_at_once_and_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("ca.pem");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        for ca in [fifo.to_str().unwrap(), "/dev/zero", "/nonexistent.pem"] {
+            let path = dir.path().join("c.toml");
+            let text = format!("[mqtt]\nbrokers = [\"mqtts://h\"]\nca_file = \"{ca}\"\n");
+            std::fs::write(&path, text).unwrap();
+            // A FIFO would block here and /dev/zero fill the memory: both end at once.
+            let e = crate::config::Config::load(Some(&path), Vec::<(String, String)>::new()).unwrap_err();
+            let text: Vec<String> = e.0.iter().map(|p| p.to_string()).collect();
+            assert_eq!(text.len(), 1, "one problem, not also \"ca_file is empty\": {text:?}");
+            assert!(text[0].contains("ca_file") && text[0].contains(ca), "{text:?}");
+        }
     }
 
     #[test]

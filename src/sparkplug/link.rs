@@ -81,8 +81,9 @@ impl Settings {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, LinkError> {
         let read = |p: &std::path::Path| {
-            std::fs::read(p)
-                .map_err(|e| LinkError::File { file: p.display().to_string(), why: e.kind().to_string() })
+            crate::toml_reader::read_text_file(p)
+                .map(String::into_bytes)
+                .map_err(|why| LinkError::File { file: p.display().to_string(), why })
         };
         let tls = match &c.ca_file {
             Some(ca) => {

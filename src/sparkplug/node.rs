@@ -48,6 +48,8 @@ pub struct Edge {
     /// known only from one): kept across rebirths, since hosts take a change as an error.
     typed: Vec<bool>,
     last: Vec<Option<Last>>,
+    /// Per sensor: the timestamp of the value its last DBIRTH carried.
+    birth_t: Vec<Option<i64>>,
     /// Per sensor: the quality last sent (a change carries the `Quality` property).
     sent_quality: Vec<u8>,
     max_silence_ms: i64,
@@ -68,6 +70,7 @@ impl Edge {
             datatypes: vec![datatype::DOUBLE; s],
             typed: vec![false; s],
             last: (0..s).map(|_| None).collect(),
+            birth_t: vec![None; s],
             sent_quality: vec![0; s],
             max_silence_ms,
         }
@@ -163,10 +166,19 @@ impl Edge {
             self.datatypes[i] = dt;
             metrics.push(metric::birth(s, dt, now.as_ref().map(|(t, v, q)| (*t, v, *q))));
             self.sent_quality[s.place.sensor] = now.as_ref().map_or(2, |(_, _, q)| *q);
+            self.birth_t[s.place.sensor] = now.as_ref().map(|(t, _, _)| *t);
             self.last[s.place.sensor] = now.map(|(t, value, quality)| Last { t, value, quality });
         }
         self.born[device] = true;
         self.message(Kind::DBirth, Some(device), metrics, false)
+    }
+
+    /// Whether the value of sensor `id` at `t` is the one its device's current DBIRTH
+    /// carried (buffered as well while the device waited to be born): drained, it would
+    /// repeat the birth.
+    pub fn carried_by_birth(&self, id: &str, t: i64) -> bool {
+        let Some(s) = id.parse().ok().and_then(|id| self.registry.sensor(&id)) else { return false };
+        self.born[s.place.device] && self.birth_t[s.place.sensor] == Some(t)
     }
 
     /// DDEATH of `device`.

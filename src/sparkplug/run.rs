@@ -35,6 +35,8 @@ const PER_MESSAGE: usize = 500;
 /// Messages handed to rumqttc and not yet written, at most, before data waits in the buffer.
 const QUEUED_MAX: u64 = (REQUESTS / 2) as u64;
 const TICK: Duration = Duration::from_millis(100);
+/// Rebirths asked by NCMD are done at most this often (a flood of them is one a second).
+const REBIRTH_EVERY: Duration = Duration::from_secs(1);
 
 /// Samples of one device read together, by registry index.
 pub struct Batch {
@@ -140,6 +142,10 @@ pub struct Node {
     drain_idle: bool,
     /// Warnings the broker's clients can cause, rate-limited.
     throttle: crate::logs::Throttle,
+    /// Per device that died on this connection: when (ms), and since when it is up again.
+    returning: Vec<Option<(i64, Option<Instant>)>>,
+    /// A rebirth asked while the last birth is less than `REBIRTH_EVERY` old waits for it.
+    rebirth_pending: bool,
 }
 
 async fn next_event(link: &mut Option<Link>) -> Result<Event, ConnectionError> {
@@ -195,6 +201,8 @@ impl Node {
             last_flush: Instant::now(),
             drain_idle: false,
             throttle: crate::logs::Throttle::default(),
+            returning: Vec::new(),
+            rebirth_pending: false,
         }
     }
 
@@ -300,6 +308,7 @@ impl Node {
         let was = self.phase;
         self.link = None;
         self.edge.all_dead();
+        self.returning.clear();
         self.counters.connected.store(false, Ordering::Relaxed);
         self.counters.online.store(false, Ordering::Relaxed);
         if next_broker || was == Phase::Leaving {
@@ -340,6 +349,9 @@ impl Node {
     fn dbirth(&mut self, device: usize) {
         let reader = self.tools.reader().clone();
         let out = self.edge.dbirth(device, |s| reader.cache().last(s));
+        if let Some(r) = self.returning.get_mut(device) {
+            *r = None;
+        }
         self.send(out);
         self.drain_idle = false;
     }
@@ -353,10 +365,15 @@ impl Node {
         }
         let registry = self.edge.registry();
         let reader = self.tools.reader();
-        self.online_at.elapsed() >= BIRTH_WAIT
+        // Back from the dead: born with values read since it died, not the ones from before.
+        let (since, waited) = match self.returning.get(device).copied().flatten() {
+            Some((dead_ms, up_at)) => (dead_ms, up_at.is_some_and(|t| t.elapsed() >= BIRTH_WAIT)),
+            None => (i64::MIN, self.online_at.elapsed() >= BIRTH_WAIT),
+        };
+        waited
             || registry
                 .sensors_of_device(&registry.devices()[device].id)
-                .all(|s| reader.cache().last(s).is_some())
+                .all(|s| reader.cache().last(s).is_some_and(|x| x.at.timestamp_millis() > since))
     }
 
     /// A device with sensors and a driver whose breaker is not open.
@@ -461,14 +478,24 @@ impl Node {
     fn on_tick(&mut self) {
         let now = chrono::Utc::now().timestamp_millis();
         self.send_live();
+        if self.rebirth_pending && self.online_at.elapsed() >= REBIRTH_EVERY {
+            self.rebirth();
+        }
         if self.phase == Phase::Online {
             for d in 0..self.edge.registry().devices().len() {
                 let up = self.device_up(d);
                 if self.edge.is_born(d) && !up {
                     let death = self.edge.ddeath(d);
                     self.send(death);
-                } else if !self.edge.is_born(d) && self.ready(d) {
-                    self.dbirth(d);
+                    self.returning.resize(self.edge.registry().devices().len(), None);
+                    self.returning[d] = Some((now, None));
+                } else if !self.edge.is_born(d) && up {
+                    if let Some(Some((_, up_at @ None))) = self.returning.get_mut(d) {
+                        *up_at = Some(Instant::now());
+                    }
+                    if self.ready(d) {
+                        self.dbirth(d);
+                    }
                 }
             }
             let again = self.edge.silent(now);
@@ -512,6 +539,15 @@ impl Node {
         if taken.is_empty() {
             self.drain_idle = true;
             return;
+        }
+        // A value its device's DBIRTH carried is not sent again: it leaves with the sent ones.
+        let (repeats, taken): (Vec<_>, Vec<_>) =
+            taken.into_iter().partition(|(_, r)| self.edge.carried_by_birth(&r.sensor, r.t));
+        let repeats: Vec<_> = repeats.iter().map(|(k, r)| (*k, Buffer::size_of(r))).collect();
+        if !repeats.is_empty()
+            && let Err(error) = self.buffer.remove(&repeats)
+        {
+            tracing::warn!(%error, "sparkplug buffer: values a birth carried not removed; they may be sent");
         }
         let keys: Vec<_> = taken.iter().map(|(k, r)| (*k, Buffer::size_of(r))).collect();
         let recs: Vec<Rec> = taken.into_iter().map(|(_, r)| r).collect();

@@ -11,9 +11,12 @@ impl Node {
             Topic::NodeCommand => match Payload::decode_bytes(payload) {
                 Ok(p) if asks_rebirth(&p) => {
                     if self.phase == Phase::Online {
-                        tracing::info!("sparkplug: rebirth asked (NCMD)");
-                        Counters::add(&self.counters.rebirths, 1);
-                        self.birth();
+                        // At most one a second: a flood of them is one rebirth a second.
+                        if self.online_at.elapsed() >= REBIRTH_EVERY {
+                            self.rebirth();
+                        } else {
+                            self.rebirth_pending = true;
+                        }
                     }
                 }
                 Ok(p) => {
@@ -43,6 +46,19 @@ impl Node {
             }
             _ => {}
         }
+    }
+
+    /// A rebirth asked by NCMD: NBIRTH and every DBIRTH again (logged once a minute).
+    pub(super) fn rebirth(&mut self) {
+        self.rebirth_pending = false;
+        if self.phase != Phase::Online {
+            return;
+        }
+        if let Some(skipped) = self.throttle.allow("rebirth") {
+            tracing::info!(skipped, "sparkplug: rebirth asked (NCMD)");
+        }
+        Counters::add(&self.counters.rebirths, 1);
+        self.birth();
     }
 
     /// The primary host's STATE (Sparkplug 3.0: JSON `{"online": bool, "timestamp": ms}`).

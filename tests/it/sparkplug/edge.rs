@@ -206,6 +206,14 @@ async fn rebirth_on_ncmd_and_writes_refused() {
     assert_eq!(bd_seq(&again), bd_seq(&first), "a rebirth keeps the connection's bdSeq");
     host.until("DBIRTH after the rebirth", T, is("DBIRTH")).await;
     counter(&tools, "fieldgate_sparkplug_rebirths_total", T, |v| v == 1).await;
+    // A flood of rebirths is one more, a second later: not one birth per command.
+    for _ in 0..50 {
+        host.publish("spBv1.0/plant/NCMD/gw", rebirth.encode_to_bytes(), false).await;
+    }
+    host.until("the flood's NBIRTH", T, is("NBIRTH")).await;
+    counter(&tools, "fieldgate_sparkplug_rebirths_total", T, |v| v == 2).await;
+    host.until("data after the flood", T, is("DDATA")).await;
+    assert_eq!(metric(&tools, "fieldgate_sparkplug_rebirths_total"), Some(2), "50 asked, one done");
 
     // A write to a device, garbage, and an unknown node command: all refused, counted.
     let write = Payload {
@@ -250,6 +258,11 @@ async fn a_dead_device_gets_ddeath_and_a_dbirth_when_back() {
     let birth =
         host.until("DBIRTH again", T, |m| m.kind() == "DBIRTH" && m.device() == Some("a-util-meter")).await;
     assert!(birth.payload.metrics.iter().all(|m| m.name.is_some()));
+    // Born again with values read since it came back, not the ones from before its death.
+    let died = death.payload.timestamp.unwrap();
+    for m in &birth.payload.metrics {
+        assert!(m.timestamp.is_some_and(|t| t > died), "{:?} at {:?}, died at {died}", m.name, m.timestamp);
+    }
     host.until("its data again", T, |m| m.kind() == "DDATA" && m.device() == Some("a-util-meter")).await;
     rig.running.stop().await.unwrap();
 }

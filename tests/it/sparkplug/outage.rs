@@ -52,15 +52,44 @@ fn historical(seen: &[Msg], alias: u64) -> Vec<(f64, u64)> {
         .collect()
 }
 
-/// The values the test set arrived historical, exactly once each and in order, and every
-/// historical value of the sensor has a later timestamp than the one before.
+/// `SENSOR`'s values delivered: historical ones and those its DBIRTHs carried (the newest
+/// value at a birth goes in the birth, not again in the drain), by timestamp. A birth's
+/// value that is no change (a later sample of the value before it) is left out.
+fn delivered(seen: &[Msg], alias: u64) -> Vec<(f64, u64)> {
+    let births = seen
+        .iter()
+        .filter(|m| m.kind() == "DBIRTH")
+        .flat_map(|m| &m.payload.metrics)
+        .filter(|m| m.alias == Some(alias))
+        .filter_map(|m| match m.value {
+            Some(Value::Float(f)) => Some((f as f64, m.timestamp?, true)),
+            _ => None,
+        });
+    let mut all: Vec<(f64, u64, bool)> =
+        historical(seen, alias).into_iter().map(|(v, t)| (v, t, false)).chain(births).collect();
+    all.sort_by_key(|(_, t, _)| *t);
+    let mut out: Vec<(f64, u64)> = Vec::new();
+    for (v, t, birth) in all {
+        if birth && out.last().is_some_and(|(last, _)| (last - v).abs() < 1e-4) {
+            continue;
+        }
+        out.push((v, t));
+    }
+    out
+}
+
+/// The values the test set arrived (historical, or the newest in a DBIRTH), exactly once
+/// each and in order, and every historical value of the sensor has a later timestamp than
+/// the one before.
 fn check_history(seen: &[Msg], values: &[f64]) {
+    no_repeat_of_a_birth(seen);
     let h = historical(seen, alias(seen));
     for w in h.windows(2) {
         assert!(w[0].1 < w[1].1, "historical timestamps strictly increase: {h:?}");
     }
+    let d = delivered(seen, alias(seen));
     let ours: Vec<f64> =
-        h.iter().map(|(v, _)| *v).filter(|v| values.iter().any(|x| (x - v).abs() < 1e-4)).collect();
+        d.iter().map(|(v, _)| *v).filter(|v| values.iter().any(|x| (x - v).abs() < 1e-4)).collect();
     assert_eq!(ours.len(), values.len(), "every change arrived once: {ours:?} vs {values:?}");
     for (got, want) in ours.iter().zip(values) {
         assert!((got - want).abs() < 1e-4, "in order: {ours:?} vs {values:?}");
@@ -73,11 +102,13 @@ fn check_history(seen: &[Msg], values: &[f64]) {
 /// unchanged sensor is reported too: a new sample (its own, later timestamp), not a copy,
 /// and allowed only as the first value after the restart, equal to the last one before.
 fn check_history_across_restart(seen: &[Msg], before: &[f64], after: &[f64], restart_ms: u64) {
+    no_repeat_of_a_birth(seen);
     let h = historical(seen, alias(seen));
     for w in h.windows(2) {
         assert!(w[0].1 < w[1].1, "historical timestamps strictly increase: {h:?}");
     }
     let set = |v: &f64| before.iter().chain(after).any(|x| (x - v).abs() < 1e-4);
+    let h = delivered(seen, alias(seen));
     let pre: Vec<f64> = h.iter().filter(|(v, t)| *t < restart_ms && set(v)).map(|(v, _)| *v).collect();
     let mut post: Vec<f64> = h.iter().filter(|(v, t)| *t >= restart_ms && set(v)).map(|(v, _)| *v).collect();
     assert_eq!(pre, before, "every change before the restart arrived once, in order: {h:?}");
@@ -85,6 +116,23 @@ fn check_history_across_restart(seen: &[Msg], before: &[f64], after: &[f64], res
         post.remove(0);
     }
     assert_eq!(post, after, "every change after the restart arrived once, in order: {h:?}");
+}
+
+/// No historical value repeats one a DBIRTH carried (same metric, same timestamp): the
+/// birth's value was buffered too while the device waited, and is not drained again.
+fn no_repeat_of_a_birth(seen: &[Msg]) {
+    let births: std::collections::HashSet<(Option<&str>, u64, u64)> = seen
+        .iter()
+        .filter(|m| m.kind() == "DBIRTH")
+        .flat_map(|m| m.payload.metrics.iter().map(move |x| (m.device(), x)))
+        .filter_map(|(d, x)| Some((d, x.alias?, x.timestamp?)))
+        .collect();
+    for m in seen.iter().filter(|m| m.kind() == "DDATA") {
+        for x in m.payload.metrics.iter().filter(|x| x.is_historical == Some(true)) {
+            let key = (m.device(), x.alias.unwrap(), x.timestamp.unwrap());
+            assert!(!births.contains(&key), "historical {key:?} repeats a DBIRTH's value");
+        }
+    }
 }
 
 /// fieldgate's count of historical values sent, now.
