@@ -23,8 +23,6 @@ use crate::tools::{Caller, Role};
 
 pub const SESSION_COOKIE: &str = "fieldgate_session";
 const LOGIN_COOKIE: &str = "fieldgate_login";
-/// How long a failed sign-in takes to answer.
-const FAILED_LOGIN_PAUSE: Duration = Duration::from_secs(1);
 /// How long a session lives after sign-in.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// Sessions kept at most: when they are all taken, a new sign-in is refused (nobody
@@ -181,7 +179,7 @@ pub async fn login_page(State(c): State<Console>) -> Response {
 }
 
 fn login_form(c: &Console, problem: Option<&str>, status: StatusCode) -> Response {
-    let nonce = random_hex().unwrap_or_default();
+    let nonce = c.guard.nonce().unwrap_or_default();
     let body = html! {
         h1 { "Sign in" }
         @if c.tokens.is_empty() {
@@ -215,6 +213,7 @@ pub struct LoginForm {
 /// `POST /console/login`: a token for a session.
 pub async fn login(
     State(c): State<Console>,
+    peer: Option<axum::Extension<crate::transport::Peer>>,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
@@ -224,30 +223,30 @@ pub async fn login(
     let Ok(Form(form)) = form else {
         return login_form(&c, Some("The form did not arrive whole; try again."), StatusCode::BAD_REQUEST);
     };
+    // The form's value must be the cookie's, and one this server issued.
     let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
-    if expected.is_empty() || !same(expected, &form.csrf) {
+    if expected.is_empty() || !same(expected, &form.csrf) || !c.guard.issued(&form.csrf) {
         return login_form(
             &c,
             Some("This sign-in form is stale or was not sent from this console; try again."),
             StatusCode::FORBIDDEN,
         );
     }
-    // Every token is checked in turn behind the pause of the last failure, in a task of its
-    // own (a client that gives up does not cut the pause short): guessing gets one try a
-    // second at most, whoever guesses and however many at once, and every failure is logged.
-    let (lock, tokens, token) = (c.failed_logins.clone(), c.tokens.clone(), form.token.trim().to_string());
-    let checked = tokio::spawn(async move {
-        let mut failures = lock.lock_owned().await;
-        let caller = tokens.authenticate(&token);
-        if caller.is_none() {
-            *failures += 1;
-            tracing::warn!(failures = *failures, "console sign-in refused: the token is not valid");
-            tokio::time::sleep(FAILED_LOGIN_PAUSE).await;
+    // Failed sign-ins of one address are answered one at a time after a pause (`guard.rs`):
+    // guessing gets one try a second per address, and other addresses are not held up.
+    let from = peer.map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |p| p.0.0);
+    let caller = match c.guard.check(from, c.tokens.clone(), form.token.trim().to_string()).await {
+        Ok(Some(caller)) => caller,
+        Ok(None) => return login_form(&c, Some("That token is not valid."), StatusCode::UNAUTHORIZED),
+        Err(_) => {
+            let mut res = login_form(
+                &c,
+                Some("Too many sign-in attempts are waiting; wait a few seconds and try again."),
+                StatusCode::TOO_MANY_REQUESTS,
+            );
+            res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return res;
         }
-        caller
-    });
-    let Ok(Some(caller)) = checked.await else {
-        return login_form(&c, Some("That token is not valid."), StatusCode::UNAUTHORIZED);
     };
     // One line a minute per token at most: a token's holder cannot fill the log either.
     let allowed = c.signins.lock().unwrap_or_else(|e| e.into_inner()).allow(caller.id.to_string());

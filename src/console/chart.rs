@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
+use chrono::{DateTime, Datelike, SecondsFormat, TimeZone, Utc};
 use maud::{Markup, PreEscaped, html};
 
 use crate::tools::defs::HistoryBucket;
@@ -88,17 +88,20 @@ fn label(v: f64) -> String {
     }
 }
 
-fn time_label(ms: i64, span_ms: i64) -> String {
-    let t = Utc.timestamp_millis_opt(ms).single().unwrap_or_default();
-    // Past a month (and so perhaps over a new year), the year is named.
-    let fmt = if span_ms <= 86_400_000 {
-        "%H:%M"
-    } else if span_ms <= 30 * 86_400_000 {
-        "%m-%d %H:%M"
-    } else {
-        "%Y-%m-%d"
+/// A time on the axis of a chart over `from..to`: the date once the range spans more than
+/// half a day, the year once it is long (over a month) or not all in this year.
+fn time_label(ms: i64, (from, to): (i64, i64)) -> String {
+    let at = |ms: i64| Utc.timestamp_millis_opt(ms).single().unwrap_or_default();
+    let span = to - from;
+    let this_year = Utc::now().year();
+    let other_year = at(from).year() != this_year || at(to).year() != this_year;
+    let fmt = match (span > 12 * 3_600_000, span > 30 * 86_400_000 || other_year) {
+        (false, false) => "%H:%M",
+        (true, false) => "%m-%d %H:%M",
+        _ if span > 30 * 86_400_000 => "%Y-%m-%d",
+        _ => "%Y-%m-%d %H:%M",
     };
-    t.format(fmt).to_string()
+    at(ms).format(fmt).to_string()
 }
 
 impl Chart {
@@ -152,7 +155,7 @@ impl Chart {
         let bottom = H - BOTTOM;
         html! {
             svg.chart #chart viewBox={ "0 0 " (W) " " (H) } role="img" data-buckets=(data.len())
-                aria-label={ "History from " (time_label(self.from, span)) " to " (time_label(self.to, span)) ", " (data.len()) " buckets" } {
+                aria-label={ "History from " (time_label(self.from, (self.from, self.to))) " to " (time_label(self.to, (self.from, self.to))) ", " (data.len()) " buckets" } {
                 title { "Average per bucket, with its minimum and maximum band" }
                 @for v in ticks {
                     line.grid x1=(LEFT) x2=(W - RIGHT) y1=(format!("{:.1}", y(v))) y2=(format!("{:.1}", y(v))) {}
@@ -167,7 +170,7 @@ impl Chart {
                 (PreEscaped(line))
                 @for (i, anchor) in [(0i64, "start"), (1, "middle"), (2, "end")] {
                     text x=(format!("{:.1}", x(self.from + span * i / 2))) y=(H - 8.0) text-anchor=(anchor) {
-                        (time_label(self.from + span * i / 2, span))
+                        (time_label(self.from + span * i / 2, (self.from, self.to)))
                     }
                 }
                 text x="4" y=(TOP + 4.0) { (self.unit) }
@@ -282,10 +285,13 @@ mod tests {
     }
 
     #[test]
-    fn time_labels_name_the_year_past_a_month() {
-        let t = 1_767_225_600_000 - 3_600_000; // 2025-12-31 23:00 UTC
-        assert_eq!(time_label(t, 3_600_000), "23:00");
-        assert_eq!(time_label(t, 7 * 86_400_000), "12-31 23:00");
-        assert_eq!(time_label(t, 365 * 86_400_000), "2025-12-31");
+    fn time_labels_name_the_day_past_half_a_day_and_the_year_when_it_is_not_plain() {
+        let t = 1_767_225_600_000 - 3_600_000; // 2025-12-31 23:00 UTC, a past year
+        let now = Utc::now().timestamp_millis();
+        assert_eq!(time_label(now - 3_600_000, (now - 3_600_000, now)).len(), 5, "HH:MM within hours");
+        assert_eq!(time_label(now - 86_400_000, (now - 86_400_000, now)).len(), 11, "MM-DD HH:MM for a day");
+        assert_eq!(time_label(t, (t - 3_600_000, t)), "2025-12-31 23:00", "another year is named");
+        assert_eq!(time_label(t, (t - 7 * 86_400_000, t)), "2025-12-31 23:00");
+        assert_eq!(time_label(t, (t - 365 * 86_400_000, t)), "2025-12-31");
     }
 }

@@ -128,53 +128,13 @@ pub async fn stream(State(c): State<Console>, headers: HeaderMap) -> Response {
                     rx.borrow_and_update().clone()
                 }
             };
-            if !c.may_look(session.as_deref()) {
+            if !c.may_look(session.as_deref()) || !permit.held() {
                 return None;
             }
             let event = Event::default().event("snapshot").data(&*text);
             Some((Ok::<_, Infallible>(event), (None, rx, stop, c, session, permit)))
         });
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
-}
-
-/// The live streams held, in all and per viewer.
-#[derive(Default)]
-pub struct Streams {
-    held: std::sync::Mutex<std::collections::HashMap<String, usize>>,
-}
-
-/// One stream's place, given back when the stream ends.
-pub struct Slot {
-    streams: Arc<Streams>,
-    who: String,
-}
-
-impl Streams {
-    /// A place for a stream of viewer `who`, or why there is none.
-    pub fn take(self: &Arc<Self>, who: String) -> Result<Slot, String> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if held.values().sum::<usize>() >= MAX_STREAMS {
-            return Err(format!("{MAX_STREAMS} live views are open already; close one, or reload later"));
-        }
-        let mine = held.entry(who.clone()).or_default();
-        if *mine >= PER_VIEWER {
-            return Err(format!("you have {PER_VIEWER} live views open already; close one, or reload later"));
-        }
-        *mine += 1;
-        Ok(Slot { streams: self.clone(), who })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut held = self.streams.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = held.get_mut(&self.who) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                held.remove(&self.who);
-            }
-        }
-    }
 }
 
 /// Every live part, as a JSON object of element IDs and their HTML.
@@ -380,24 +340,6 @@ pub fn activity_rows(calls: &[Call]) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn streams_are_bounded_in_all_and_per_viewer() {
-        let streams = Arc::new(Streams::default());
-        let mut held = Vec::new();
-        for v in 0..MAX_STREAMS / PER_VIEWER {
-            for _ in 0..PER_VIEWER {
-                held.push(streams.take(format!("viewer-{v}")).expect("room"));
-            }
-            assert!(streams.take(format!("viewer-{v}")).is_err(), "viewer {v} past its share");
-        }
-        let full = streams.take("someone-else".into()).err().expect("full in all");
-        assert!(full.starts_with(&format!("{MAX_STREAMS} live views")), "{full}");
-        drop(held.pop());
-        assert!(streams.take("someone-else".into()).is_ok(), "a place given back");
-        held.clear();
-        assert!(streams.held.lock().unwrap().is_empty(), "nothing left counted");
-    }
 
     #[test]
     fn numbers_are_shown_with_about_five_significant_digits() {

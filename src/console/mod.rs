@@ -12,9 +12,11 @@
 
 mod auth;
 mod chart;
+mod guard;
 mod live;
 mod orders;
 mod pages;
+mod streams;
 
 use std::sync::Arc;
 
@@ -59,9 +61,9 @@ pub struct Console {
     sessions: Arc<auth::Sessions>,
     live: Arc<live::Live>,
     /// Live streams open at once, at most [`live::MAX_STREAMS`] ([`live::PER_VIEWER`] each).
-    streams: Arc<live::Streams>,
-    /// Failed sign-ins answer one at a time, each after a pause (`auth::login`).
-    failed_logins: Arc<tokio::sync::Mutex<u64>>,
+    streams: Arc<streams::Streams>,
+    /// Failed sign-ins answer one at a time per address, each after a pause.
+    guard: Arc<guard::Guard>,
     /// Successful sign-ins are logged once a minute per token at most.
     signins: Arc<std::sync::Mutex<crate::logs::Throttle<String>>>,
     shutdown: CancellationToken,
@@ -172,8 +174,8 @@ impl Console {
             tools,
             tokens,
             sessions: Arc::new(auth::Sessions::default()),
-            streams: Arc::new(live::Streams::default()),
-            failed_logins: Arc::new(tokio::sync::Mutex::new(0)),
+            streams: Arc::new(streams::Streams::default()),
+            guard: Arc::new(guard::Guard::new()),
             signins: Arc::default(),
             shutdown,
         }

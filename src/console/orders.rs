@@ -122,7 +122,7 @@ fn decision_form(viewer: &Viewer, o: &WorkOrder, actions: &[Action]) -> Markup {
     html! {
         form.decide method="post" action={ "/console/work-orders/" (o.id) } {
             input type="hidden" name="csrf" value=(viewer.csrf().unwrap_or(""));
-            textarea name="note" placeholder="Note (optional)" maxlength="500" disabled[!allowed] {}
+            textarea name="note" placeholder="Note (optional)" maxlength=(crate::tools::work_orders::NOTE_CHARS) disabled[!allowed] {}
             @for a in actions {
                 button type="submit" name="action" value=(a.as_str()) id={ (a.as_str()) "-" (o.id) } disabled[!allowed] { (a.as_str()) }
             }

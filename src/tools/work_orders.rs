@@ -20,6 +20,9 @@ use super::{Caller, Inner, Role, ToolResult, to_data};
 use crate::work_orders::model::{self, Action, Request, number_of, query_fingerprint};
 use crate::work_orders::{Created, WorkOrderError, WorkOrderStore};
 
+/// The most characters an operator's decision note may have.
+pub const NOTE_CHARS: usize = 500;
+
 /// How long the agent should wait before checking an order again.
 const NEXT_CHECK_S: u64 = 900;
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -243,7 +246,16 @@ pub(crate) async fn act(
     };
     let store = store(inner)?;
     let (id, by) = (id.to_string(), caller.id.clone());
-    let note = note.map(|n| super::envelope::cut(&n));
+    // A person's note is kept whole, up to NOTE_CHARS; a longer one is refused, not cut.
+    if let Some(n) = note.as_deref().filter(|n| n.chars().count() > NOTE_CHARS) {
+        return Err(ToolError::invalid(
+            "note",
+            Some(&super::envelope::cut(n)),
+            format!("at most {NOTE_CHARS} characters"),
+            format!("The note has {} characters.", n.chars().count()),
+            format!("Shorten the note to {NOTE_CHARS} characters or fewer."),
+        ));
+    }
     let order = tokio::task::spawn_blocking(move || store.transition(&id, action.target(), &by, note))
         .await
         .map_err(|_| ToolError::internal())?

@@ -13,3 +13,4 @@ mod json_body;
 pub mod mcp;
 pub mod openapi;
 mod server;
+pub use server::Peer;

@@ -53,7 +53,7 @@ pub async fn serve(
     let stopping = CancellationToken::new();
     tokio::pin!(stop);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(error) => {
@@ -67,7 +67,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(super::head_refusal::EnvelopeIo::new(stream));
-        connections.spawn(connection(http1.clone(), io, app.clone(), stopping.clone()));
+        connections.spawn(connection(http1.clone(), io, app.clone(), stopping.clone(), Peer(peer.ip())));
     }
     drop(listener);
     shutdown.cancel();
@@ -82,6 +82,10 @@ pub async fn serve(
     Ok(())
 }
 
+/// The address a request came from (for limits that are per address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Peer(pub std::net::IpAddr);
+
 /// Serves one connection. On stop, a connection with no request in flight (idle, or a
 /// client still sending headers) is closed at once; one with a request finishes it first.
 async fn connection(
@@ -89,12 +93,14 @@ async fn connection(
     io: hyper_util::rt::TokioIo<super::head_refusal::EnvelopeIo<tokio::net::TcpStream>>,
     app: Router,
     stopping: CancellationToken,
+    peer: Peer,
 ) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tower::ServiceExt;
     let busy = Arc::new(AtomicUsize::new(0));
     let in_flight = busy.clone();
-    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+    let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(peer);
         in_flight.fetch_add(1, Ordering::SeqCst);
         let done = in_flight.clone();
         let answer = app.clone().oneshot(req.map(Body::new));

@@ -174,10 +174,17 @@ async fn operators_move_orders_and_the_agent_cannot() {
     assert!(!err.retryable);
     assert_eq!(err.message, format!("Work order {id} is pending_approval; it cannot move to in_progress."));
     assert!(err.hint.starts_with("Allowed now: approve, reject."), "{}", err.hint);
+    // A note past 500 characters is refused whole, never cut and stored.
+    let e = svc.act_on_work_order(&op, &id, "approve", Some("n".repeat(501))).await;
+    assert_eq!(e.error.unwrap().code, ErrorCode::InvalidArgument);
+    let long = "Checked on site: ".to_string() + &"n".repeat(483);
     for (action, status) in [("approve", "approved"), ("start", "in_progress"), ("complete", "completed")] {
-        let e = svc.act_on_work_order(&op, &id, action, Some(format!("{action}d by the test"))).await;
+        let note = if action == "approve" { long.clone() } else { format!("{action}d by the test") };
+        let e = svc.act_on_work_order(&op, &id, action, Some(note)).await;
         assert_eq!(e.json()["work_order"]["status"], status, "{:?}", e.error);
     }
+    let wo = svc.call("get_work_order", json!({"work_order_id": id})).await.unwrap().json();
+    assert_eq!(wo["work_order"]["history"][1]["note"], long.as_str(), "a 500-character note kept whole");
     let e = svc.act_on_work_order(&op, &id, "cancel", None).await;
     assert!(e.error.unwrap().message.contains("completed"));
     let wo = svc.call("get_work_order", json!({"work_order_id": id})).await.unwrap().json();

@@ -1,0 +1,138 @@
+//! The places of live streams: at most [`MAX_STREAMS`] in all and [`PER_VIEWER`] per
+//! viewer (a token, or everyone on a server without tokens). A viewer past its share gets
+//! a place by ending its own oldest stream (as a token's sessions do); when all places are
+//! taken, a stream that has not taken a snapshot for [`STALLED`] (a client that stopped
+//! reading, a laptop asleep) gives its place up. An ended stream stops at its next event.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::live::{MAX_STREAMS, PER_VIEWER};
+
+/// A stream that took no snapshot for this long (they come every second) is stalled.
+pub const STALLED: Duration = Duration::from_secs(30);
+
+struct Held {
+    who: String,
+    id: u64,
+    opened: Instant,
+    /// When it last took a snapshot.
+    polled: Arc<Mutex<Instant>>,
+    ended: Arc<AtomicBool>,
+}
+
+/// The live streams held.
+#[derive(Default)]
+pub struct Streams {
+    held: Mutex<(u64, Vec<Held>)>,
+}
+
+/// One stream's place, given back when the stream ends.
+pub struct Slot {
+    streams: Arc<Streams>,
+    id: u64,
+    polled: Arc<Mutex<Instant>>,
+    ended: Arc<AtomicBool>,
+}
+
+impl Streams {
+    /// A place for a stream of viewer `who`, or why there is none.
+    pub fn take(self: &Arc<Self>, who: String) -> Result<Slot, String> {
+        let mut guard = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (next, held) = &mut *guard;
+        let end = |held: &mut Vec<Held>, at: usize| {
+            held.remove(at).ended.store(true, Ordering::Relaxed);
+        };
+        let now = Instant::now();
+        let mine: Vec<usize> = (0..held.len()).filter(|&i| held[i].who == who).collect();
+        if mine.len() >= PER_VIEWER {
+            // Its own oldest goes: one viewer never holds more than its share.
+            if let Some(&oldest) = mine.iter().min_by_key(|&&i| held[i].opened) {
+                end(held, oldest);
+            }
+        } else if held.len() >= MAX_STREAMS {
+            let stalled = (0..held.len())
+                .filter(|&i| now.duration_since(*lock(&held[i].polled)) >= STALLED)
+                .min_by_key(|&i| *lock(&held[i].polled));
+            match stalled {
+                Some(i) => end(held, i),
+                None => {
+                    return Err(format!(
+                        "{MAX_STREAMS} live views are open already; close one, or reload later"
+                    ));
+                }
+            }
+        }
+        *next += 1;
+        let (polled, ended) = (Arc::new(Mutex::new(now)), Arc::new(AtomicBool::new(false)));
+        held.push(Held { who, id: *next, opened: now, polled: polled.clone(), ended: ended.clone() });
+        Ok(Slot { streams: self.clone(), id: *next, polled, ended })
+    }
+
+    /// Streams held now.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).1.len()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Slot {
+    /// Whether the stream still has its place (it takes a snapshot now); false once it
+    /// was given to another.
+    pub fn held(&self) -> bool {
+        *lock(&self.polled) = Instant::now();
+        !self.ended.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut guard = self.streams.held.lock().unwrap_or_else(|e| e.into_inner());
+        guard.1.retain(|h| h.id != self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_viewer_past_its_share_ends_its_own_oldest_and_stalled_ones_give_way() {
+        let streams = Arc::new(Streams::default());
+        let first = streams.take("a".into()).unwrap();
+        let mut a: Vec<Slot> = (1..PER_VIEWER).map(|_| streams.take("a".into()).unwrap()).collect();
+        assert!(first.held());
+        a.push(streams.take("a".into()).unwrap());
+        assert!(!first.held(), "its oldest stream gave its place");
+        assert!(a.iter().all(Slot::held));
+        assert_eq!(streams.len(), PER_VIEWER);
+        drop(first);
+        assert_eq!(streams.len(), PER_VIEWER, "an ended stream's place is not given twice");
+
+        // Full with streams of others that keep reading: refused.
+        let mut others: Vec<Slot> = Vec::new();
+        for v in 0..(MAX_STREAMS - PER_VIEWER) {
+            others.push(streams.take(format!("v{}", v % 3)).unwrap());
+        }
+        assert_eq!(streams.len(), MAX_STREAMS);
+        let full = streams.take("late".into()).err().expect("full");
+        assert!(full.starts_with(&format!("{MAX_STREAMS} live views")), "{full}");
+        // All but viewer a's streams keep reading; a's stop: after STALLED, one gives way.
+        tokio::time::advance(STALLED).await;
+        others.iter().for_each(|s| {
+            s.held();
+        });
+        let late = streams.take("late".into()).expect("a stalled stream gave way");
+        assert!(late.held());
+        assert_eq!(a.iter().filter(|s| !s.held()).count(), 1, "exactly one stalled stream ended");
+        drop((a, others, late));
+        assert_eq!(streams.len(), 0, "every place given back");
+    }
+}
