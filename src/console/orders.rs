@@ -178,7 +178,9 @@ pub async fn decide(
         .into());
     };
     let session = c.operator(&headers, &form.csrf)?;
-    let note = Some(form.note.trim().to_string()).filter(|n| !n.is_empty());
+    // A browser sends a textarea's line breaks as CRLF but counts each as one character
+    // against `maxlength`: kept as one here too.
+    let note = Some(form.note.trim().replace("\r\n", "\n")).filter(|n| !n.is_empty());
     let e = c.tools.act_on_work_order(&session.caller, &id, &form.action, note).await;
     match e.error {
         Some(err) => Err(ConsoleError::Tool(err)),

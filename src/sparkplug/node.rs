@@ -181,6 +181,13 @@ impl Edge {
         self.born[s.place.device] && self.birth_t[s.place.sensor] == Some(t)
     }
 
+    /// Whether a live value of sensor `id` at `t` is no newer than what its device's current
+    /// DBIRTH carried: sent after the birth, it would repeat it or go back in time.
+    pub fn birth_covers(&self, id: &str, t: i64) -> bool {
+        let Some(s) = id.parse().ok().and_then(|id| self.registry.sensor(&id)) else { return false };
+        self.born[s.place.device] && self.birth_t[s.place.sensor].is_some_and(|b| t <= b)
+    }
+
     /// DDEATH of `device`.
     pub fn ddeath(&mut self, device: usize) -> Out {
         self.born[device] = false;

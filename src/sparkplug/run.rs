@@ -352,6 +352,9 @@ impl Node {
         if let Some(r) = self.returning.get_mut(device) {
             *r = None;
         }
+        // Live values gathered before the birth that it carried (or older) are not sent.
+        let edge = &self.edge;
+        self.live.retain(|r| !edge.birth_covers(&r.sensor, r.t));
         self.send(out);
         self.drain_idle = false;
     }

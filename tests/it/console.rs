@@ -352,12 +352,16 @@ async fn decisions_need_an_operator_session_and_the_forms_csrf_token() {
     .await;
     assert_eq!(foreign.status, 403);
     assert_eq!(status_of_order(&service, &id).await["status"], "pending_approval", "nothing was decided yet");
-    let a = post_form(&r, &uri, &op, &format!("csrf={op_csrf}&action=approve&note=Checked+on+site")).await;
+    // 490 characters and 10 line breaks, as a browser sends them (CRLF): within the 500 the
+    // textarea allows, and kept with one character per line break.
+    let note = format!("Checked on site{}", "%0D%0Ax".repeat(10)) + &"n".repeat(465);
+    let a = post_form(&r, &uri, &op, &format!("csrf={op_csrf}&action=approve&note={note}")).await;
     assert_eq!((a.status, a.header("location")), (303, Some(uri.as_str())), "{}", a.body);
     let order = status_of_order(&service, &id).await;
     assert_eq!(order["status"], "approved");
     let last = order["history"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!((last["by"].as_str(), last["note"].as_str()), (Some("shift-lead"), Some("Checked on site")));
+    let want = format!("Checked on site{}", "\nx".repeat(10)) + &"n".repeat(465);
+    assert_eq!((last["by"].as_str(), last["note"].as_str()), (Some("shift-lead"), Some(want.as_str())));
     // Deciding twice is the store's refusal, shown as a page.
     let again = post_form(&r, &uri, &op, &format!("csrf={op_csrf}&action=reject")).await;
     assert_eq!(again.status, 409);

@@ -90,6 +90,29 @@ pub fn bd_seq(m: &Msg) -> u64 {
     }
 }
 
+/// No live DDATA repeats what the DBIRTH before it carried: each live value is newer than
+/// the value its metric was (last) born with.
+fn no_live_value_repeats_its_birth(seen: &[Msg]) {
+    let mut born: HashMap<(String, u64), u64> = HashMap::new();
+    for m in seen {
+        let device = m.device().unwrap_or("").to_string();
+        for x in &m.payload.metrics {
+            let (Some(alias), Some(t)) = (x.alias, x.timestamp) else { continue };
+            match m.kind() {
+                "DBIRTH" => {
+                    born.insert((device.clone(), alias), t);
+                }
+                "DDATA" if x.is_historical != Some(true) => {
+                    if let Some(b) = born.get(&(device.clone(), alias)) {
+                        assert!(t > *b, "live DDATA of {device}/{alias} at {t} repeats its DBIRTH at {b}");
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Every metric of every DBIRTH seen, by alias.
 fn aliases(seen: &[Msg]) -> HashMap<u64, Metric> {
     seen.iter()
@@ -157,14 +180,7 @@ async fn births_carry_every_sensor_then_data_by_alias_with_continuous_seq() {
         ddata += 1;
     }
     assert!(several, "several metrics of one device share a DDATA");
-    // No DDATA repeats what a DBIRTH carried: each value is newer than its birth's.
-    let born = aliases(&host.seen);
-    for m in host.seen.iter().filter(|m| m.kind() == "DDATA").flat_map(|m| &m.payload.metrics) {
-        let birth = &born[&m.alias.unwrap()];
-        if let (Some(b), Some(t)) = (birth.timestamp, m.timestamp) {
-            assert!(t > b, "DDATA of {:?} at {t} repeats its DBIRTH at {b}", birth.name);
-        }
-    }
+    no_live_value_repeats_its_birth(&host.seen);
     // seq: 0 at NBIRTH, then +1 per message, every message of this node.
     host.take();
     let seqs: Vec<u64> = host
@@ -214,6 +230,8 @@ async fn rebirth_on_ncmd_and_writes_refused() {
     counter(&tools, "fieldgate_sparkplug_rebirths_total", T, |v| v == 2).await;
     host.until("data after the flood", T, is("DDATA")).await;
     assert_eq!(metric(&tools, "fieldgate_sparkplug_rebirths_total"), Some(2), "50 asked, one done");
+    host.take();
+    no_live_value_repeats_its_birth(&host.seen);
 
     // A write to a device, garbage, and an unknown node command: all refused, counted.
     let write = Payload {
