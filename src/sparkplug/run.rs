@@ -258,6 +258,9 @@ impl Node {
         *self.counters.broker.lock().unwrap_or_else(|e| e.into_inner()) = broker.to_string();
         self.link = Some(Link::new(client, events));
         self.queued = 0;
+        // A host's STATE is per server (its retained message there): a newer one seen on
+        // the last server does not make this server's older than it.
+        self.host_ts = 0;
         self.phase = Phase::Connecting;
     }
 
@@ -386,19 +389,6 @@ impl Node {
         reader.has_driver(&d.id)
             && self.edge.registry().sensors_of_device(&d.id).next().is_some()
             && reader.guard(&d.id).is_none_or(|g| g.breaker.snapshot().state != SnapshotState::Open)
-    }
-
-    /// The primary host went offline: NDEATH, disconnect, and on to the next broker.
-    fn leave(&mut self) {
-        tracing::warn!("sparkplug: the primary host is offline: NDEATH, and on to the next broker");
-        let death = self.edge.ndeath(self.bd_seq);
-        if let Some(l) = &self.link {
-            let _ = l.client.try_publish(death.topic, QoS::AtLeastOnce, false, death.payload);
-            let _ = l.client.try_disconnect();
-        }
-        self.counters.online.store(false, Ordering::Relaxed);
-        self.edge.all_dead();
-        self.phase = Phase::Leaving;
     }
 
     /// Hands a message to rumqttc; false when it cannot take it now.

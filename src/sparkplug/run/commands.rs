@@ -87,4 +87,17 @@ impl Node {
             _ => {}
         }
     }
+
+    /// The primary host went offline: NDEATH, disconnect, and on to the next broker.
+    fn leave(&mut self) {
+        tracing::warn!("sparkplug: the primary host is offline: NDEATH, and on to the next broker");
+        let death = self.edge.ndeath(self.bd_seq);
+        if let Some(l) = &self.link {
+            let _ = l.client.try_publish(death.topic, QoS::AtLeastOnce, false, death.payload);
+            let _ = l.client.try_disconnect();
+        }
+        self.counters.online.store(false, Ordering::Relaxed);
+        self.edge.all_dead();
+        self.phase = Phase::Leaving;
+    }
 }

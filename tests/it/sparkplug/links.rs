@@ -144,3 +144,37 @@ async fn a_full_buffer_drops_the_oldest_counts_them_and_drains_the_newest_in_ord
     }
     rig.running.stop().await.unwrap();
 }
+
+/// Two servers in `brokers`: when the primary host goes offline on the first, the edge node
+/// sends NDEATH there and moves to the second (as the specification says), and when the
+/// first cannot be reached at all it starts on the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_edge_node_moves_to_the_next_broker_when_the_host_leaves_or_the_first_is_down() {
+    let (a, b) = (Broker::start().await, Broker::start().await);
+    let mut host_a = Host::connect_as(a.port, Some("scada")).await;
+    let mut host_b = Host::connect_as(b.port, Some("scada")).await;
+    let node = rig(&a, |c| {
+        c.mqtt.brokers = vec![a.url(), b.url()];
+        c.mqtt.primary_host_id = "scada".into();
+    })
+    .await;
+    host_a.until("NBIRTH on the first broker", T, is("NBIRTH")).await;
+    // The host says offline on the first broker: NDEATH there, births on the second.
+    host_a.publish("spBv1.0/STATE/scada", super::broker::state(false), true).await;
+    host_a.until("NDEATH on the first broker", T, is("NDEATH")).await;
+    host_b.until("NBIRTH on the second broker", T, is("NBIRTH")).await;
+    host_b.until("DDATA on the second broker", T, is("DDATA")).await;
+    let status = node.running.tools.call("get_device_status", serde_json::json!({})).await.unwrap().json();
+    assert_eq!(status["northbound"]["broker"], b.url(), "{status}");
+    node.running.stop().await.unwrap();
+
+    // The first broker is gone: the node starts on the second.
+    let mut a = a;
+    a.stop().await;
+    host_b.take();
+    let seen = host_b.seen.len();
+    let node = rig(&b, |c| c.mqtt.brokers = vec![a.url(), b.url()]).await;
+    host_b.until("NBIRTH on the second broker after the first refused", T, |m| m.kind() == "NBIRTH").await;
+    assert!(host_b.seen.len() > seen);
+    node.running.stop().await.unwrap();
+}
