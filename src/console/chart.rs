@@ -155,7 +155,7 @@ impl Chart {
         let bottom = H - BOTTOM;
         html! {
             svg.chart #chart viewBox={ "0 0 " (W) " " (H) } role="img" data-buckets=(data.len())
-                aria-label={ "History from " (time_label(self.from, (self.from, self.to))) " to " (time_label(self.to, (self.from, self.to))) ", " (data.len()) " buckets" } {
+                aria-label={ "History from " (time_label(self.from, (self.from, self.to))) " to " (time_label(self.to, (self.from, self.to))) ", " (data.len()) (if data.len() == 1 { " bucket" } else { " buckets" }) } {
                 title { "Average per bucket, with its minimum and maximum band" }
                 @for v in ticks {
                     line.grid x1=(LEFT) x2=(W - RIGHT) y1=(format!("{:.1}", y(v))) y2=(format!("{:.1}", y(v))) {}

@@ -39,6 +39,8 @@ pub fn layout(
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · fieldgate" }
                 link rel="stylesheet" href="/console/assets/console.css";
+                // No icon: the browser does not ask for /favicon.ico (a 404 on every page).
+                link rel="icon" href="data:,";
                 script src="/console/assets/console.js" defer {}
             }
             body data-live=[live] {
