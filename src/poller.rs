@@ -250,7 +250,7 @@ async fn subscribe_device(
                             if cut.len() == sensors.len() {
                                 reader.observe(&d.id, Err(&unreachable));
                             }
-                            Sample { value: RawValue::Float(f64::NAN), at: chrono::Utc::now(), quality: crate::driver::SampleQuality::Bad }
+                            bad_now()
                         }
                         Err(_) => continue,
                     };
@@ -274,6 +274,12 @@ async fn subscribe_device(
         }
     }
     let _ = task.await;
+}
+
+/// A bad-quality sample at the time now: the last value is no longer current.
+fn bad_now() -> Sample {
+    let quality = crate::driver::SampleQuality::Bad;
+    Sample { value: RawValue::Float(f64::NAN), at: chrono::Utc::now(), quality }
 }
 
 /// Flushes the store every `storage.flush_interval_ms` (on a fixed schedule, on a blocking

@@ -76,7 +76,7 @@ pub struct Sessions {
 fn random_hex() -> Option<String> {
     let mut b = [0u8; 32];
     getrandom::fill(&mut b).ok()?;
-    Some(b.iter().map(|x| format!("{x:02x}")).collect())
+    Some(super::guard::hex(&b))
 }
 
 /// True when both are equal; the time taken depends only on their lengths.

@@ -114,7 +114,8 @@ impl Guard {
     }
 }
 
-fn hex(b: &[u8]) -> String {
+/// Bytes as lowercase hex.
+pub(super) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
