@@ -95,7 +95,7 @@ async fn run() {
             let pt = Point { t: T0 + k * 1000, value: stored.clone(), quality: 0 };
             every.append(s.id.as_str(), &pt);
             points_every += 1;
-            if fieldgate::poller::worth_storing(
+            if fieldgate::reading::record::worth_storing(
                 s,
                 last.as_ref().map(|(t, v)| (*t, v, 0)),
                 pt.t,

@@ -155,16 +155,17 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
     }
     let ttl = config.work_orders.pending_ttl_hours;
     let timeouts = http::Timeouts::of(&config.server);
-    let stores = crate::tools::Stores { history: Some(Arc::new(history)), work_orders: Some(orders.clone()) };
-    let tools = ToolService::with_stores(Arc::new(registry), config, stores);
+    let stores =
+        crate::service::Stores { history: Some(Arc::new(history)), work_orders: Some(orders.clone()) };
+    let core = crate::service::Core::new(Arc::new(registry), config, stores);
     let shutdown = CancellationToken::new();
-    let sparkplug = crate::sparkplug::start(&tools, |name| std::env::var(name).ok(), shutdown.clone())?;
-    let tap = sparkplug.as_ref().map(|s| s.tap.clone());
-    let mut tasks = crate::poller::start_with(&tools, tap, shutdown.clone());
-    if let Some(s) = sparkplug {
-        tools.set_sparkplug(s.counters.clone());
-        tasks.push(s.task);
-    }
+    // The feed's consumers subscribe before its producers start; then it is sealed, so
+    // their queues end when the producers stop.
+    let sparkplug = crate::sparkplug::start(&core, |name| std::env::var(name).ok(), shutdown.clone())?;
+    let mut tasks = crate::poller::start(&core, shutdown.clone());
+    core.feed.seal();
+    tasks.extend(sparkplug.map(|s| s.task));
+    let tools = ToolService::over(core);
     tasks.push(crate::work_orders::delivery::start(orders, webhook, ttl, shutdown.clone()));
     let server = listener.map(|l| serve_http(l, &tools, options.tokens.clone(), timeouts, &shutdown));
     let owner = Owner {
@@ -190,7 +191,7 @@ pub fn serve_http(
     timeouts: http::Timeouts,
     shutdown: &CancellationToken,
 ) -> JoinHandle<std::io::Result<()>> {
-    let app = http::app(tools.clone(), tokens, shutdown.clone());
+    let app = router(tools, tokens, shutdown);
     let stop = shutdown.clone();
     tokio::spawn(http::serve(
         listener,
@@ -199,6 +200,13 @@ pub fn serve_http(
         timeouts,
         shutdown.clone(),
     ))
+}
+
+/// The HTTP application of `tools`: the API and MCP (`transport/`) with the console's pages
+/// mounted at `/console`.
+pub fn router(tools: &ToolService, tokens: Arc<Tokens>, shutdown: &CancellationToken) -> axum::Router {
+    let console = crate::console::Console::new(tools.clone(), tokens.clone(), shutdown.clone());
+    http::app(tools.clone(), tokens, shutdown.clone(), console.router())
 }
 
 impl Running {

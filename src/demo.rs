@@ -124,8 +124,10 @@ impl Demo {
             serde_json::to_string_pretty(&mcp).unwrap_or_default()
         );
         if let Some(b) = self.tools.config().mqtt.brokers.first() {
-            let (group, node) =
-                (crate::sparkplug::group_id(&self.tools), crate::sparkplug::edge_node_id(&self.tools));
+            let (group, node) = (
+                crate::sparkplug::group_id(self.tools.core()),
+                crate::sparkplug::edge_node_id(self.tools.core()),
+            );
             out.push_str(&format!(
                 "  Sparkplug  {b}   group {group}, edge node {node}   (watch: mosquitto_sub -v -t 'spBv1.0/#')\n"
             ));

@@ -3,7 +3,7 @@
 //! See ARCHITECTURE.md for the codemap and the invariants.
 //!
 //! Public are the modules the binary (`main.rs`), the integration tests and the benches
-//! use; the rest (`backoff`, `metrics`, `reading`, `suggest`) are the crate's own, reached
+//! use; the rest (`backoff`, `suggest`) are the crate's own, reached
 //! from outside only through `app`, `tools` and `transport`.
 
 pub mod app;
@@ -15,12 +15,14 @@ pub mod console;
 pub mod demo;
 pub mod driver;
 pub mod ids;
+pub mod kinds;
 pub mod logs;
-pub(crate) mod metrics;
+pub mod metrics;
 pub mod poller;
-pub(crate) mod reading;
+pub mod reading;
 pub mod registry;
 pub mod resilience;
+pub mod service;
 pub mod sparkplug;
 pub mod store;
 pub(crate) mod suggest;

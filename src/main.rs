@@ -240,7 +240,7 @@ fn main() -> ExitCode {
         Command::Demo { tour, data_dir, listen, mqtt } => match load() {
             Ok((mut c, registry)) => {
                 if let Some(url) = mqtt {
-                    if let Err(why) = fieldgate::sparkplug::config::parse_broker(&url) {
+                    if let Err(why) = fieldgate::config::mqtt::parse_broker(&url) {
                         eprintln!("error: --mqtt {url}: {why}");
                         return ExitCode::from(2);
                     }

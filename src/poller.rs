@@ -3,17 +3,16 @@
 //! One task per device, started at a random offset within its interval so devices are not
 //! polled in lockstep; a slow device delays only its own task. Reads go through
 //! `reading::Reader::read`, so the poller shares each device's breaker with the tools: an open
-//! device is not polled until its probe. A sample is stored when it moved by at least the
-//! sensor's `deadband`, its quality changed, or `history.max_silence_s` passed since the
-//! last stored point. Every sample refreshes the reading cache (`max_age_ms`).
+//! device is not polled until its probe. Samples are recorded into history by the reading
+//! core's rule (`reading/record.rs`) and handed to the sample feed (`reading/feed.rs`) for
+//! the consumers that want them. Every sample refreshes the reading cache (`max_age_ms`).
 //!
 //! OPC UA devices in `mode = "subscribe"` are not polled: a subscription delivers their
 //! changes (filtered by the deadband on the server), which are recorded the same way; while
 //! it is live, a sensor silent for `max_silence_s` has its last value stored again.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -21,155 +20,32 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::driver::Sample;
-use crate::driver::codec::{RawValue, normalize};
+use crate::driver::codec::RawValue;
 use crate::driver::opcua::subscribe;
-use crate::registry::{OpcUaMode, Sensor, SensorSource};
+use crate::reading::feed::{Batch, Publisher};
+use crate::reading::record::{Counters, Recorder};
+use crate::registry::{OpcUaMode, Sensor};
 use crate::resilience::probe;
+use crate::service::Core;
 use crate::store::HistoryStore;
-use crate::store::gorilla::{Point, Stored};
-use crate::tools::ToolService;
-
-/// Counters for `/metrics`.
-#[derive(Default)]
-pub struct PollCounters {
-    pub polled: AtomicU64,
-    pub stored: AtomicU64,
-}
-
-/// The last stored point of a sensor, for the deadband.
-struct Last {
-    t: i64,
-    value: Stored,
-    quality: u8,
-}
-
-/// A sample as history stores it: the raw value and quality 0 good, 1 uncertain, 2 bad.
-pub fn stored_of(sample: &Sample) -> (Stored, u8) {
-    let (value, quality) = stored_value(sample);
-    let quality = match sample.quality {
-        crate::driver::SampleQuality::Good => quality,
-        crate::driver::SampleQuality::Uncertain => quality.max(1),
-        crate::driver::SampleQuality::Bad => 2,
-    };
-    (value, quality)
-}
-
-fn stored_value(sample: &Sample) -> (Stored, u8) {
-    match &sample.value {
-        RawValue::Float(f) if f.is_finite() => (Stored::Float(*f), 0),
-        RawValue::Float(_) => (Stored::Float(f64::NAN), 2),
-        RawValue::Int(i) => (Stored::Int(*i), 0),
-        RawValue::UInt(u) => (Stored::Int(*u as i64), 0),
-        RawValue::Bool(b) => (Stored::Bool(*b), 0),
-        RawValue::Text(t) => (Stored::Text(t.clone()), 0),
-    }
-}
-
-/// In the sensor's units, for comparing with its deadband.
-fn normalized(sensor: &Sensor, v: &Stored) -> Option<f64> {
-    let raw = match v {
-        Stored::Float(f) => RawValue::Float(*f),
-        Stored::Int(i) => RawValue::Int(*i),
-        _ => return None,
-    };
-    match &sensor.source {
-        SensorSource::Modbus(p) => normalize(p, &raw).as_f64(),
-        SensorSource::OpcUa { .. } => raw.as_f64(),
-    }
-}
-
-/// Whether a new sample is worth storing.
-pub fn worth_storing(
-    sensor: &Sensor,
-    last: Option<(i64, &Stored, u8)>,
-    t: i64,
-    v: &Stored,
-    q: u8,
-    max_silence_ms: i64,
-) -> bool {
-    let Some((lt, lv, lq)) = last else { return true };
-    if q != lq || t - lt >= max_silence_ms {
-        return true;
-    }
-    match (normalized(sensor, lv), normalized(sensor, v)) {
-        (Some(a), Some(b)) => {
-            (b - a).abs() >= sensor.deadband.unwrap_or(0.0) && (b != a || sensor.deadband.is_none())
-        }
-        _ => lv != v,
-    }
-}
-
-/// What the poller keeps per device to decide what to store.
-struct Recorder<'a> {
-    store: &'a HistoryStore,
-    counters: &'a PollCounters,
-    max_silence: i64,
-    last: HashMap<&'a str, Last>,
-}
-
-impl<'a> Recorder<'a> {
-    fn new(config: &crate::config::Config, store: &'a HistoryStore, counters: &'a PollCounters) -> Self {
-        let max_silence = config.history.max_silence_s as i64 * 1000;
-        Recorder { store, counters, max_silence, last: HashMap::new() }
-    }
-
-    /// A fresh sample of `s` (already in the reading cache): into history when worth it.
-    fn record(&mut self, s: &'a Sensor, sample: &Sample) {
-        self.counters.polled.fetch_add(1, Ordering::Relaxed);
-        let t = sample.at.timestamp_millis();
-        let (value, quality) = stored_of(sample);
-        let prev = self.last.get(s.id.as_str()).map(|l| (l.t, &l.value, l.quality));
-        if worth_storing(s, prev, t, &value, quality, self.max_silence) {
-            self.append(s, Last { t, value, quality });
-        }
-    }
-
-    /// Under a live subscription no news means no change beyond the deadband: repeats the
-    /// last value of every sensor silent for `max_silence`, as polling would have stored it.
-    fn still(&mut self, sensors: &[&'a Sensor], now: i64) {
-        for s in sensors {
-            let Some(l) = self.last.get(s.id.as_str()) else { continue };
-            if now - l.t >= self.max_silence {
-                let again = Last { t: now, value: l.value.clone(), quality: l.quality };
-                self.append(s, again);
-            }
-        }
-    }
-
-    fn append(&mut self, s: &'a Sensor, l: Last) {
-        if self.store.append(s.id.as_str(), &Point { t: l.t, value: l.value.clone(), quality: l.quality }) {
-            self.counters.stored.fetch_add(1, Ordering::Relaxed);
-        }
-        self.last.insert(s.id.as_str(), l);
-    }
-}
-
-/// Where the poller also hands its samples (the Sparkplug edge node), if anywhere.
-type Tap = Option<crate::sparkplug::run::Tap>;
-
-fn tap_send(tap: &Tap, device: usize, samples: Vec<(usize, Sample)>) {
-    if let Some(t) = tap {
-        t.send(crate::sparkplug::run::Batch { device, samples });
-    }
-}
 
 async fn poll_device(
-    tools: ToolService,
+    core: Core,
     store: Arc<HistoryStore>,
     device: usize,
-    counters: Arc<PollCounters>,
-    tap: Tap,
+    counters: Arc<Counters>,
+    feed: Publisher,
     stop: CancellationToken,
 ) {
-    let (registry, reader) = (tools.registry(), tools.reader());
+    let (registry, reader) = (&core.registry, &core.reader);
     let d = &registry.devices()[device];
     let Some(interval) = d.poll_interval else { return };
     let sensors: Vec<&Sensor> = registry.sensors_of_device(&d.id).collect();
     if sensors.is_empty() || !reader.has_driver(&d.id) {
         return;
     }
-    let call_deadline = Duration::from_millis(tools.config().calls.deadline_ms);
-    let mut recorder = Recorder::new(tools.config(), &store, &counters);
+    let call_deadline = Duration::from_millis(core.config.calls.deadline_ms);
+    let mut recorder = Recorder::new(&core.config, &store, &counters);
     // Devices start spread over one interval, not all at once.
     let mut next = Instant::now() + interval.mul_f64(crate::backoff::jitter());
     loop {
@@ -185,33 +61,33 @@ async fn poll_device(
         }
         let deadline = now + interval.min(call_deadline);
         let read = reader.read(&sensors, None, deadline).await;
-        let mut fresh = Vec::with_capacity(if tap.is_some() { sensors.len() } else { 0 });
+        let mut fresh = Vec::with_capacity(if feed.wanted() { sensors.len() } else { 0 });
         for (s, r) in sensors.iter().zip(read.results) {
             if let Ok((sample, _)) = r {
                 recorder.record(s, &sample);
-                if tap.is_some() {
+                if feed.wanted() {
                     fresh.push((s.place.sensor, sample));
                 }
             }
         }
-        tap_send(&tap, device, fresh);
+        feed.send(Batch { device, samples: fresh });
     }
 }
 
 /// An OPC UA device in `mode = "subscribe"`: its server sends changes (see
 /// [`crate::driver::opcua::subscribe`]); they go where polled samples go.
 async fn subscribe_device(
-    tools: ToolService,
+    core: Core,
     store: Arc<HistoryStore>,
     device: usize,
-    counters: Arc<PollCounters>,
+    counters: Arc<Counters>,
     subscription: Arc<subscribe::Counters>,
-    tap: Tap,
+    feed: Publisher,
     stop: CancellationToken,
 ) {
-    let (registry, reader) = (tools.registry(), tools.reader());
+    let (registry, reader) = (&core.registry, &core.reader);
     let d = &registry.devices()[device];
-    let pki = crate::driver::opcua::security::Pki::new(tools.config().storage.data_dir.join("pki"));
+    let pki = crate::driver::opcua::security::Pki::new(core.config.storage.data_dir.join("pki"));
     let Some(target) = crate::driver::opcua::Target::of(d, &pki) else { return };
     let sensors: Vec<&Sensor> = registry.sensors_of_device(&d.id).collect();
     if sensors.is_empty() {
@@ -222,7 +98,7 @@ async fn subscribe_device(
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let owned = sensors.iter().map(|s| (*s).clone()).collect();
     let task = tokio::spawn(subscribe::run(target, owned, interval, tx, subscription.clone(), stop.clone()));
-    let mut recorder = Recorder::new(tools.config(), &store, &counters);
+    let mut recorder = Recorder::new(&core.config, &store, &counters);
     // What get_device_status shows: the device was heard from; and its sessions, lost or
     // up again, go to its breaker as reads' outcomes would (down and up in the log).
     let health = reader.guard(&d.id).map(|g| &g.health);
@@ -256,7 +132,7 @@ async fn subscribe_device(
                     };
                     reader.cache().put(s, &sample);
                     recorder.record(s, &sample);
-                    tap_send(&tap, device, vec![(s.place.sensor, sample)]);
+                    feed.send(Batch { device, samples: vec![(s.place.sensor, sample)] });
                 }
                 Some(subscribe::Update::Up) => reader.observe(&d.id, Ok(())),
                 Some(subscribe::Update::Down(e)) => reader.observe(&d.id, Err(&e)),
@@ -286,8 +162,8 @@ fn bad_now() -> Sample {
 /// thread so an fsync never holds a runtime worker) and applies retention every minute;
 /// flushes a last time on stop. A failed flush keeps its points in memory for the next;
 /// the store logs when it starts and stops failing.
-async fn keep(tools: ToolService, store: Arc<HistoryStore>, stop: CancellationToken) {
-    let cfg = tools.config().storage.clone();
+async fn keep(core: Core, store: Arc<HistoryStore>, stop: CancellationToken) {
+    let cfg = core.config.storage.clone();
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.flush_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_prune = Instant::now();
@@ -332,17 +208,17 @@ async fn keep(tools: ToolService, store: Arc<HistoryStore>, stop: CancellationTo
 /// Watches one device for fieldgate's own probes (see [`crate::resilience::probe`]):
 /// while its breaker is open or a caller is blocked on it, one small read on the
 /// breaker's schedule, so its recovery is seen without agent traffic.
-async fn watch_device(tools: ToolService, device: usize, stop: CancellationToken) {
-    let reader = tools.reader();
-    let d = &tools.registry().devices()[device];
+async fn watch_device(core: Core, device: usize, stop: CancellationToken) {
+    let reader = &core.reader;
+    let d = &core.registry.devices()[device];
     let Some(guard) = reader.guard(&d.id) else { return };
-    if !reader.has_driver(&d.id) || tools.registry().sensors_of_device(&d.id).next().is_none() {
+    if !reader.has_driver(&d.id) || core.registry.sensors_of_device(&d.id).next().is_none() {
         return;
     }
     let mut last_probe = None;
     loop {
         let now = Instant::now();
-        let due = probe::due(guard, tools.blocked_on(&d.id), last_probe, now);
+        let due = probe::due(guard, core.blocked_on(&d.id), last_probe, now);
         let wake = due.map_or(now + probe::IDLE, |t| t.min(now + probe::IDLE));
         tokio::select! {
             () = tokio::time::sleep_until(wake) => {}
@@ -356,67 +232,63 @@ async fn watch_device(tools: ToolService, device: usize, stop: CancellationToken
     }
 }
 
-/// Starts polling every polled device, fieldgate's own probes of every device, and the
-/// flush task. Stop with `stop`; await the handles to be sure the last flush happened.
-pub fn start(tools: &ToolService, stop: CancellationToken) -> Vec<JoinHandle<()>> {
-    start_with(tools, None, stop)
-}
-
-/// [`start`], also handing every fresh sample to `tap` (the Sparkplug edge node).
-pub fn start_with(tools: &ToolService, tap: Tap, stop: CancellationToken) -> Vec<JoinHandle<()>> {
-    let watchers: Vec<JoinHandle<()>> = (0..tools.registry().devices().len())
-        .map(|i| tokio::spawn(watch_device(tools.clone(), i, stop.clone())))
+/// Starts polling every polled device (handing every fresh sample to the core's feed as
+/// well), fieldgate's own probes of every device, and the flush task. Stop with `stop`;
+/// await the handles to be sure the last flush happened.
+pub fn start(core: impl AsRef<Core>, stop: CancellationToken) -> Vec<JoinHandle<()>> {
+    let core = core.as_ref();
+    let watchers: Vec<JoinHandle<()>> = (0..core.registry.devices().len())
+        .map(|i| tokio::spawn(watch_device(core.clone(), i, stop.clone())))
         .collect();
-    let Some(store) = tools.history().cloned() else { return watchers };
-    let counters = Arc::new(PollCounters::default());
+    let Some(store) = core.history.clone() else { return watchers };
+    let feed = core.feed.publisher();
+    let counters = Arc::new(Counters::default());
     let c = counters.clone();
-    tools.metrics().register(Box::new(move |out: &mut String| {
-        use std::fmt::Write;
-        out.push_str("# HELP fieldgate_points_polled_total Sensor values read by the poller.\n# TYPE fieldgate_points_polled_total counter\n");
-        let _ = writeln!(out, "fieldgate_points_polled_total {}", c.polled.load(Ordering::Relaxed));
-        out.push_str("# HELP fieldgate_points_stored_total History points stored (after deadbands).\n# TYPE fieldgate_points_stored_total counter\n");
-        let _ = writeln!(out, "fieldgate_points_stored_total {}", c.stored.load(Ordering::Relaxed));
-    }));
+    core.metrics.collect("poller", move |s| c.report(s));
     let mut handles = watchers;
     let mut subscriptions = Vec::new();
-    for (i, d) in tools.registry().devices().iter().enumerate() {
+    for (i, d) in core.registry.devices().iter().enumerate() {
         let subscribed = d.opcua.as_ref().is_some_and(|o| o.mode == OpcUaMode::Subscribe);
         if subscribed {
             let c = Arc::new(subscribe::Counters::default());
             subscriptions.push((d.id.to_string(), c.clone()));
             handles.push(tokio::spawn(subscribe_device(
-                tools.clone(),
+                core.clone(),
                 store.clone(),
                 i,
                 counters.clone(),
                 c,
-                tap.clone(),
+                feed.clone(),
                 stop.clone(),
             )));
         } else {
             handles.push(tokio::spawn(poll_device(
-                tools.clone(),
+                core.clone(),
                 store.clone(),
                 i,
                 counters.clone(),
-                tap.clone(),
+                feed.clone(),
                 stop.clone(),
             )));
         }
     }
     if !subscriptions.is_empty() {
-        tools.metrics().register(Box::new(move |out: &mut String| {
-            use std::fmt::Write;
-            out.push_str("# HELP fieldgate_opcua_sessions_total Sessions opened with their subscription created, per subscribed device.\n# TYPE fieldgate_opcua_sessions_total counter\n");
-            for (d, c) in &subscriptions {
-                let _ = writeln!(out, "fieldgate_opcua_sessions_total{{device=\"{d}\"}} {}", c.sessions.load(Ordering::Relaxed));
-            }
-            out.push_str("# HELP fieldgate_opcua_notifications_total Data changes received, per subscribed device.\n# TYPE fieldgate_opcua_notifications_total counter\n");
-            for (d, c) in &subscriptions {
-                let _ = writeln!(out, "fieldgate_opcua_notifications_total{{device=\"{d}\"}} {}", c.notifications.load(Ordering::Relaxed));
-            }
-        }));
+        core.metrics.collect("opcua subscriptions", move |s| {
+            let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+            s.counters(
+                "fieldgate_opcua_sessions",
+                "Sessions opened with their subscription created, per subscribed device.",
+                "device",
+                subscriptions.iter().map(|(d, c)| (d.as_str(), n(&c.sessions))),
+            );
+            s.counters(
+                "fieldgate_opcua_notifications",
+                "Data changes received, per subscribed device.",
+                "device",
+                subscriptions.iter().map(|(d, c)| (d.as_str(), n(&c.notifications))),
+            );
+        });
     }
-    handles.push(tokio::spawn(keep(tools.clone(), store, stop)));
+    handles.push(tokio::spawn(keep(core.clone(), store, stop)));
     handles
 }

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use crate::toml_reader::Problem;
 
+pub mod mqtt;
 mod read;
+pub mod webhook;
 use read::{apply_env, apply_text};
 
 /// The embedded defaults, the same text as `config/default.toml`.
@@ -30,8 +32,8 @@ pub struct Config {
     pub breaker: BreakerConfig,
     pub history: HistoryConfig,
     pub work_orders: WorkOrdersConfig,
-    /// The Sparkplug B edge node (`crate::sparkplug::config`).
-    pub mqtt: crate::sparkplug::config::MqttConfig,
+    /// The Sparkplug B edge node (`mqtt.rs`).
+    pub mqtt: mqtt::MqttConfig,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -195,7 +197,7 @@ impl Default for Config {
                 webhook_auth_env: String::new(),
                 webhook_auth_header: "Authorization".into(),
             },
-            mqtt: crate::sparkplug::config::MqttConfig::default(),
+            mqtt: mqtt::MqttConfig::default(),
         }
     }
 }
@@ -235,7 +237,7 @@ impl Config {
             .find(|(k, _)| k == "FIELDGATE_WORK_ORDERS_WEBHOOK_AUTH_ENV")
             .map_or_else(|| cfg.work_orders.webhook_auth_env.clone(), |(_, v)| v.clone());
         // So may the variables holding the broker's user name and password.
-        let mqtt_vars = crate::sparkplug::config::secret_vars(&cfg.mqtt, &config_env);
+        let mqtt_vars = mqtt::secret_vars(&cfg.mqtt, &config_env);
         for (key, value) in config_env {
             if NON_CONFIG_ENV.contains(&key.as_str())
                 || key.starts_with(TOKEN_ENV_PREFIX)
@@ -248,9 +250,8 @@ impl Config {
         }
         problems.extend(cfg.validate());
         let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-        let cross = crate::work_orders::webhook::secret_problem(&cfg.work_orders, var)
-            .into_iter()
-            .chain(crate::sparkplug::config::problems(&cfg.mqtt, var));
+        let cross =
+            webhook::secret_problem(&cfg.work_orders, var).into_iter().chain(mqtt::problems(&cfg.mqtt, var));
         problems.extend(cross.map(|message| Problem { source: "configuration".into(), line: 0, message }));
         if problems.is_empty() { Ok(cfg) } else { Err(ConfigError(problems)) }
     }

@@ -151,7 +151,7 @@ fn history(s: &Table<'_, '_>, c: &mut Config) {
 fn work_orders(s: &Table<'_, '_>, c: &mut Config) {
     set(&mut c.work_orders.pending_ttl_hours, s.int("pending_ttl_hours", 1..=8760).map(|v| v as u64));
     let pairs = s.strings("auto_approve").filter(|list| {
-        use crate::work_orders::{Priority, WorkOrderType};
+        use crate::kinds::{Priority, WorkOrderType};
         let known = |t: &str, q: &str| {
             WorkOrderType::ALL.iter().any(|x| x.as_str() == t)
                 && Priority::ALL.iter().any(|x| x.as_str() == q)
@@ -167,9 +167,9 @@ fn work_orders(s: &Table<'_, '_>, c: &mut Config) {
         bad.is_empty()
     });
     set(&mut c.work_orders.auto_approve, pairs);
-    crate::work_orders::webhook::read_keys(s, &mut c.work_orders);
+    super::webhook::read_keys(s, &mut c.work_orders);
 }
 
 fn mqtt(s: &Table<'_, '_>, c: &mut Config) {
-    crate::sparkplug::config::read_keys(s, &mut c.mqtt);
+    super::mqtt::read_keys(s, &mut c.mqtt);
 }

@@ -57,7 +57,7 @@ fn default_file_sets_every_key() {
     c.work_orders.webhook_ca_file = Some("x".into());
     c.work_orders.webhook_auth_env = "X".into();
     c.work_orders.webhook_auth_header = "X".into();
-    c.mqtt = crate::sparkplug::config::MqttConfig::every_key_changed();
+    c.mqtt = super::mqtt::MqttConfig::every_key_changed();
     assert!(apply_text(&mut c, "d", DEFAULT_TOML).is_empty());
     assert_eq!(c, Config::default());
 }

@@ -18,7 +18,9 @@ use axum::response::{IntoResponse, Response};
 use maud::html;
 use serde::Deserialize;
 
-use super::{Console, ConsoleError, pages};
+use super::view::layout;
+use super::viewer::{Session, Viewer};
+use super::{Console, ConsoleError};
 use crate::tools::{Caller, Role};
 
 pub const SESSION_COOKIE: &str = "fieldgate_session";
@@ -34,37 +36,6 @@ const PER_CALLER: usize = 8;
 
 /// The sentence shown where actions would be, on a server without tokens.
 pub const NO_TOKENS: &str = "Actions are disabled: this server has no tokens configured, so nobody can sign in as an operator. To approve work orders here, configure an operator token (the environment variable FIELDGATE_TOKEN_<NAME>=operator:<secret of 16+ characters>, or [auth] tokens_file), restart fieldgate, and sign in with it.";
-
-/// A signed-in person.
-#[derive(Debug, Clone)]
-pub struct Session {
-    pub caller: Caller,
-    pub csrf: String,
-    expires: Instant,
-}
-
-/// Who is looking.
-#[derive(Debug, Clone)]
-pub enum Viewer {
-    /// No tokens configured: anyone may look, nobody may act.
-    Open,
-    /// Signed in with a token.
-    Signed(Session),
-}
-
-impl Viewer {
-    /// The CSRF token forms carry, when there is a session.
-    pub fn csrf(&self) -> Option<&str> {
-        match self {
-            Viewer::Open => None,
-            Viewer::Signed(s) => Some(&s.csrf),
-        }
-    }
-
-    pub fn is_operator(&self) -> bool {
-        matches!(self, Viewer::Signed(s) if s.caller.role == Role::Operator)
-    }
-}
 
 /// The server's sessions.
 #[derive(Default)]
@@ -194,7 +165,7 @@ fn login_form(c: &Console, problem: Option<&str>, status: StatusCode) -> Respons
             }
         }
     };
-    let mut res = (status, pages::layout(c, &Viewer::Open, "Sign in", "", None, body)).into_response();
+    let mut res = (status, layout(c, &Viewer::Open, "Sign in", "", None, body)).into_response();
     set_cookie(
         &mut res,
         format!("{LOGIN_COOKIE}={nonce}; HttpOnly; SameSite=Strict; Path=/console; Max-Age=900"),

@@ -17,6 +17,8 @@ mod live;
 mod orders;
 mod pages;
 mod streams;
+mod view;
+mod viewer;
 
 use std::sync::Arc;
 
@@ -101,7 +103,7 @@ impl IntoResponse for ConsoleError {
                 return res;
             }
             ConsoleError::Tool(e) => {
-                let status = crate::transport::http::status_of_code(e.code);
+                let status = crate::transport::status::status_of_code(e.code);
                 // The message only: the hint speaks to the agent ("call list_sensors ...").
                 (status, e.code.as_str(), html! { p { (e.message) } })
             }
@@ -205,17 +207,17 @@ impl Console {
 
     /// Renders the overview (for benchmarks; the route renders the same).
     pub fn render_overview(&self) -> String {
-        pages::overview_markup(self, &auth::Viewer::Open).into_string()
+        pages::overview_markup(self, &viewer::Viewer::Open).into_string()
     }
 
     /// Renders a sensor page over `range` ("1h", "24h", "7d"), for benchmarks.
     pub fn render_sensor(&self, id: &str, range: &str) -> Result<String, ConsoleError> {
         let q = pages::RangeQuery { range: Some(range.to_string()), from: None, to: None };
-        pages::sensor_markup(self, &auth::Viewer::Open, id, &q).map(Markup::into_string)
+        pages::sensor_markup(self, &viewer::Viewer::Open, id, &q).map(Markup::into_string)
     }
 
     /// One live snapshot as sent to every browser (JSON of element IDs and their HTML).
     pub fn render_snapshot(&self) -> String {
-        live::snapshot(&self.tools)
+        view::snapshot(&self.tools)
     }
 }

@@ -9,9 +9,9 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::{NO_TOKENS, Viewer};
-use super::live::{activity_rows, value_text};
-use super::pages::layout;
+use super::auth::NO_TOKENS;
+use super::view::{activity_rows, layout, value_text};
+use super::viewer::Viewer;
 use super::{Console, ConsoleError, page, typed};
 use crate::tools::ToolError;
 use crate::tools::defs::{ListWorkOrdersData, WorkOrder, WorkOrderData, WorkOrderStatus};

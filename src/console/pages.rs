@@ -5,70 +5,17 @@
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use maud::{DOCTYPE, Markup, html};
+use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::Viewer;
 use super::chart::{self, Chart};
-use super::live::{self, device_cells, sensor_value};
+use super::view::{self, device_cells, layout, sensor_value};
+use super::viewer::Viewer;
 use super::{Console, ConsoleError, page, typed};
 use crate::registry::Sensor;
 use crate::tools::ToolError;
 use crate::tools::defs::{DeviceStatus, HistoryData};
-
-/// The frame of every page: navigation, who is signed in, the live-update state.
-pub fn layout(
-    c: &Console,
-    viewer: &Viewer,
-    title: &str,
-    here: &str,
-    live: Option<&str>,
-    body: Markup,
-) -> Markup {
-    let nav = [
-        ("/console", "Overview"),
-        ("/console/work-orders", "Work orders"),
-        ("/console/activity", "Agent activity"),
-    ];
-    html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · fieldgate" }
-                link rel="stylesheet" href="/console/assets/console.css";
-                // No icon: the browser does not ask for /favicon.ico (a 404 on every page).
-                link rel="icon" href="data:,";
-                script src="/console/assets/console.js" defer {}
-            }
-            body data-live=[live] {
-                header.top {
-                    span.brand { "fieldgate" }
-                    @for (href, name) in nav {
-                        a href=(href) class=[(here == href).then_some("here")] { (name) }
-                    }
-                    @if live.is_some() { span #live-state .muted { "loading…" } }
-                    span.who {
-                        @match viewer {
-                            Viewer::Open if c.tokens.is_empty() => { "viewing (no tokens configured: actions disabled)" }
-                            Viewer::Open => { a href="/console/login" { "Sign in" } }
-                            Viewer::Signed(s) => {
-                                "signed in as " strong #who { (s.caller.id) } " (" (format!("{:?}", s.caller.role).to_lowercase()) ") "
-                                form method="post" action="/console/logout" {
-                                    input type="hidden" name="csrf" value=(s.csrf);
-                                    button type="submit" { "Sign out" }
-                                }
-                            }
-                        }
-                    }
-                }
-                main { (body) }
-            }
-        }
-    }
-}
 
 /// `GET /console`: every plant, zone and device, with each sensor's live value.
 pub async fn overview(State(c): State<Console>, headers: HeaderMap) -> Result<Response, ConsoleError> {
@@ -79,12 +26,12 @@ pub async fn overview(State(c): State<Console>, headers: HeaderMap) -> Result<Re
 pub fn overview_markup(c: &Console, viewer: &Viewer) -> Markup {
     let tools = &c.tools;
     let registry = tools.registry();
-    let devices = live::devices(tools);
+    let devices = view::devices(tools);
     let readings: Vec<_> = registry.sensors().iter().map(|s| tools.cached_reading(s)).collect();
     let status = |id: &str| devices.iter().find(|d| d.device_id == id);
     let body = html! {
         h1 { "Plant overview" }
-        div.attention #attention { (live::attention(tools, &devices, &readings)) }
+        div.attention #attention { (view::attention(tools, &devices, &readings)) }
         @for plant in registry.plants() {
             h2 { "Plant " (plant) }
             @for zone in registry.zones().into_iter().filter(|z| registry.devices().iter().any(|d| d.plant == plant && d.zone == *z)) {

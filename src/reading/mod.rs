@@ -2,8 +2,14 @@
 //! device's breaker, with bounded retries inside a deadline: [`crate::resilience`]), the
 //! reading cache and the device-read metrics. The tools and the poller both read through
 //! [`Reader::read`]; neither sees a driver.
+//!
+//! It also owns what becomes of a fresh sample: `record.rs`, the one rule for what is worth
+//! storing and the recording into history, and `feed.rs`, the sample feed that other
+//! consumers (Sparkplug; alarms and the hub next) take samples from.
 
 pub mod cache;
+pub mod feed;
+pub mod record;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,15 +47,17 @@ pub struct Reader {
     drivers: Drivers,
     resilience: Resilience,
     cache: Cache,
-    metrics: Arc<Metrics>,
+    /// Each device's read-latency histogram, by its index in the registry.
+    latency: Vec<prometheus_client::metrics::histogram::Histogram>,
 }
 
 impl Reader {
-    pub fn new(registry: Arc<Registry>, config: &Config, metrics: Arc<Metrics>) -> Reader {
+    pub fn new(registry: Arc<Registry>, config: &Config, metrics: &Metrics) -> Reader {
         let drivers = Drivers::new(&registry, &config.storage.data_dir.join("pki"));
         let resilience = Resilience::new(&registry, config);
         let cache = Cache::new(registry.sensors().len());
-        Reader { registry, drivers, resilience, cache, metrics }
+        let latency = registry.devices().iter().map(|d| metrics.device_reads(d.id.as_str())).collect();
+        Reader { registry, drivers, resilience, cache, latency }
     }
 
     /// Reads `sensors` by `deadline`: from the cache where a value is at most `max_age_ms`
@@ -114,8 +122,8 @@ impl Reader {
             Some(driver) => self.resilience.read(&device.id, driver.as_ref(), group, deadline).await,
             None => (vec![Err(ReadError::Driver(DriverError::NotSupported)); group.len()], 0),
         };
-        if tries > 0 {
-            self.metrics.device_read(device.id.as_str(), started.elapsed());
+        if let Some(h) = self.latency.get(first.place.device).filter(|_| tries > 0) {
+            h.observe(started.elapsed().as_secs_f64());
         }
         (out, tries)
     }

@@ -2,60 +2,17 @@
 //! NDEATH will with this connection's `bdSeq`, credentials, TLS with the process's rustls
 //! provider), and the counters `/metrics` and `get_device_status` show.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rumqttc::{AsyncClient, EventLoop, LastWill, MqttOptions, QoS, TlsConfiguration, Transport};
 
-use super::config::{Broker, MqttConfig};
 use super::node::Out;
+use crate::config::mqtt::{Broker, MqttConfig};
+use crate::metrics::sparkplug::Counters;
 
 /// Requests rumqttc may hold for one connection; the edge node keeps what it hands over
 /// below this, so a hand-over never fails for room (see `run.rs`).
 pub const REQUESTS: usize = 512;
-
-/// What the edge node shows of itself.
-#[derive(Default)]
-pub struct Counters {
-    pub connected: AtomicBool,
-    /// Births sent on this connection: data flows.
-    pub online: AtomicBool,
-    pub connects: AtomicU64,
-    pub messages_sent: AtomicU64,
-    pub metrics_sent: AtomicU64,
-    pub historical_sent: AtomicU64,
-    pub buffered: AtomicU64,
-    pub dropped: AtomicU64,
-    pub commands_refused: AtomicU64,
-    pub rebirths: AtomicU64,
-    /// Samples the poller could not hand over (the edge node's queue was full).
-    pub samples_lost: AtomicU64,
-    pub broker: Mutex<String>,
-}
-
-impl Counters {
-    pub fn get(c: &AtomicU64) -> u64 {
-        c.load(Ordering::Relaxed)
-    }
-
-    pub fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub fn broker(&self) -> String {
-        self.broker.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// The link in a word: `online`, `connected` (waiting for the primary host), `down`.
-    pub fn state(&self) -> &'static str {
-        match (self.connected.load(Ordering::Relaxed), self.online.load(Ordering::Relaxed)) {
-            (true, true) => "online",
-            (true, false) => "connected",
-            _ => "down",
-        }
-    }
-}
 
 /// What every connection of this edge node shares.
 pub struct Settings {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::driver::Sample;
-use crate::poller::{stored_of, worth_storing};
+use crate::reading::record::{stored_of, worth_storing};
 use crate::registry::{Registry, Sensor};
 use crate::store::gorilla::Stored;
 

@@ -15,14 +15,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::buffer::{Buffer, Rec};
-use super::config::{Broker, MqttConfig};
-use super::link::{self, Counters, REQUESTS, Settings};
+use super::link::{self, REQUESTS, Settings};
 use super::node::{Edge, Out, asks_rebirth, hand_over};
 use super::payload::Payload;
 use super::topic::{self, Incoming as Topic};
-use crate::driver::Sample;
+use crate::config::mqtt::{Broker, MqttConfig};
+use crate::metrics::sparkplug::Counters;
+use crate::reading::feed::Batch;
 use crate::resilience::breaker::SnapshotState;
-use crate::tools::ToolService;
+use crate::service::Core;
 
 /// Values of one drain step, and metrics per DDATA message.
 const DRAIN_CHUNK: usize = 2000;
@@ -37,31 +38,6 @@ const QUEUED_MAX: u64 = (REQUESTS / 2) as u64;
 const TICK: Duration = Duration::from_millis(100);
 /// Rebirths asked by NCMD are done at most this often (a flood of them is one a second).
 const REBIRTH_EVERY: Duration = Duration::from_secs(1);
-
-/// Samples of one device read together, by registry index.
-pub struct Batch {
-    pub device: usize,
-    pub samples: Vec<(usize, Sample)>,
-}
-
-/// The poller's side: hands samples to the edge node without ever waiting.
-#[derive(Clone)]
-pub struct Tap {
-    tx: mpsc::Sender<Batch>,
-    counters: Arc<Counters>,
-}
-
-impl Tap {
-    pub fn send(&self, batch: Batch) {
-        if batch.samples.is_empty() {
-            return;
-        }
-        let n = batch.samples.len() as u64;
-        if self.tx.try_send(batch).is_err() {
-            Counters::add(&self.counters.samples_lost, n);
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -114,7 +90,7 @@ impl Link {
 }
 
 pub struct Node {
-    tools: ToolService,
+    core: Core,
     cfg: MqttConfig,
     brokers: Vec<Broker>,
     broker: usize,
@@ -165,22 +141,22 @@ async fn until(phase: Phase) {
 
 impl Node {
     pub fn new(
-        tools: ToolService,
+        core: Core,
         cfg: MqttConfig,
         edge: Edge,
         buffer: Buffer,
         settings: Settings,
         counters: Arc<Counters>,
     ) -> Node {
-        let brokers = cfg.brokers.iter().filter_map(|b| super::config::parse_broker(b).ok()).collect();
-        let flush_every = Duration::from_millis(tools.config().storage.flush_interval_ms);
+        let brokers = cfg.brokers.iter().filter_map(|b| crate::config::mqtt::parse_broker(b).ok()).collect();
+        let flush_every = Duration::from_millis(core.config.storage.flush_interval_ms);
         let backoff = crate::backoff::Backoff::new(
             Duration::from_millis(100),
             Duration::from_millis(cfg.reconnect_max_ms),
         );
         let bd_seq = buffer.bd_seq();
         Node {
-            tools,
+            core,
             cfg,
             brokers,
             broker: 0,
@@ -206,14 +182,16 @@ impl Node {
         }
     }
 
-    /// A tap for the poller and the task's loop, which runs until `stop`.
-    pub fn start(self, stop: CancellationToken) -> (Tap, tokio::task::JoinHandle<()>) {
-        let (tx, rx) = mpsc::channel(4096);
-        let tap = Tap { tx, counters: self.counters.clone() };
-        (tap, tokio::spawn(self.run(rx, stop)))
+    /// The task's loop, which takes `samples` from the feed and runs until `stop`.
+    pub fn start(
+        self,
+        samples: mpsc::Receiver<Arc<Batch>>,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.run(samples, stop))
     }
 
-    async fn run(mut self, mut rx: mpsc::Receiver<Batch>, stop: CancellationToken) {
+    async fn run(mut self, mut rx: mpsc::Receiver<Arc<Batch>>, stop: CancellationToken) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -222,7 +200,7 @@ impl Node {
                 ev = next_event(&mut self.link) => self.on_event(ev),
                 () = until(self.phase) => self.connect(),
                 b = rx.recv() => match b {
-                    Some(b) => self.on_batch(b),
+                    Some(b) => self.on_batch(&b),
                     None => break,
                 },
                 _ = tick.tick() => self.on_tick(),
@@ -232,10 +210,10 @@ impl Node {
         // What the poller handed over before it stopped is kept (sent, or buffered by `shut`),
         // not dropped with the queue: the poller's tasks end on the same stop, and the queue
         // closes when the last of them is gone (bounded by a read's deadline, should one hang).
-        let grace = Duration::from_millis(self.tools.config().calls.deadline_ms) + Duration::from_secs(1);
+        let grace = Duration::from_millis(self.core.config.calls.deadline_ms) + Duration::from_secs(1);
         let deadline = Instant::now() + grace;
         while let Ok(Some(b)) = tokio::time::timeout_at(deadline, rx.recv()).await {
-            self.on_batch(b);
+            self.on_batch(&b);
         }
         self.shut().await;
     }
@@ -255,7 +233,7 @@ impl Node {
         }
         let will = self.edge.ndeath(self.bd_seq);
         let (client, events) = link::open(&self.settings, &broker, (will.topic, will.payload));
-        *self.counters.broker.lock().unwrap_or_else(|e| e.into_inner()) = broker.to_string();
+        *self.counters.broker.lock() = broker.to_string();
         self.link = Some(Link::new(client, events));
         self.queued = 0;
         // A host's STATE is per server (its retained message there): a newer one seen on
@@ -350,7 +328,7 @@ impl Node {
     }
 
     fn dbirth(&mut self, device: usize) {
-        let reader = self.tools.reader().clone();
+        let reader = self.core.reader.clone();
         let out = self.edge.dbirth(device, |s| reader.cache().last(s));
         if let Some(r) = self.returning.get_mut(device) {
             *r = None;
@@ -370,7 +348,7 @@ impl Node {
             return false;
         }
         let registry = self.edge.registry();
-        let reader = self.tools.reader();
+        let reader = &self.core.reader;
         // Back from the dead: born with values read since it died, not the ones from before.
         let (since, waited) = match self.returning.get(device).copied().flatten() {
             Some((dead_ms, up_at)) => (dead_ms, up_at.is_some_and(|t| t.elapsed() >= BIRTH_WAIT)),
@@ -385,7 +363,7 @@ impl Node {
     /// A device with sensors and a driver whose breaker is not open.
     fn device_up(&self, device: usize) -> bool {
         let d = &self.edge.registry().devices()[device];
-        let reader = self.tools.reader();
+        let reader = &self.core.reader;
         reader.has_driver(&d.id)
             && self.edge.registry().sensors_of_device(&d.id).next().is_some()
             && reader.guard(&d.id).is_none_or(|g| g.breaker.snapshot().state != SnapshotState::Open)
@@ -436,7 +414,7 @@ impl Node {
         hand_over(edge, outs, |out| link::publish(client, cfg.data_qos, queued, counters, out))
     }
 
-    fn on_batch(&mut self, b: Batch) {
+    fn on_batch(&mut self, b: &Batch) {
         let online = self.phase == Phase::Online;
         if online && !self.edge.is_born(b.device) && self.ready(b.device) {
             // Back from the dead: its birth carries these values.

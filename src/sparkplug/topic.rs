@@ -55,19 +55,6 @@ impl fmt::Display for Kind {
     }
 }
 
-/// Why a string cannot be a Sparkplug ID (group, edge node, device, host).
-pub fn id_problem(id: &str) -> Option<&'static str> {
-    if id.is_empty() {
-        Some("must not be empty")
-    } else if id.contains(['/', '+', '#']) {
-        Some("must not contain '/', '+' or '#' (MQTT topic separators and wildcards)")
-    } else if id.chars().any(char::is_control) {
-        Some("must not contain control characters")
-    } else {
-        None
-    }
-}
-
 /// The topics of one edge node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topics {
@@ -152,13 +139,5 @@ mod tests {
         }
         assert_eq!(state("scada"), "spBv1.0/STATE/scada");
         assert_eq!(Kind::ALL.iter().filter(|k| k.is_device()).count(), 4);
-    }
-
-    #[test]
-    fn ids() {
-        assert_eq!(id_problem("A"), None);
-        for bad in ["", "a/b", "a+", "#", "a\nb"] {
-            assert!(id_problem(bad).is_some(), "{bad:?}");
-        }
     }
 }

@@ -39,11 +39,16 @@ pub struct ListSensorsArgs {
     #[schemars(length(min = 1, max = 100), example = &"pump discharge")]
     pub text: Option<String>,
     /// Most sensors to return in this page, 1-1000. Default 100.
-    #[schemars(range(min = 1, max = 1000), example = 100, extend("default" = super::list_sensors::DEFAULT_LIMIT))]
+    #[schemars(range(min = 1, max = 1000), example = 100, extend("default" = ListSensorsArgs::DEFAULT_LIMIT))]
     pub limit: Option<u32>,
     /// `next_cursor` from the previous page, to continue the same listing. Default: first page.
     #[schemars(length(min = 1, max = 200), example = &"eyJhIjoiQV9MSU5FMV8wMjAifQ")]
     pub cursor: Option<String>,
+}
+
+impl ListSensorsArgs {
+    /// The page size when `limit` is not given (sensors).
+    pub const DEFAULT_LIMIT: u32 = 100;
 }
 
 /// One sensor as `list_sensors` describes it.
@@ -211,11 +216,16 @@ pub struct GetSensorHistoryArgs {
     #[schemars(regex(pattern = BUCKET_PATTERN), example = &"5m")]
     pub bucket: Option<String>,
     /// Most points or buckets in this page, 1-5000, e.g. 500. Default 500.
-    #[schemars(range(min = 1, max = 5000), example = 500, extend("default" = super::history::DEFAULT_LIMIT))]
+    #[schemars(range(min = 1, max = 5000), example = 500, extend("default" = GetSensorHistoryArgs::DEFAULT_LIMIT))]
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page. Default: first page.
     #[schemars(length(min = 1, max = 200), example = &"eyJ0IjoxNzY0MDAwMDAwMDAwfQ")]
     pub cursor: Option<String>,
+}
+
+impl GetSensorHistoryArgs {
+    /// The page size when `limit` is not given (points).
+    pub const DEFAULT_LIMIT: u32 = 500;
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -530,11 +540,16 @@ pub struct ListWorkOrdersArgs {
     #[schemars(example = &"2026-11-01T00:00:00Z")]
     pub since: Option<String>,
     /// Most work orders in this page, 1-500, e.g. 50. Default 50.
-    #[schemars(range(min = 1, max = 500), example = 50, extend("default" = super::work_orders::DEFAULT_LIMIT))]
+    #[schemars(range(min = 1, max = 500), example = 50, extend("default" = ListWorkOrdersArgs::DEFAULT_LIMIT))]
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page. Default: first page.
     #[schemars(length(min = 1, max = 200), example = &"eyJpZCI6Ik")]
     pub cursor: Option<String>,
+}
+
+impl ListWorkOrdersArgs {
+    /// The page size when `limit` is not given (orders).
+    pub const DEFAULT_LIMIT: u32 = 50;
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

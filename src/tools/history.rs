@@ -11,7 +11,6 @@ use crate::driver::codec::{RawValue, normalize};
 use crate::registry::{Sensor, SensorSource};
 use crate::store::gorilla::{Point, Stored};
 
-pub const DEFAULT_LIMIT: u32 = 500;
 /// Longest range of raw points; longer ones need a bucket.
 const MAX_RAW_MS: i64 = 7 * 86_400_000;
 /// Most buckets one range may have.
@@ -232,7 +231,7 @@ fn bucket_page(
 }
 
 pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
-    let registry = &inner.registry;
+    let registry = &inner.core.registry;
     let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
     let id = &sensor.id;
     let now = Utc::now().timestamp_millis();
@@ -243,8 +242,8 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
     };
     let (from, to, bucket) = range(&args, cursor.as_ref(), now)?;
     let after = cursor.as_ref().map(|c| c.t);
-    let limit = args.limit.unwrap_or(DEFAULT_LIMIT) as usize;
-    let Some(store) = inner.history.as_ref() else {
+    let limit = args.limit.unwrap_or(GetSensorHistoryArgs::DEFAULT_LIMIT) as usize;
+    let Some(store) = inner.core.history.as_ref() else {
         return Err(ToolError::new(
             ErrorCode::Internal,
             "History is not stored by this instance.",
@@ -257,7 +256,7 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
     })?;
     let device = registry.device_of(sensor);
     let poll = device.poll_interval.map_or(0, |d| d.as_millis() as i64);
-    let gap_ms = inner.config.history.max_silence_s as i64 * 1000 + 3 * poll.max(1000);
+    let gap_ms = inner.core.config.history.max_silence_s as i64 * 1000 + 3 * poll.max(1000);
     let gaps: Vec<Gap> = points
         .windows(2)
         .filter(|w| w[1].t - w[0].t > gap_ms)

@@ -9,8 +9,6 @@ use crate::ids::DeviceId;
 use crate::registry::{Registry, Sensor, SensorSource};
 use crate::suggest;
 
-pub const DEFAULT_LIMIT: u32 = 100;
-
 const PAGING: super::cursor::Paging =
     super::cursor::Paging { this: "the same listing", other: "a listing with other filters" };
 
@@ -45,7 +43,7 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
         Some(c) => Some(super::cursor::decode::<Cursor>(c, fingerprint, &PAGING)?.a),
         None => None,
     };
-    let limit = args.limit.unwrap_or(DEFAULT_LIMIT) as usize;
+    let limit = args.limit.unwrap_or(ListSensorsArgs::DEFAULT_LIMIT) as usize;
 
     let matching = registry.sensors().iter().filter(|s| matches(s, &args, &words));
     let mut total = 0;

@@ -13,7 +13,6 @@ mod history;
 mod json;
 pub(crate) mod limits;
 mod list_sensors;
-mod prometheus;
 mod reading_json;
 mod readings;
 mod resources;
@@ -37,7 +36,9 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::reading::Reader;
 use crate::registry::Registry;
-use crate::resilience::repeat::{RepeatGuard, Verdict};
+use crate::resilience::repeat::Verdict;
+use crate::service::Core;
+pub use crate::service::Stores;
 use crate::store::HistoryStore;
 use call_key::call_key;
 use validate::InputValidator;
@@ -81,45 +82,26 @@ pub(crate) fn to_data<T: serde::Serialize>(v: &T) -> ToolResult {
     envelope::Data::of(v).map_err(|_| ToolError::internal())
 }
 
-/// All tools over one registry; cheap to clone and share between transports.
+/// All tools over one service core; cheap to clone and share between transports.
 #[derive(Clone)]
 pub struct ToolService {
     inner: Arc<Inner>,
 }
 
 pub(crate) struct Inner {
-    pub(crate) registry: Arc<Registry>,
-    pub(crate) config: Config,
+    /// The registry, the reading core, the stores, the metrics.
+    pub(crate) core: Core,
     validators: HashMap<Tool, InputValidator>,
-    /// Every device read goes through the reading core.
-    pub(crate) reader: Arc<Reader>,
     /// Each sensor's fixed reading JSON, at its place in the registry.
     pub(crate) reading_json: Vec<reading_json::ReadingJson>,
-    pub(crate) metrics: Arc<Metrics>,
     limiter: limits::RateLimiter,
-    pub(crate) repeat: RepeatGuard,
-    pub(crate) history: Option<Arc<HistoryStore>>,
-    pub(crate) work_orders: Option<Arc<crate::work_orders::WorkOrderStore>>,
-    /// The Sparkplug edge node's counters, when it runs (`get_device_status` shows them).
-    pub(crate) sparkplug: std::sync::OnceLock<Arc<crate::sparkplug::link::Counters>>,
     /// The recent tool calls, for the operator console.
     activity: activity::Activity,
 }
 
-/// The stores a service keeps its data in, given when it is built (a service is shared
-/// from then on, so they cannot change afterwards).
-pub struct Stores {
-    pub history: Option<Arc<HistoryStore>>,
-    pub work_orders: Option<Arc<crate::work_orders::WorkOrderStore>>,
-}
-
-impl Stores {
-    /// Both stores in memory (tests, one-shot commands without a data directory).
-    pub fn in_memory() -> Stores {
-        Stores {
-            history: HistoryStore::in_memory().ok().map(Arc::new),
-            work_orders: crate::work_orders::WorkOrderStore::in_memory().ok().map(Arc::new),
-        }
+impl AsRef<Core> for ToolService {
+    fn as_ref(&self) -> &Core {
+        &self.inner.core
     }
 }
 
@@ -140,6 +122,11 @@ impl ToolService {
 
     /// A service over these stores (`serve`, `demo`, `call`: files in the data directory).
     pub fn with_stores(registry: Arc<Registry>, config: Config, stores: Stores) -> ToolService {
+        ToolService::over(Core::new(registry, config, stores))
+    }
+
+    /// The tools over `core`.
+    pub fn over(core: Core) -> ToolService {
         let validators = TOOLS
             .iter()
             .filter(|t| t.served)
@@ -152,44 +139,41 @@ impl ToolService {
                 }
             })
             .collect();
-        let metrics = Arc::new(Metrics::default());
-        let reader = Arc::new(Reader::new(registry.clone(), &config, metrics.clone()));
-        let limiter = limits::RateLimiter::new(config.server.rate_limit_per_minute);
-        let repeat = RepeatGuard::new(
-            config.calls.repeat_failure_limit,
-            std::time::Duration::from_secs(config.calls.repeat_failure_window_s),
-        );
+        let limiter = limits::RateLimiter::new(core.config.server.rate_limit_per_minute);
         let inner = Inner {
-            reading_json: registry.sensors().iter().map(reading_json::ReadingJson::of).collect(),
-            registry,
-            config,
+            reading_json: core.registry.sensors().iter().map(reading_json::ReadingJson::of).collect(),
+            core,
             validators,
-            reader,
-            metrics,
             limiter,
-            repeat,
-            history: stores.history,
-            work_orders: stores.work_orders,
-            sparkplug: std::sync::OnceLock::new(),
             activity: activity::Activity::default(),
         };
         ToolService { inner: Arc::new(inner) }
     }
 
+    /// The service core the tools answer from.
+    pub fn core(&self) -> &Core {
+        &self.inner.core
+    }
+
     pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.inner.metrics
+        &self.inner.core.metrics
     }
 
     pub fn config(&self) -> &Config {
-        &self.inner.config
+        &self.inner.core.config
     }
 
     pub fn work_orders(&self) -> Option<&Arc<crate::work_orders::WorkOrderStore>> {
-        self.inner.work_orders.as_ref()
+        self.inner.core.work_orders.as_ref()
     }
 
     pub fn history(&self) -> Option<&Arc<HistoryStore>> {
-        self.inner.history.as_ref()
+        self.inner.core.history.as_ref()
+    }
+
+    /// `/metrics`: the Prometheus text of every metric.
+    pub fn render_metrics(&self) -> String {
+        self.inner.core.metrics.render()
     }
 
     /// The state of fieldgate's storage (for `/readyz`).
@@ -199,44 +183,21 @@ impl ToolService {
 
     /// The reading core every device read goes through (the poller reads with it too).
     pub fn reader(&self) -> &Arc<Reader> {
-        &self.inner.reader
-    }
-
-    /// Whether a caller is blocked by the retry limit on `device`: fieldgate then probes
-    /// the device itself, since that caller will not reach it.
-    pub fn blocked_on(&self, device: &crate::ids::DeviceId) -> bool {
-        self.inner
-            .repeat
-            .blocked_devices(|id| (id == device.as_str()).then(|| self.last_success(device)).flatten())
-            .iter()
-            .any(|id| id == device.as_str())
-    }
-
-    fn last_success(&self, device: &crate::ids::DeviceId) -> Option<chrono::DateTime<chrono::Utc>> {
-        self.inner.reader.guard(device).and_then(|g| g.health.last_success())
+        &self.inner.core.reader
     }
 
     pub fn registry(&self) -> &Registry {
-        &self.inner.registry
-    }
-
-    /// Records the running edge node's counters (once; `app::start`).
-    pub fn set_sparkplug(&self, counters: Arc<crate::sparkplug::link::Counters>) {
-        let _ = self.inner.sparkplug.set(counters);
-    }
-
-    pub fn sparkplug(&self) -> Option<&Arc<crate::sparkplug::link::Counters>> {
-        self.inner.sparkplug.get()
+        &self.inner.core.registry
     }
 
     pub fn registry_arc(&self) -> Arc<Registry> {
-        self.inner.registry.clone()
+        self.inner.core.registry.clone()
     }
 
     /// The devices a call's arguments name (its sensors' devices, or a device ID), for the
     /// log: one ID, several joined by commas, or none.
     fn devices_named(&self, args: &Value) -> String {
-        let registry = &self.inner.registry;
+        let registry = &self.inner.core.registry;
         let of_sensor =
             |v: &Value| v.as_str().and_then(|id| registry.sensor_named(id)).map(|s| s.device.as_str());
         let mut devices: Vec<&str> =
@@ -274,12 +235,12 @@ impl ToolService {
         // The cross-call retry limit applies to calls that read devices. While no call is
         // failing the guard is empty, and the call's key is not even built.
         let reads = spec.tool.reads_devices();
-        let key = (reads && !self.inner.repeat.is_empty()).then(|| call_key(spec.name(), &args));
+        let key = (reads && !self.inner.core.repeat.is_empty()).then(|| call_key(spec.name(), &args));
         let blocked = key.as_deref().and_then(|k| {
-            self.inner.repeat.check(k, |d| {
+            self.inner.core.repeat.check(k, |d| {
                 d.parse()
                     .ok()
-                    .and_then(|id| self.inner.reader.guard(&id))
+                    .and_then(|id| self.inner.core.reader.guard(&id))
                     .and_then(|g| g.health.last_success())
             })
         });
@@ -288,7 +249,7 @@ impl ToolService {
             Ok(()) => self.dispatch(caller, spec.tool, &args, &mut attempts).await,
             Err(wait) => Err(ToolError::new(
                 ErrorCode::RateLimited,
-                format!("Caller {} exceeded {} calls per minute.", caller.id, self.inner.config.server.rate_limit_per_minute),
+                format!("Caller {} exceeded {} calls per minute.", caller.id, self.inner.core.config.server.rate_limit_per_minute),
                 "Wait retry_after_ms before the next call, and make fewer calls (get_sensor_readings reads up to 100 sensors at once).",
             )
             .with_retry_after(wait.as_millis() as u64 + 1)),
@@ -297,10 +258,10 @@ impl ToolService {
         if reads && blocked.is_none() {
             let verdict = verdict(&result);
             // Only a failure has to be remembered, and an empty guard has no streak to end.
-            if verdict != Verdict::Ended || !self.inner.repeat.is_empty() {
+            if verdict != Verdict::Ended || !self.inner.core.repeat.is_empty() {
                 let device = result.as_ref().err().and_then(|e| e.device_id.as_deref());
                 let key = key.unwrap_or_else(|| call_key(spec.name(), &args));
-                self.inner.repeat.record(key, verdict, device);
+                self.inner.core.repeat.record(key, verdict, device);
             }
         }
         let envelope = match result {
@@ -308,7 +269,7 @@ impl ToolService {
             Err(e) => Envelope::failure(e, meta),
         };
         let code = envelope.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
-        self.inner.metrics.call(spec.name(), code, started.elapsed());
+        self.inner.core.metrics.call(spec.name(), code, started.elapsed());
         let (duration_ms, code) = (envelope.meta.duration_ms, code);
         if let Some(logged_args) = logged {
             let device = match envelope.error.as_ref() {
@@ -335,7 +296,7 @@ impl ToolService {
     fn resource(&self, caller: &Caller, name: &str, read: impl FnOnce(&Registry) -> ToolResult) -> Envelope {
         let started = Instant::now();
         let result = match self.inner.limiter.take(&caller.id) {
-            Ok(()) => read(&self.inner.registry),
+            Ok(()) => read(&self.inner.core.registry),
             Err(wait) => {
                 Err(ToolError::new(ErrorCode::RateLimited, "Too many requests.", "Wait retry_after_ms.")
                     .with_retry_after(wait.as_millis() as u64 + 1))
@@ -384,7 +345,7 @@ impl ToolService {
     /// that never read a device are served here; the console's live values come from the
     /// reading cache ([`ToolService::cached_reading`]).
     pub fn view(&self, tool: Tool, args: &Value) -> ToolResult {
-        let registry = &self.inner.registry;
+        let registry = &self.inner.core.registry;
         let suggest = |param: &str, received: &str| suggestions_for(registry, param, received);
         if tool.reads_devices() || tool == Tool::CreateWorkOrder {
             return Err(ToolError::internal());
@@ -409,7 +370,7 @@ impl ToolService {
     /// from the cache; never a device read.
     pub fn cached_reading(&self, sensor: &crate::registry::Sensor) -> Option<defs::Reading> {
         let now = chrono::Utc::now();
-        let sample = self.inner.reader.cache().fresh(sensor, u64::MAX / 2, now)?;
+        let sample = self.inner.core.reader.cache().fresh(sensor, u64::MAX / 2, now)?;
         let mut stamps = reading_json::Stamps::new();
         Some(reading_json::reading(
             sensor,
@@ -438,7 +399,7 @@ impl ToolService {
                 "Pass the arguments as an object of named parameters, e.g. {\"zone\": \"LINE1\"}.",
             ));
         }
-        let registry = &self.inner.registry;
+        let registry = &self.inner.core.registry;
         let suggest = |param: &str, received: &str| suggestions_for(registry, param, received);
         match self.inner.validators.get(&tool) {
             Some(v) => v.check(args, &suggest)?,

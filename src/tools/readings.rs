@@ -76,11 +76,11 @@ fn source(s: Source) -> ReadingSource {
 }
 
 pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts: &mut u32) -> ToolResult {
-    let registry = &inner.registry;
+    let registry = &inner.core.registry;
     let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
     let mode = args.unit.unwrap_or_default();
-    let reader = &inner.reader;
-    let deadline = crate::reading::Reader::deadline(&inner.config);
+    let reader = &inner.core.reader;
+    let deadline = crate::reading::Reader::deadline(&inner.core.config);
     let mut read = reader.read(&[sensor], Some(args.max_age_ms.unwrap_or(0)), deadline).await;
     *attempts += read.attempts;
     let mut stamps = Stamps::new();
@@ -98,7 +98,7 @@ pub(crate) async fn get_many(
     args: GetSensorReadingsArgs<'_>,
     attempts: &mut u32,
 ) -> ToolResult {
-    let registry = &inner.registry;
+    let registry = &inner.core.registry;
     let Batch { sensors, positions, unknown } = batch(registry, &args.sensor_ids);
     if sensors.is_empty() {
         return Err(whole_call_failure(unknown.into_iter().map(|(_, f)| f.error).collect()));
@@ -106,8 +106,8 @@ pub(crate) async fn get_many(
     let position = |i: usize| positions.get(i).copied().unwrap_or(i);
     let mode = args.unit.unwrap_or_default();
     let max_age = args.max_age_ms.unwrap_or(0);
-    let deadline = crate::reading::Reader::deadline(&inner.config);
-    let read = inner.reader.read(&sensors, Some(max_age), deadline).await;
+    let deadline = crate::reading::Reader::deadline(&inner.core.config);
+    let read = inner.core.reader.read(&sensors, Some(max_age), deadline).await;
     *attempts += read.attempts;
     let mut stamps = Stamps::new();
     let mut slots: Vec<Slot> = sensors
@@ -127,7 +127,7 @@ pub(crate) async fn get_many(
                 let at = position(i);
                 error.parameter = Some(format!("sensor_ids/{at}"));
                 if passing_device_failure(&error)
-                    && let Some(age) = inner.reader.cache().age_ms(sensors[i], stamps.now)
+                    && let Some(age) = inner.core.reader.cache().age_ms(sensors[i], stamps.now)
                 {
                     cached.push((failed.len(), age));
                 }

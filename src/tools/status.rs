@@ -15,8 +15,8 @@ use crate::resilience::breaker::SnapshotState;
 use crate::resilience::{ProbeOutcome, ReadError};
 
 fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
-    let sensors: Vec<_> = inner.registry.sensors_of_device(&d.id).collect();
-    let (breaker, health) = match inner.reader.guard(&d.id) {
+    let sensors: Vec<_> = inner.core.registry.sensors_of_device(&d.id).collect();
+    let (breaker, health) = match inner.core.reader.guard(&d.id) {
         Some(g) => (Some(g.breaker.snapshot()), g.health.snapshot()),
         None => (None, Default::default()),
     };
@@ -100,7 +100,7 @@ fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
 }
 
 pub fn run(inner: &Inner, args: GetDeviceStatusArgs) -> ToolResult {
-    let registry = &inner.registry;
+    let registry = &inner.core.registry;
     let devices = match &args.device_id {
         Some(raw) => match raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id)) {
             Some(d) => vec![status_of(inner, d)],
@@ -118,8 +118,8 @@ pub fn run(inner: &Inner, args: GetDeviceStatusArgs) -> ToolResult {
 }
 
 fn northbound(inner: &Inner) -> Option<NorthboundStatus> {
-    use crate::sparkplug::link::Counters;
-    let c = inner.sparkplug.get()?;
+    use crate::metrics::sparkplug::Counters;
+    let c = inner.core.sparkplug.get()?;
     Some(NorthboundStatus {
         broker: c.broker(),
         link: c.state().to_string(),
@@ -133,14 +133,14 @@ fn northbound(inner: &Inner) -> Option<NorthboundStatus> {
 
 /// An operator's probe of one device, at once (`POST /v1/devices/{id}/probe`).
 pub async fn probe(inner: &Inner, raw: &str) -> ToolResult {
-    let registry = &inner.registry;
+    let registry = &inner.core.registry;
     let Some(d) = raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id)) else {
         return Err(super::validate::device_not_found(registry, raw, "GET /v1/devices lists every device."));
     };
     let Some(sensor) = registry.sensors_of_device(&d.id).next() else {
         return Err(ToolError::internal());
     };
-    let (outcome, error, retry_after_ms) = match inner.reader.probe(&d.id, true).await {
+    let (outcome, error, retry_after_ms) = match inner.core.reader.probe(&d.id, true).await {
         ProbeOutcome::Answered => (ProbeResult::Answered, None, None),
         ProbeOutcome::Failed(e) => {
             let code = device_error(&ReadError::Driver(e), d, sensor).code;
@@ -158,21 +158,21 @@ pub async fn probe(inner: &Inner, raw: &str) -> ToolResult {
 /// The state of the history and work-order stores and of their disk.
 pub fn storage(inner: &Inner) -> StorageStatus {
     let mut problems = Vec::new();
-    if let Some(p) = inner.history.as_ref().and_then(|h| h.problem()) {
+    if let Some(p) = inner.core.history.as_ref().and_then(|h| h.problem()) {
         problems.push(format!(
             "history: {} (since {})",
             p.reason,
             p.since.to_rfc3339_opts(SecondsFormat::Secs, true)
         ));
     }
-    if let Some(p) = inner.work_orders.as_ref().and_then(|w| w.problem()) {
+    if let Some(p) = inner.core.work_orders.as_ref().and_then(|w| w.problem()) {
         problems.push(format!(
             "work orders: {} (since {})",
             p.reason,
             p.since.to_rfc3339_opts(SecondsFormat::Secs, true)
         ));
     }
-    let space = inner.history.as_ref().and_then(|h| h.disk_space());
+    let space = inner.core.history.as_ref().and_then(|h| h.disk_space());
     StorageStatus {
         state: if problems.is_empty() { StorageState::Ok } else { StorageState::Failing },
         problems,

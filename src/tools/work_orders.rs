@@ -25,10 +25,8 @@ pub const NOTE_CHARS: usize = 500;
 
 /// How long the agent should wait before checking an order again.
 const NEXT_CHECK_S: u64 = 900;
-pub const DEFAULT_LIMIT: u32 = 50;
-
 fn store(inner: &Inner) -> Result<Arc<WorkOrderStore>, ToolError> {
-    inner.work_orders.clone().ok_or_else(ToolError::internal)
+    inner.core.work_orders.clone().ok_or_else(ToolError::internal)
 }
 
 fn not_found(id: &str) -> ToolError {
@@ -91,7 +89,7 @@ pub fn store_error(e: WorkOrderError) -> ToolError {
 }
 
 pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrderArgs) -> ToolResult {
-    let registry = &inner.registry;
+    let registry = &inner.core.registry;
     let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
     let id = &sensor.id;
     let summary = args.summary.trim().to_string();
@@ -113,7 +111,7 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
     .fingerprint();
     let now = Utc::now();
     let at = now.to_rfc3339_opts(SecondsFormat::Millis, true);
-    let evidence = inner.reader.cache().fresh(sensor, u64::MAX / 2, now).and_then(|s| {
+    let evidence = inner.core.reader.cache().fresh(sensor, u64::MAX / 2, now).and_then(|s| {
         let mut stamps = super::reading_json::Stamps::new();
         let reading = super::reading_json::reading(
             sensor,
@@ -146,7 +144,7 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
         delivery: None,
     };
     let policy = format!("{}:{}", args.work_type.as_str(), args.priority.as_str());
-    let auto = inner.config.work_orders.auto_approve.contains(&policy);
+    let auto = inner.core.config.work_orders.auto_approve.contains(&policy);
     let store = store(inner)?;
     let key = args.idempotency_key.clone();
     // redb commits (with fsync) block: off the async threads.
@@ -187,7 +185,7 @@ pub(crate) fn get(inner: &Inner, args: GetWorkOrderArgs) -> ToolResult {
 
 /// An order as the agent sees it.
 fn shown(inner: &Inner, order: model::WorkOrder) -> WorkOrder {
-    render(order, !inner.config.work_orders.webhook_url.is_empty())
+    render(order, !inner.core.config.work_orders.webhook_url.is_empty())
 }
 
 /// A stored order in the contract's type (the tools, and the command line's local
@@ -276,7 +274,7 @@ struct Cursor {
 
 pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
     let sensor = match &args.sensor_id {
-        Some(raw) => Some(parse_sensor_id("sensor_id", raw, &inner.registry)?),
+        Some(raw) => Some(parse_sensor_id("sensor_id", raw, &inner.core.registry)?),
         None => None,
     };
     let f = super::cursor::fingerprint(&query_fingerprint(
@@ -309,7 +307,7 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
         .filter(|o| since.is_none_or(|t| DateTime::parse_from_rfc3339(&o.created_at).is_ok_and(|c| c >= t)))
         .collect();
     let total = matching.len();
-    let limit = args.limit.unwrap_or(DEFAULT_LIMIT) as usize;
+    let limit = args.limit.unwrap_or(ListWorkOrdersArgs::DEFAULT_LIMIT) as usize;
     let number = |o: &model::WorkOrder| number_of(&o.id).unwrap_or(0);
     let mut page: Vec<model::WorkOrder> =
         matching.into_iter().filter(|o| before.is_none_or(|b| number(o) < b)).collect();

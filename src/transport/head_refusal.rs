@@ -134,7 +134,7 @@ fn replacement_for(head: &[u8]) -> Option<Vec<u8>> {
         _ => return None,
     };
     let envelope = Envelope::failure(error, Meta::refusal("http"));
-    let status = super::http::status_of(&envelope);
+    let status = super::status::status_of(&envelope);
     let body = envelope.to_json();
     let mut answer = format!(
         "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",

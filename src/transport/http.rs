@@ -1,6 +1,6 @@
 //! The HTTP API (axum) and MCP over Streamable HTTP at `/mcp`, behind one set of checks:
 //! `Host` and `Origin` validation (DNS rebinding, foreign browser pages), bearer tokens,
-//! a body limit and a request timeout. `status_of` is the one mapping from the envelope
+//! a body limit and a request timeout. `status.rs` has the one mapping from the envelope
 //! to HTTP.
 
 use std::collections::HashMap;
@@ -33,38 +33,7 @@ struct AppState {
     origins: Arc<Vec<String>>,
 }
 
-/// The one mapping from an envelope to an HTTP status (docs/tool-contract.md §7).
-pub fn status_of(e: &Envelope) -> StatusCode {
-    e.error.as_ref().map_or(StatusCode::OK, |err| status_of_code(err.code))
-}
-
-/// The HTTP status of an error code (the table of the contract).
-pub fn status_of_code(code: ErrorCode) -> StatusCode {
-    match code {
-        ErrorCode::InvalidArgument => StatusCode::BAD_REQUEST,
-        ErrorCode::SensorNotFound | ErrorCode::DeviceNotFound | ErrorCode::WorkOrderNotFound => {
-            StatusCode::NOT_FOUND
-        }
-        ErrorCode::IdempotencyConflict | ErrorCode::InvalidState => StatusCode::CONFLICT,
-        ErrorCode::RateLimited | ErrorCode::RetryLimitReached => StatusCode::TOO_MANY_REQUESTS,
-        ErrorCode::DeviceTimeout
-        | ErrorCode::DeviceUnavailable
-        | ErrorCode::DeviceBusy
-        | ErrorCode::CircuitOpen
-        | ErrorCode::DeviceProtocolError
-        | ErrorCode::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-        ErrorCode::DeviceRejected => StatusCode::BAD_GATEWAY,
-        ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-        ErrorCode::Forbidden => StatusCode::FORBIDDEN,
-        ErrorCode::UnknownTool | ErrorCode::NotFound => StatusCode::NOT_FOUND,
-        ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-        ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-        ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorCode::MalformedRequest => StatusCode::BAD_REQUEST,
-        ErrorCode::RequestHeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-        ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
+pub use super::status::{status_of, status_of_code};
 
 fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut res = Response::new(Body::from(body));
@@ -495,8 +464,9 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Params {
 
 pub use super::server::{ServeError, Timeouts, bind, serve};
 
-/// The whole application: API, MCP, health and metrics.
-pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken) -> Router {
+/// The whole application: API, MCP, health and metrics, with `mounted` (the console's
+/// pages, which `app.rs` mounts) behind the same host, origin, body and time checks.
+pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken, mounted: Router) -> Router {
     let cfg = tools.config().server.clone();
     let hosts = allowed_hosts(cfg.listen, &cfg.allowed_hosts);
     let st = AppState {
@@ -527,21 +497,20 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken)
         .route("/metrics", get(metrics))
         .route_service("/mcp", mcp)
         .layer(middleware::from_fn_with_state(st.clone(), authenticate));
-    let console = crate::console::Console::new(tools.clone(), st.tokens.clone(), shutdown.clone());
     Router::new()
         .route("/", get(index))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
         .merge(protected)
-        .merge(console.router())
+        .with_state(st.clone())
+        .merge(mounted)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(st.clone(), check_origin))
         .layer(middleware::from_fn_with_state(st.clone(), limit_body))
         .layer(DefaultBodyLimit::disable())
-        .layer(middleware::from_fn_with_state(st.clone(), request_timeout))
-        .with_state(st)
+        .layer(middleware::from_fn_with_state(st, request_timeout))
 }
 
 /// The `Retry-After` of a response, for tests and clients.

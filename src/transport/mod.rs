@@ -2,7 +2,7 @@
 //! [`ToolService`](crate::tools::ToolService).
 //!
 //! **Only this module knows MCP or HTTP exist.** Each transport maps the envelope to its
-//! wire in exactly one place: `mcp::to_result` and `http::status_of`.
+//! wire in exactly one place: `mcp::to_result` and `status::status_of`.
 
 pub mod auth;
 pub mod bridge;
@@ -13,4 +13,5 @@ mod json_body;
 pub mod mcp;
 pub mod openapi;
 mod server;
+pub mod status;
 pub use server::Peer;

@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::Request;
+use fieldgate::app::router as app_router;
 use fieldgate::config::Config;
 use fieldgate::driver::codec::RawValue;
 use fieldgate::driver::{Sample, SampleQuality};
 use fieldgate::registry::Registry;
 use fieldgate::tools::ToolService;
 use fieldgate::transport::auth::Tokens;
-use fieldgate::transport::http::app;
 use serde_json::json;
 use tower::ServiceExt;
 
@@ -85,7 +85,7 @@ async fn post_form(router: &axum::Router, uri: &str, cookie: &str, form: &str) -
 }
 
 fn router(service: ToolService, tokens: Tokens) -> axum::Router {
-    app(service, Arc::new(tokens), tokio_util::sync::CancellationToken::new())
+    app_router(&service, Arc::new(tokens), &tokio_util::sync::CancellationToken::new())
 }
 
 fn tokens() -> Tokens {

@@ -240,7 +240,7 @@ async fn scaled_sensors_are_stored_raw_and_read_in_units() {
 
 #[test]
 fn deadband_and_max_silence_decide_what_is_stored() {
-    use fieldgate::poller::worth_storing;
+    use fieldgate::reading::record::worth_storing;
     let r = demo_registry();
     let with_band = r.sensor(&"A_LINE1_007".parse().unwrap()).unwrap(); // deadband 0.5 %
     assert_eq!(with_band.deadband, Some(0.5));

@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use fieldgate::app::router as app_router;
 use fieldgate::config::Config;
 use fieldgate::tools::{Envelope, ErrorCode, Meta, ToolError, ToolService};
 use fieldgate::transport::auth::Tokens;
-use fieldgate::transport::http::{app, status_of};
+use fieldgate::transport::http::status_of;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -80,7 +81,7 @@ async fn send(
 }
 
 fn router(service: ToolService, tokens: Tokens) -> axum::Router {
-    app(service, Arc::new(tokens), tokio_util::sync::CancellationToken::new())
+    app_router(&service, Arc::new(tokens), &tokio_util::sync::CancellationToken::new())
 }
 
 /// A service on the demo registry whose devices all refuse connections.

@@ -6,5 +6,6 @@ mod edge;
 mod external_decoder;
 mod hostile;
 mod links;
+mod metrics_text;
 mod outage;
 mod process;

@@ -1,5 +1,5 @@
 //! `[mqtt]`: the Sparkplug B edge node's configuration. Off unless `brokers` lists a URL.
-//! Its keys are read and checked here (`read_keys`), called from `config.rs` with the
+//! Its keys are read and checked here (`read_keys`), called from `read.rs` with the
 //! rest of the configuration, so `fieldgate check` reports their problems with the others.
 
 use std::path::{Path, PathBuf};
@@ -89,6 +89,19 @@ impl MqttConfig {
     }
 }
 
+/// Why a string cannot be a Sparkplug ID (group, edge node, device, host).
+pub fn id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() {
+        Some("must not be empty")
+    } else if id.contains(['/', '+', '#']) {
+        Some("must not contain '/', '+' or '#' (MQTT topic separators and wildcards)")
+    } else if id.chars().any(char::is_control) {
+        Some("must not contain control characters")
+    } else {
+        None
+    }
+}
+
 /// A broker to connect to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Broker {
@@ -157,7 +170,7 @@ pub fn read_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
     file("client_key_file", &mut m.client_key_file, |p| pem_has(p, "PRIVATE KEY"));
     let id = |key: &'static str, slot: &mut String| {
         if let Some(v) = s.str(key) {
-            match super::topic::id_problem(v) {
+            match id_problem(v) {
                 Some(why) if !v.is_empty() => s.problem(key, why),
                 _ => *slot = v.to_string(),
             }
@@ -171,7 +184,7 @@ pub fn read_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
     }
     let env = |key: &'static str, slot: &mut String| {
         if let Some(v) = s.str(key) {
-            match crate::work_orders::webhook::check_env_name(v) {
+            match super::webhook::check_env_name(v) {
                 Err(why) if !v.is_empty() => s.problem(key, why),
                 _ => *slot = v.to_string(),
             }
@@ -252,6 +265,14 @@ fn pem_has(path: &Path, label: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids() {
+        assert_eq!(id_problem("A"), None);
+        for bad in ["", "a/b", "a+", "#", "a\nb"] {
+            assert!(id_problem(bad).is_some(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn broker_urls() {
