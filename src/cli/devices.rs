@@ -36,9 +36,15 @@ pub async fn devices_local(config: Config, registry: Registry, action: &str, id:
     let service = ToolService::new(Arc::new(registry), config);
     let envelope = match (action, id) {
         ("probe", Some(id)) => Some(service.probe_device(&Caller::local(), &id).await),
-        ("status", id) => {
-            service.call(Tool::GetDeviceStatus.name(), serde_json::json!({ "device_id": id })).await.ok()
-        }
+        ("status", id) => Some(
+            service
+                .call_as(
+                    &crate::tools::Caller::local(),
+                    Tool::GetDeviceStatus,
+                    serde_json::json!({ "device_id": id }),
+                )
+                .await,
+        ),
         _ => None,
     };
     match envelope {

@@ -8,8 +8,8 @@
 //! Host/Origin checks apply to every console request. An agent's token can sign in to
 //! look, never to decide: `tools::work_orders::act` refuses the agent role.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Form, State};
@@ -73,7 +73,7 @@ impl Sessions {
         let csrf = random_hex().ok_or(no_random)?;
         let id = random_hex().ok_or(no_random)?;
         let session = Session { caller, csrf, expires: Instant::now() + SESSION_TTL };
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.map.lock();
         let now = Instant::now();
         map.retain(|_, s| s.expires > now);
         let own = map.iter().filter(|(_, s)| s.caller.id == session.caller.id);
@@ -90,12 +90,12 @@ impl Sessions {
     }
 
     fn get(&self, id: &str) -> Option<Session> {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.map.lock();
         map.get(id).filter(|s| s.expires > Instant::now()).cloned()
     }
 
     fn close(&self, id: &str) {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        self.map.lock().remove(id);
     }
 }
 
@@ -220,7 +220,7 @@ pub async fn login(
         }
     };
     // One line a minute per token at most: a token's holder cannot fill the log either.
-    let allowed = c.signins.lock().unwrap_or_else(|e| e.into_inner()).allow(caller.id.to_string());
+    let allowed = c.signins.lock().allow(caller.id.to_string());
     if let Some(skipped) = allowed {
         tracing::info!(caller = caller.id.as_str(), skipped, "console sign-in");
     }

@@ -4,10 +4,11 @@
 //! token from another address is never held up by them. The sign-in form's CSRF value is
 //! issued by this server (signed with a key made at start), so a client cannot choose it.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::tools::Caller;
@@ -80,7 +81,7 @@ impl Guard {
         token: String,
     ) -> Result<Option<Caller>, Busy> {
         let turn = {
-            let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = self.queues.lock();
             if q.values().map(|(_, n)| n).sum::<usize>() >= WAITING {
                 return Err(Busy::Everyone);
             }
@@ -101,7 +102,7 @@ impl Guard {
                 tokio::time::sleep(PAUSE).await;
             }
             drop(held);
-            let mut q = me.queues.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = me.queues.lock();
             if let Some((_, waiting)) = q.get_mut(&from) {
                 *waiting -= 1;
                 if *waiting == 0 {

@@ -29,7 +29,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use maud::{Markup, html};
-use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::tools::{ToolError, ToolService};
@@ -67,7 +66,7 @@ pub struct Console {
     /// Failed sign-ins answer one at a time per address, each after a pause.
     guard: Arc<guard::Guard>,
     /// Successful sign-ins are logged once a minute per token at most.
-    signins: Arc<std::sync::Mutex<crate::logs::Throttle<String>>>,
+    signins: Arc<parking_lot::Mutex<crate::logs::Throttle<String>>>,
     shutdown: CancellationToken,
 }
 
@@ -124,14 +123,6 @@ impl IntoResponse for ConsoleError {
         };
         (status, page).into_response()
     }
-}
-
-/// A tool's answer in its contract type (the console reads the same JSON the agent gets).
-fn typed<T: DeserializeOwned>(
-    result: Result<crate::tools::envelope::Data, ToolError>,
-) -> Result<T, ToolError> {
-    let data = result?;
-    serde_json::from_str(data.get()).map_err(|_| ToolError::internal())
 }
 
 /// Markup as a page: security headers, never cached.

@@ -7,14 +7,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
-use serde_json::json;
 
 use super::auth::NO_TOKENS;
 use super::view::{activity_rows, layout, value_text};
 use super::viewer::Viewer;
-use super::{Console, ConsoleError, page, typed};
+use super::{Console, ConsoleError, page};
 use crate::tools::ToolError;
-use crate::tools::defs::{ListWorkOrdersData, WorkOrder, WorkOrderData, WorkOrderStatus};
+use crate::tools::defs::{
+    GetWorkOrderArgs, ListWorkOrdersArgs, ListWorkOrdersData, WorkOrder, WorkOrderData, WorkOrderStatus,
+};
 use crate::work_orders::model::Action;
 
 /// The filters offered, in the order of an order's life.
@@ -45,11 +46,21 @@ pub async fn queue(
 ) -> Result<Response, ConsoleError> {
     let viewer = c.viewer(&headers)?;
     let status = q.ok().and_then(|Query(q)| q.status).unwrap_or_else(|| "pending_approval".into());
-    let mut args = json!({ "limit": SHOWN });
-    if status != "all" {
-        args["status"] = json!(status);
-    }
-    let list: ListWorkOrdersData = typed(c.tools.view(crate::tools::Tool::ListWorkOrders, &args))?;
+    let wanted = match status.as_str() {
+        "all" => None,
+        name => Some(WorkOrderStatus::named(name).ok_or_else(|| {
+            let names: Vec<&str> = WorkOrderStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ToolError::invalid(
+                "status",
+                Some(name),
+                format!("all, or one of {}", names.join(", ")),
+                "Unknown work-order state.",
+                "Use the state links on the work-order page.",
+            )
+        })?),
+    };
+    let args = ListWorkOrdersArgs { status: wanted, limit: Some(SHOWN), ..Default::default() };
+    let list: ListWorkOrdersData = c.tools.list_work_orders(&args)?;
     let body = html! {
         h1 { "Work orders" }
         (actions_note(&viewer))
@@ -139,7 +150,7 @@ pub async fn order(
 ) -> Result<Response, ConsoleError> {
     let viewer = c.viewer(&headers)?;
     let data: WorkOrderData =
-        typed(c.tools.view(crate::tools::Tool::GetWorkOrder, &json!({ "work_order_id": id })))?;
+        c.tools.work_order(&GetWorkOrderArgs { work_order_id: Some(id), idempotency_key: None })?;
     let o = &data.work_order;
     let body = html! {
         p { a href="/console/work-orders" { "Work orders" } " › " (o.id) }

@@ -7,15 +7,14 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use maud::{Markup, html};
 use serde::Deserialize;
-use serde_json::json;
 
 use super::chart::{self, Chart};
 use super::view::{self, device_cells, layout, sensor_value};
 use super::viewer::Viewer;
-use super::{Console, ConsoleError, page, typed};
+use super::{Console, ConsoleError, page};
 use crate::registry::Sensor;
 use crate::tools::ToolError;
-use crate::tools::defs::{DeviceStatus, HistoryData};
+use crate::tools::defs::{DeviceStatus, GetDeviceStatusArgs, GetSensorHistoryArgs};
 
 /// `GET /console`: every plant, zone and device, with each sensor's live value.
 pub async fn overview(State(c): State<Console>, headers: HeaderMap) -> Result<Response, ConsoleError> {
@@ -83,20 +82,17 @@ fn bucket_secs(span_ms: i64) -> i64 {
     (s + unit - 1) / unit * unit
 }
 
-/// A sensor's history over `[from, to)` in `buckets` buckets, as `get_sensor_history` answers.
-fn history(
-    c: &Console,
-    s: &Sensor,
-    from: &str,
-    to: Option<&str>,
-    bucket_s: i64,
-) -> Result<HistoryData, ToolError> {
-    let mut args =
-        json!({ "sensor_id": s.id.as_str(), "from": from, "bucket": bucket_text(bucket_s), "limit": 5000 });
-    if let Some(to) = to {
-        args["to"] = json!(to);
+/// The `get_sensor_history` arguments of a sensor's chart over `[from, to)` in buckets of
+/// `bucket_s` seconds.
+fn chart_args(s: &Sensor, from: &str, to: Option<&str>, bucket_s: i64) -> GetSensorHistoryArgs {
+    GetSensorHistoryArgs {
+        sensor_id: s.id.to_string(),
+        from: from.to_string(),
+        to: to.map(str::to_string),
+        bucket: Some(bucket_text(bucket_s)),
+        limit: Some(5000),
+        cursor: None,
     }
-    typed(c.tools.view(crate::tools::Tool::GetSensorHistory, &args))
 }
 
 /// `GET /console/devices/{id}`: the device's state and its sensors.
@@ -106,8 +102,7 @@ pub async fn device(
     Path(id): Path<String>,
 ) -> Result<Response, ConsoleError> {
     let viewer = c.viewer(&headers)?;
-    let data: crate::tools::defs::DeviceStatusData =
-        typed(c.tools.view(crate::tools::Tool::GetDeviceStatus, &json!({ "device_id": id })))?;
+    let data = c.tools.device_status(&GetDeviceStatusArgs { device_id: Some(id) })?;
     let Some(d) = data.devices.first() else { return Err(ToolError::internal().into()) };
     Ok(page(device_markup(&c, &viewer, d)))
 }
@@ -119,6 +114,9 @@ fn device_markup(c: &Console, viewer: &Viewer, d: &DeviceStatus) -> Markup {
         Ok(id) => registry.sensors_of_device(&id).collect(),
         Err(_) => Vec::new(),
     };
+    // Every sensor's last hour in one call.
+    let args: Vec<GetSensorHistoryArgs> = sensors.iter().map(|s| chart_args(s, "-1h", None, 60)).collect();
+    let hours = c.tools.histories(&args);
     let body = html! {
         p { a href="/console" { "Overview" } " › " (d.device_id) }
         h1 { (d.device_id) }
@@ -132,12 +130,12 @@ fn device_markup(c: &Console, viewer: &Viewer, d: &DeviceStatus) -> Markup {
         table {
             thead { tr { th { "Sensor" } th { "Live value" } th { "Normal range" } th { "Last hour" } } }
             tbody {
-                @for s in &sensors {
+                @for (s, hour) in sensors.iter().zip(&hours) {
                     tr {
                         td { a href={ "/console/sensors/" (s.id) } { (s.id) } br; span.muted { (s.description) } }
                         td #{ "sen-" (s.id) } { (sensor_value(s, c.tools.cached_reading(s).as_ref())) }
                         td { @match s.range { Some(r) => { (r.min) " – " (r.max) " " (s.unit) } None => { span.muted { "–" } } } }
-                        td { @match history(c, s, "-1h", None, 60) {
+                        td { @match hour {
                             Ok(h) => { (chart::sparkline(&h.buckets, now - 3_600_000, now)) }
                             Err(_) => { span.muted { "–" } }
                         } }
@@ -186,9 +184,15 @@ pub fn sensor_markup(c: &Console, viewer: &Viewer, id: &str, q: &RangeQuery) -> 
     let registry = c.tools.registry();
     let Some(s) = registry.sensor_named(id) else {
         // The tool's own answer for an unknown ID, with its suggestions.
-        typed::<HistoryData>(
-            c.tools.view(crate::tools::Tool::GetSensorHistory, &json!({ "sensor_id": id, "from": "-1h" })),
-        )?;
+        let args = GetSensorHistoryArgs {
+            sensor_id: id.to_string(),
+            from: "-1h".into(),
+            to: None,
+            bucket: None,
+            limit: None,
+            cursor: None,
+        };
+        c.tools.sensor_history(&args)?;
         return Err(ToolError::internal().into());
     };
     let now = chrono::Utc::now().timestamp_millis();
@@ -229,7 +233,7 @@ pub fn sensor_markup(c: &Console, viewer: &Viewer, id: &str, q: &RangeQuery) -> 
         }
     };
     let bucket_s = bucket_secs(to - from);
-    let h = history(c, s, &from_text, to_text.as_deref(), bucket_s)?;
+    let h = c.tools.sensor_history(&chart_args(s, &from_text, to_text.as_deref(), bucket_s))?;
     let device = registry.device_of(s);
     let gaps = h.gaps.iter().filter_map(|g| Some((chart::ms(&g.from)?, chart::ms(&g.to)?))).collect();
     let chart = Chart {

@@ -4,8 +4,9 @@
 //! taken, a stream that has not taken a snapshot for [`STALLED`] (a client that stopped
 //! reading, a laptop asleep) gives its place up. An ended stream stops at its next event.
 
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -41,7 +42,7 @@ pub struct Slot {
 impl Streams {
     /// A place for a stream of viewer `who`, or why there is none.
     pub fn take(self: &Arc<Self>, who: String) -> Result<Slot, String> {
-        let mut guard = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.held.lock();
         let (next, held) = &mut *guard;
         let end = |held: &mut Vec<Held>, at: usize| {
             held.remove(at).ended.store(true, Ordering::Relaxed);
@@ -75,12 +76,12 @@ impl Streams {
     /// Streams held now.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.held.lock().unwrap_or_else(|e| e.into_inner()).1.len()
+        self.held.lock().1.len()
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 impl Slot {
@@ -94,7 +95,7 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut guard = self.streams.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.streams.held.lock();
         guard.1.retain(|h| h.id != self.id);
     }
 }

@@ -6,13 +6,13 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{DOCTYPE, Markup, html};
 use serde_json::json;
 
+use super::Console;
 use super::viewer::Viewer;
-use super::{Console, typed};
 use crate::registry::Sensor;
 use crate::tools::ToolService;
 use crate::tools::activity::Call;
 use crate::tools::defs::{
-    BreakerState, DeviceState, DeviceStatus, DeviceStatusData, Quality, Reading, Value,
+    BreakerState, DeviceState, DeviceStatus, GetDeviceStatusArgs, Quality, Reading, Value,
 };
 use crate::tools::envelope::ErrorCode;
 
@@ -91,9 +91,7 @@ pub fn snapshot(tools: &ToolService) -> String {
 
 /// Every device's status, as `get_device_status` gives it.
 pub fn devices(tools: &ToolService) -> Vec<DeviceStatus> {
-    typed::<DeviceStatusData>(tools.view(crate::tools::Tool::GetDeviceStatus, &json!({})))
-        .map(|d| d.devices)
-        .unwrap_or_default()
+    tools.device_status(&GetDeviceStatusArgs::default()).map(|d| d.devices).unwrap_or_default()
 }
 
 fn parse_time(t: &str) -> Option<DateTime<Utc>> {

@@ -1,6 +1,6 @@
 //! The last value read of every sensor: what `max_age_ms` answers from.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use chrono::{DateTime, Utc};
 
@@ -25,7 +25,7 @@ impl Cache {
 
     /// Stores several samples under one lock.
     pub fn put_all<'a>(&self, samples: impl Iterator<Item = (&'a Sensor, &'a Sample)>) {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = self.slots.lock();
         for (sensor, sample) in samples {
             match slots.get_mut(sensor.place.sensor) {
                 // Never let an older sample (a slow read finishing late) replace a newer one.
@@ -42,7 +42,7 @@ impl Cache {
         if max_age_ms == 0 {
             return None;
         }
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = self.slots.lock();
         let s = slots.get(sensor.place.sensor)?.as_ref()?;
         let age = (now - s.at).num_milliseconds();
         (age >= 0 && age as u64 <= max_age_ms).then(|| s.clone())
@@ -50,14 +50,14 @@ impl Cache {
 
     /// The latest sample, however old (what a Sparkplug birth reports as current).
     pub fn last(&self, sensor: &Sensor) -> Option<Sample> {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = self.slots.lock();
         slots.get(sensor.place.sensor)?.clone()
     }
 
     /// How old the cached sample is at `now`, if there is one (and not from a clock that
     /// stepped back since).
     pub fn age_ms(&self, sensor: &Sensor, now: DateTime<Utc>) -> Option<u64> {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = self.slots.lock();
         let s = slots.get(sensor.place.sensor)?.as_ref()?;
         u64::try_from((now - s.at).num_milliseconds()).ok()
     }

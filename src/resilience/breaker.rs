@@ -7,8 +7,9 @@
 //! `max_open`. Then exactly one probe is let through (half-open): success closes it,
 //! failure reopens it. Only transient failures count; a device that answers "no" is alive.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -147,8 +148,8 @@ impl Breaker {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     /// Asks to make a call: a permit, or how long until a probe will be let through.

@@ -1,7 +1,7 @@
 //! What is known about a device's health: last success, last error, recent latency.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -43,8 +43,8 @@ pub struct HealthSnapshot {
 }
 
 impl Health {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     /// One device read: how long it took and the error, if it failed as a whole.

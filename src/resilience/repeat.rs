@@ -10,8 +10,8 @@
 //! `retry_after_ms` it was given, so a caller that waits as told is never blocked by
 //! fieldgate's own fail-fast.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -62,8 +62,8 @@ impl RepeatGuard {
         RepeatGuard { limit, window, streaks: Mutex::new(HashMap::new()) }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Streak>> {
-        self.streaks.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Streak>> {
+        self.streaks.lock()
     }
 
     pub fn is_empty(&self) -> bool {

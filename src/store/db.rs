@@ -11,10 +11,11 @@
 //! Opening at start checks the whole file ([`redb::Builder::set_check_integrity_on_open`]):
 //! a damaged file is refused with its path and what to do, never half-trusted.
 
+use parking_lot::{Mutex, RwLock};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 
 use chrono::{DateTime, Utc};
 use redb::Database;
@@ -134,7 +135,7 @@ impl Db {
     /// What is wrong now, if anything: set by a failed operation, cleared by a write that
     /// succeeded.
     pub fn problem(&self) -> Option<Problem> {
-        self.problem.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.problem.lock().clone()
     }
 
     /// Operations that failed on storage since start.
@@ -160,7 +161,7 @@ impl Db {
         let db = self.handle().map_err(E::storage)?;
         match catch_unwind(AssertUnwindSafe(|| f(&db))) {
             Ok(Ok(v)) => {
-                if write && self.problem.lock().unwrap_or_else(|e| e.into_inner()).take().is_some() {
+                if write && self.problem.lock().take().is_some() {
                     tracing::info!(store = self.what, "storage writes again");
                 }
                 Ok(v)
@@ -181,13 +182,13 @@ impl Db {
 
     /// The open handle, reopening the file when the last one failed.
     fn handle(&self) -> Result<Arc<Database>, String> {
-        if let Some(db) = self.handle.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(db) = self.handle.read().as_ref() {
             return Ok(db.clone());
         }
         let Some(opener) = &self.opener else {
             return Err(format!("{} store is unavailable", self.what));
         };
-        let mut slot = self.handle.write().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.handle.write();
         if let Some(db) = slot.as_ref() {
             return Ok(db.clone());
         }
@@ -215,7 +216,7 @@ impl Db {
     fn failed(&self, reason: &str) {
         self.failures.fetch_add(1, Ordering::Relaxed);
         if self.opener.is_some() {
-            *self.handle.write().unwrap_or_else(|e| e.into_inner()) = None;
+            *self.handle.write() = None;
         }
         self.note(reason);
     }
@@ -223,7 +224,7 @@ impl Db {
     /// Records a problem found outside the database (e.g. a file kept beside it that
     /// cannot be written); cleared by the next write that succeeds.
     pub fn note(&self, reason: &str) {
-        let mut p = self.problem.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.problem.lock();
         if p.as_ref().is_none_or(|p| p.reason != reason) {
             tracing::error!(store = self.what, file = ?self.file, reason, "storage is failing");
         }
@@ -235,7 +236,7 @@ impl Db {
     pub fn set_problem(&self, reason: Option<&str>) {
         match reason {
             Some(r) => self.note(r),
-            None => *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = None,
+            None => *self.problem.lock() = None,
         }
     }
 }

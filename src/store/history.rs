@@ -13,9 +13,9 @@
 //!
 //! Table `chunks`: key `(sensor_id, first_t_ms)`, value `last_t_ms (8 bytes LE) ++ chunk`.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -176,8 +176,8 @@ impl HistoryStore {
         self
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Pending> {
+        self.pending.lock()
     }
 
     /// Appends a point. A chunk's points only move forward in time. A point up to
@@ -282,7 +282,7 @@ impl HistoryStore {
     /// Makes every appended point durable. Returns the chunks written. On failure
     /// everything stays in memory for the next flush.
     pub fn flush(&self) -> Result<usize, StoreError> {
-        let _one = self.flushing.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.flushing.lock();
         if let Some((free, total)) = self.disk_space() {
             let share = total / 100 * u64::from(self.limits.reserve_percent);
             if free < self.limits.reserve_bytes.min(share) {

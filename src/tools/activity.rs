@@ -2,8 +2,8 @@
 //! filled by `ToolService::call_as` (every transport's calls pass there), never by the
 //! console's own queries.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -60,7 +60,7 @@ impl Activity {
     }
 
     pub fn record(&self, call: Call) {
-        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let mut calls = self.calls.lock();
         if calls.len() >= self.capacity {
             calls.pop_front();
         }
@@ -69,7 +69,7 @@ impl Activity {
 
     /// The calls kept, newest first.
     pub fn recent(&self) -> Vec<Call> {
-        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let calls = self.calls.lock();
         calls.iter().rev().cloned().collect()
     }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::defs::{Gap, GetSensorHistoryArgs, HistoryBucket, HistoryData, HistoryPoint, Quality, Value};
 use super::envelope::{ErrorCode, ToolError};
 use super::validate::registered_sensor;
-use super::{Inner, ToolResult, to_data, when};
+use super::{Inner, when};
 use crate::driver::codec::{RawValue, normalize};
 use crate::registry::{Sensor, SensorSource};
 use crate::store::gorilla::{Point, Stored};
@@ -230,7 +230,8 @@ fn bucket_page(
     (done.into_iter().map(|(_, b)| b).collect(), last)
 }
 
-pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
+/// `get_sensor_history`, typed.
+pub fn history(inner: &Inner, args: &GetSensorHistoryArgs) -> Result<HistoryData, ToolError> {
     let registry = &inner.core.registry;
     let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
     let id = &sensor.id;
@@ -240,7 +241,7 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
         Some(c) => Some(super::cursor::decode::<Cursor>(c, f, &PAGING)?),
         None => None,
     };
-    let (from, to, bucket) = range(&args, cursor.as_ref(), now)?;
+    let (from, to, bucket) = range(args, cursor.as_ref(), now)?;
     let after = cursor.as_ref().map(|c| c.t);
     let limit = args.limit.unwrap_or(GetSensorHistoryArgs::DEFAULT_LIMIT) as usize;
     let Some(store) = inner.core.history.as_ref() else {
@@ -288,7 +289,7 @@ pub fn run(inner: &Inner, args: GetSensorHistoryArgs) -> ToolResult {
         complete: next.is_none(),
         next_cursor: next,
     };
-    to_data(&data)
+    Ok(data)
 }
 
 /// The average, once the bucket is complete: over its numeric values only.

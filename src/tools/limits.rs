@@ -1,7 +1,7 @@
 //! Per-caller rate limiting: a token bucket per caller.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -26,7 +26,7 @@ impl RateLimiter {
     pub fn take(&self, caller: &str) -> Result<(), Duration> {
         let now = Instant::now();
         let rate = self.per_minute / 60.0; // calls per second
-        let mut map = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.buckets.lock();
         let b = match map.get_mut(caller) {
             Some(b) => b,
             None => map.entry(caller.to_string()).or_insert(Bucket { tokens: self.per_minute, at: now }),

@@ -30,6 +30,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use catalog::{TOOLS, Tool, ToolSpec};
+use defs::{
+    DeviceStatusData, GetDeviceStatusArgs, GetSensorHistoryArgs, GetWorkOrderArgs, HistoryData,
+    ListWorkOrdersArgs, ListWorkOrdersData, WorkOrderData,
+};
 pub use envelope::{Detail, Envelope, ErrorCode, Meta, ToolError};
 
 use crate::config::Config;
@@ -217,17 +221,24 @@ impl ToolService {
         TOOLS.iter().filter(|t| t.served)
     }
 
-    /// Runs one tool call as the local operator (the command line, MCP over stdio).
-    pub async fn call(&self, tool: &str, args: Value) -> Result<Envelope, CallError> {
-        self.call_as(&Caller::local(), tool, args).await
+    /// The served tool named `name`: the one place a tool's name is parsed (the transports
+    /// and the command line call this at their edge; past it a tool is a [`Tool`]).
+    pub fn tool(&self, name: &str) -> Result<Tool, CallError> {
+        catalog::spec(name)
+            .filter(|s| s.served)
+            .map(|s| s.tool)
+            .ok_or_else(|| CallError::UnknownTool(envelope::cut(name)))
     }
 
-    /// Runs one tool call for `caller`. Every outcome except an unknown tool is an
-    /// envelope, rate limiting included.
-    pub async fn call_as(&self, caller: &Caller, tool: &str, args: Value) -> Result<Envelope, CallError> {
-        let spec = catalog::spec(tool)
-            .filter(|s| s.served)
-            .ok_or_else(|| CallError::UnknownTool(envelope::cut(tool)))?;
+    /// Runs the tool named `tool` as the local operator (the command line, tests).
+    pub async fn call(&self, tool: &str, args: Value) -> Result<Envelope, CallError> {
+        let tool = self.tool(tool)?;
+        Ok(self.call_as(&Caller::local(), tool, args).await)
+    }
+
+    /// Runs one tool call for `caller`. Every outcome is an envelope, rate limiting included.
+    pub async fn call_as(&self, caller: &Caller, tool: Tool, args: Value) -> Envelope {
+        let spec = tool.spec();
         let started = Instant::now();
         let call_id = new_call_id();
         let mut attempts = 0;
@@ -288,7 +299,7 @@ impl ToolService {
             duration_ms,
             caller: caller.id.clone(),
         });
-        Ok(envelope)
+        envelope
     }
 
     /// A read-only resource (not an agent tool) in the envelope: `name` is reported as
@@ -340,30 +351,31 @@ impl ToolService {
         self.inner.activity.recent()
     }
 
-    /// A query of the operator console: the same code as the tool `tool`, outside the
-    /// agent's pipeline (no rate limit, no log line, no activity entry). Only the tools
-    /// that never read a device are served here; the console's live values come from the
-    /// reading cache ([`ToolService::cached_reading`]).
-    pub fn view(&self, tool: Tool, args: &Value) -> ToolResult {
-        let registry = &self.inner.core.registry;
-        let suggest = |param: &str, received: &str| suggestions_for(registry, param, received);
-        if tool.reads_devices() || tool == Tool::CreateWorkOrder {
-            return Err(ToolError::internal());
-        }
-        match self.inner.validators.get(&tool) {
-            Some(v) => v.check(args, &suggest)?,
-            None => return Err(ToolError::internal()),
-        }
-        match tool {
-            Tool::ListSensors => list_sensors::run(parse(args)?, registry),
-            Tool::GetDeviceStatus => status::run(&self.inner, parse(args)?),
-            Tool::GetSensorHistory => history::run(&self.inner, parse(args)?),
-            Tool::GetWorkOrder => work_orders::get(&self.inner, parse(args)?),
-            Tool::ListWorkOrders => work_orders::list(&self.inner, parse(args)?),
-            Tool::GetSensorReading | Tool::GetSensorReadings | Tool::CreateWorkOrder => {
-                Err(ToolError::internal())
-            }
-        }
+    /// `get_device_status`, typed: the same code as the tool, outside the agent's pipeline
+    /// (no envelope, no rate limit, no log line, no activity entry), for the console.
+    pub fn device_status(&self, args: &GetDeviceStatusArgs) -> Result<DeviceStatusData, ToolError> {
+        status::device_status(&self.inner, args)
+    }
+
+    /// `get_sensor_history`, typed (see [`ToolService::device_status`]).
+    pub fn sensor_history(&self, args: &GetSensorHistoryArgs) -> Result<HistoryData, ToolError> {
+        history::history(&self.inner, args)
+    }
+
+    /// `get_sensor_history` of several sensors, typed, in the order asked: one call for a
+    /// device page's charts.
+    pub fn histories(&self, args: &[GetSensorHistoryArgs]) -> Vec<Result<HistoryData, ToolError>> {
+        args.iter().map(|a| history::history(&self.inner, a)).collect()
+    }
+
+    /// `get_work_order`, typed (see [`ToolService::device_status`]).
+    pub fn work_order(&self, args: &GetWorkOrderArgs) -> Result<WorkOrderData, ToolError> {
+        work_orders::work_order(&self.inner, args)
+    }
+
+    /// `list_work_orders`, typed (see [`ToolService::device_status`]).
+    pub fn list_work_orders(&self, args: &ListWorkOrdersArgs) -> Result<ListWorkOrdersData, ToolError> {
+        work_orders::work_orders(&self.inner, args)
     }
 
     /// The last value the poller (or a call) read of `sensor`, as the agent would see it
@@ -409,11 +421,11 @@ impl ToolService {
             Tool::ListSensors => list_sensors::run(parse(args)?, registry),
             Tool::GetSensorReading => readings::get_one(&self.inner, parse(args)?, attempts).await,
             Tool::GetSensorReadings => readings::get_many(&self.inner, parse_borrowed(args)?, attempts).await,
-            Tool::GetDeviceStatus => status::run(&self.inner, parse(args)?),
-            Tool::GetSensorHistory => history::run(&self.inner, parse(args)?),
+            Tool::GetDeviceStatus => to_data(&self.device_status(&parse(args)?)?),
+            Tool::GetSensorHistory => to_data(&self.sensor_history(&parse(args)?)?),
             Tool::CreateWorkOrder => work_orders::create(&self.inner, caller, parse(args)?).await,
-            Tool::GetWorkOrder => work_orders::get(&self.inner, parse(args)?),
-            Tool::ListWorkOrders => work_orders::list(&self.inner, parse(args)?),
+            Tool::GetWorkOrder => to_data(&self.work_order(&parse(args)?)?),
+            Tool::ListWorkOrders => to_data(&self.list_work_orders(&parse(args)?)?),
         }
     }
 }

@@ -99,7 +99,8 @@ fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
     }
 }
 
-pub fn run(inner: &Inner, args: GetDeviceStatusArgs) -> ToolResult {
+/// `get_device_status`, typed: every device (or the one named) from what was seen.
+pub fn device_status(inner: &Inner, args: &GetDeviceStatusArgs) -> Result<DeviceStatusData, ToolError> {
     let registry = &inner.core.registry;
     let devices = match &args.device_id {
         Some(raw) => match raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id)) {
@@ -114,7 +115,7 @@ pub fn run(inner: &Inner, args: GetDeviceStatusArgs) -> ToolResult {
         },
         None => registry.devices().iter().map(|d| status_of(inner, d)).collect(),
     };
-    to_data(&DeviceStatusData { devices, storage: storage(inner), northbound: northbound(inner) })
+    Ok(DeviceStatusData { devices, storage: storage(inner), northbound: northbound(inner) })
 }
 
 fn northbound(inner: &Inner) -> Option<NorthboundStatus> {

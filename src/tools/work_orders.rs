@@ -164,7 +164,8 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
     })
 }
 
-pub(crate) fn get(inner: &Inner, args: GetWorkOrderArgs) -> ToolResult {
+/// `get_work_order`, typed.
+pub(crate) fn work_order(inner: &Inner, args: &GetWorkOrderArgs) -> Result<WorkOrderData, ToolError> {
     let store = store(inner)?;
     let order = match (&args.work_order_id, &args.idempotency_key) {
         (Some(id), None) => store.get(id),
@@ -180,7 +181,7 @@ pub(crate) fn get(inner: &Inner, args: GetWorkOrderArgs) -> ToolResult {
         }
     }
     .map_err(store_error)?;
-    to_data(&WorkOrderData { work_order: shown(inner, order) })
+    Ok(WorkOrderData { work_order: shown(inner, order) })
 }
 
 /// An order as the agent sees it.
@@ -272,7 +273,8 @@ struct Cursor {
     since: Option<i64>,
 }
 
-pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
+/// `list_work_orders`, typed.
+pub(crate) fn work_orders(inner: &Inner, args: &ListWorkOrdersArgs) -> Result<ListWorkOrdersData, ToolError> {
     let sensor = match &args.sensor_id {
         Some(raw) => Some(parse_sensor_id("sensor_id", raw, &inner.core.registry)?),
         None => None,
@@ -320,11 +322,5 @@ pub(crate) fn list(inner: &Inner, args: ListWorkOrdersArgs) -> ToolResult {
     };
     let page = page.into_iter().map(|o| shown(inner, o)).collect();
     let since = since.map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true));
-    to_data(&ListWorkOrdersData {
-        work_orders: page,
-        total,
-        complete: next_cursor.is_none(),
-        next_cursor,
-        since,
-    })
+    Ok(ListWorkOrdersData { work_orders: page, total, complete: next_cursor.is_none(), next_cursor, since })
 }

@@ -202,8 +202,8 @@ async fn call_tool(
             }
         }
     };
-    match st.tools.call_as(&caller, &name, args).await {
-        Ok(e) => envelope_response(&e),
+    match st.tools.tool(&name) {
+        Ok(tool) => envelope_response(&st.tools.call_as(&caller, tool, args).await),
         Err(e) => {
             let served: Vec<&str> = st.tools.served().map(|t| t.name()).collect();
             let mut err = ToolError::new(
@@ -284,13 +284,9 @@ async fn sensor_tool(
     answer(st, c, tool, args).await
 }
 
-/// The envelope of a known tool called with `args` (a name this code chose, so an
-/// unknown-tool answer would be our bug: `INTERNAL`).
+/// The envelope of a known tool called with `args`.
 async fn answer(st: &AppState, c: &Caller, tool: Tool, args: Value) -> Response {
-    match st.tools.call_as(c, tool.name(), args).await {
-        Ok(e) => envelope_response(&e),
-        Err(_) => refusal(ToolError::internal()),
-    }
+    envelope_response(&st.tools.call_as(c, tool, args).await)
 }
 
 async fn list_work_orders(

@@ -39,9 +39,16 @@ pub enum WorkOrderStatus {
 }
 
 impl WorkOrderStatus {
+    pub const ALL: &[WorkOrderStatus] = <WorkOrderStatus as strum::VariantArray>::VARIANTS;
+
     /// The name on every wire and in the store (serde's).
     pub fn as_str(self) -> &'static str {
         self.into()
+    }
+
+    /// The state named `name`, if there is one.
+    pub fn named(name: &str) -> Option<WorkOrderStatus> {
+        WorkOrderStatus::ALL.iter().copied().find(|s| s.as_str() == name)
     }
 
     /// Whether an order in this state still blocks a duplicate (pending, approved, in progress).

@@ -118,12 +118,11 @@ async fn pending_order(service: &ToolService, key: &str) -> String {
     let e = service
         .call_as(
             &agent,
-            "create_work_order",
+            fieldgate::tools::Tool::CreateWorkOrder,
             json!({ "sensor_id": "A_LINE1_001", "type": "inspection", "priority": "high",
                     "summary": "Pressure <b>drops</b> & the pump \"hunts\"", "idempotency_key": key }),
         )
-        .await
-        .unwrap();
+        .await;
     assert!(e.ok, "{e:?}");
     serde_json::from_str::<serde_json::Value>(e.data.as_ref().unwrap().get()).unwrap()["work_order"]["id"]
         .as_str()

@@ -1,8 +1,9 @@
 //! The one connection to an endpoint and its queue of reads (see the module above).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -110,7 +111,7 @@ impl Link {
         let deadline = options.deadline;
         let (tx, rx) = oneshot::channel();
         let first = {
-            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = self.inflight.lock();
             match map.entry(key) {
                 Entry::Occupied(mut e) => {
                     e.get_mut().push(tx);
@@ -124,7 +125,7 @@ impl Link {
         };
         if first && self.queue().try_send(Job { key, timeout, deadline, probe: options.probe }).is_err() {
             // The queue is full (or the task is gone): answer everyone waiting on this key.
-            let waiters = self.inflight.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+            let waiters = self.inflight.lock().remove(&key);
             for w in waiters.into_iter().flatten() {
                 let _ = w.send(Err(DriverError::Busy));
             }
@@ -172,7 +173,7 @@ impl Connection {
             } else {
                 self.execute(&job).await
             };
-            let waiters = self.inflight.lock().unwrap_or_else(|e| e.into_inner()).remove(&job.key);
+            let waiters = self.inflight.lock().remove(&job.key);
             for w in waiters.into_iter().flatten() {
                 let _ = w.send(result.clone());
             }

@@ -129,20 +129,20 @@ const KEEP_ALIVE_COUNT: u32 = 10;
 /// it must hear at least.
 #[derive(Clone)]
 struct Heard {
-    at: Arc<std::sync::Mutex<tokio::time::Instant>>,
+    at: Arc<parking_lot::Mutex<tokio::time::Instant>>,
     keep_alive: Duration,
 }
 
 impl Heard {
     fn touch(&self) {
-        *self.at.lock().unwrap_or_else(|e| e.into_inner()) = tokio::time::Instant::now();
+        *self.at.lock() = tokio::time::Instant::now();
     }
 
     /// Completes once `periods` keep-alive periods have passed without a message.
     async fn silent(&self, periods: u32) {
         let limit = self.keep_alive * periods;
         loop {
-            let last = *self.at.lock().unwrap_or_else(|e| e.into_inner());
+            let last = *self.at.lock();
             if last.elapsed() >= limit {
                 return;
             }
@@ -184,7 +184,7 @@ async fn subscribe(
     counters: &Arc<Counters>,
 ) -> Result<Heard, DriverError> {
     let heard = Heard {
-        at: Arc::new(std::sync::Mutex::new(tokio::time::Instant::now())),
+        at: Arc::new(parking_lot::Mutex::new(tokio::time::Instant::now())),
         keep_alive: interval * KEEP_ALIVE_COUNT,
     };
     let callback = Notifications { tx: tx.clone(), counters: counters.clone(), heard: heard.clone() };

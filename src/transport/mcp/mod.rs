@@ -162,8 +162,8 @@ impl McpServer {
         arguments: Option<Map<String, Value>>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = arguments.map(Value::Object).unwrap_or(Value::Object(Map::new()));
-        match self.tools.call_as(caller, name, args).await {
-            Ok(envelope) => to_result(&envelope).map(CallToolResponse::from),
+        match self.tools.tool(name) {
+            Ok(tool) => to_result(&self.tools.call_as(caller, tool, args).await).map(CallToolResponse::from),
             Err(CallError::UnknownTool(name)) => {
                 let served: Vec<&str> = self.tools.served().map(|t| t.name()).collect();
                 Err(ErrorData::invalid_params(

@@ -13,8 +13,9 @@
 //! opens per minute, like tool calls), and sessions unused for `server.mcp_session_idle_s`
 //! are closed (checked on every use and swept in the background).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -37,19 +38,19 @@ pub struct Session {
 
 impl Session {
     fn idle_since(&self) -> Instant {
-        *self.last_used.lock().unwrap_or_else(|e| e.into_inner())
+        *self.last_used.lock()
     }
 
     /// Registers a request in flight; the guard removes it when the request is answered.
     pub fn start(self: &Arc<Self>, id: &str) -> InFlight {
         let token = self.ended.child_token();
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), token.clone());
+        self.in_flight.lock().insert(id.to_string(), token.clone());
         InFlight { session: self.clone(), id: id.to_string(), token }
     }
 
     /// Cancels the request in flight with this id (raw JSON), if any.
     pub fn cancel(&self, id: &str) -> bool {
-        let token = self.in_flight.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        let token = self.in_flight.lock().remove(id);
         token.map(|t| t.cancel()).is_some()
     }
 }
@@ -63,7 +64,7 @@ pub struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let mut map = self.session.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.session.in_flight.lock();
         if map.get(&self.id).is_some_and(|t| t == &self.token) {
             map.remove(&self.id);
         }
@@ -143,8 +144,8 @@ struct Inner {
 }
 
 impl Inner {
-    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    fn table(&self) -> parking_lot::MutexGuard<'_, Table> {
+        self.table.lock()
     }
 
     /// Removes every session idle for `idle` or longer; returns when the next one expires.
@@ -225,7 +226,7 @@ impl Sessions {
         if &*s.caller != caller {
             return None;
         }
-        let mut last = s.last_used.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = s.last_used.lock();
         if *last + self.inner.idle <= now {
             drop(last);
             if let Some(s) = t.map.remove(id) {

@@ -7,9 +7,10 @@
 //! can read reach it. Every write to stdout, rmcp's answers and ours, goes through one
 //! writer task, so an answer is never cut by another or by a cancelled read.
 
+use parking_lot::Mutex;
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::RoleServer;
@@ -39,7 +40,7 @@ impl Tally {
             "MCP message refused: {}",
             r.message
         );
-        let mut first = self.first_refusal.lock().unwrap_or_else(|e| e.into_inner());
+        let mut first = self.first_refusal.lock();
         if first.is_none() {
             *first = Some(format!("{} ({})", r.message, r.code));
         }
@@ -297,7 +298,7 @@ where
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
     let refused = tally.refused.load(Ordering::Relaxed);
     if tally.accepted.load(Ordering::Relaxed) == 0 && refused > 0 {
-        let first = tally.first_refusal.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_default();
+        let first = tally.first_refusal.lock().take().unwrap_or_default();
         return Err(format!(
             "the peer never spoke MCP: {refused} message(s) refused, none accepted; the first: {first}"
         ));
