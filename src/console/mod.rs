@@ -27,32 +27,83 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{self, MethodFilter, MethodRouter, get};
 use maud::{Markup, html};
 use tokio_util::sync::CancellationToken;
 
 use crate::tools::{ToolError, ToolService};
 use crate::transport::auth::Tokens;
+use crate::transport::routes::Verb;
 
 pub use chart::{Chart, sparkline};
 
-/// Every route of the console (method, path). They answer HTML (or SSE, CSS, JS), not the
-/// API's JSON envelope, so `/openapi.json` does not list them; a test probes each.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/console"),
-    ("GET", "/console/devices/{id}"),
-    ("GET", "/console/sensors/{id}"),
-    ("GET", "/console/work-orders"),
-    ("GET", "/console/work-orders/{id}"),
-    ("POST", "/console/work-orders/{id}"),
-    ("GET", "/console/activity"),
-    ("GET", "/console/live"),
-    ("GET", "/console/login"),
-    ("POST", "/console/login"),
-    ("POST", "/console/logout"),
-    ("GET", "/console/assets/console.css"),
-    ("GET", "/console/assets/console.js"),
+/// What a console route shows or does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Page {
+    Overview,
+    Device,
+    Sensor,
+    Queue,
+    Order,
+    Decide,
+    Activity,
+    Live,
+    SignInForm,
+    SignIn,
+    SignOut,
+    Css,
+    Js,
+}
+
+/// One route of the console.
+#[derive(Debug, Clone, Copy)]
+pub struct ConsoleRoute {
+    pub verb: Verb,
+    pub path: &'static str,
+    pub page: Page,
+}
+
+const fn at(verb: Verb, path: &'static str, page: Page) -> ConsoleRoute {
+    ConsoleRoute { verb, path, page }
+}
+
+/// Every route of the console, the one table its router is made from. They answer HTML
+/// (or SSE, CSS, JS), not the API's JSON envelope, so `/openapi.json` does not list them;
+/// a test probes each.
+pub const ROUTES: &[ConsoleRoute] = &[
+    at(Verb::Get, "/console", Page::Overview),
+    at(Verb::Get, "/console/devices/{id}", Page::Device),
+    at(Verb::Get, "/console/sensors/{id}", Page::Sensor),
+    at(Verb::Get, "/console/work-orders", Page::Queue),
+    at(Verb::Get, "/console/work-orders/{id}", Page::Order),
+    at(Verb::Post, "/console/work-orders/{id}", Page::Decide),
+    at(Verb::Get, "/console/activity", Page::Activity),
+    at(Verb::Get, "/console/live", Page::Live),
+    at(Verb::Get, "/console/login", Page::SignInForm),
+    at(Verb::Post, "/console/login", Page::SignIn),
+    at(Verb::Post, "/console/logout", Page::SignOut),
+    at(Verb::Get, "/console/assets/console.css", Page::Css),
+    at(Verb::Get, "/console/assets/console.js", Page::Js),
 ];
+
+/// The handler of `page` for the method `on`.
+fn handler(page: Page, on: MethodFilter) -> MethodRouter<Console> {
+    match page {
+        Page::Overview => routing::on(on, pages::overview),
+        Page::Device => routing::on(on, pages::device),
+        Page::Sensor => routing::on(on, pages::sensor),
+        Page::Queue => routing::on(on, orders::queue),
+        Page::Order => routing::on(on, orders::order),
+        Page::Decide => routing::on(on, orders::decide),
+        Page::Activity => routing::on(on, orders::activity),
+        Page::Live => routing::on(on, live::stream),
+        Page::SignInForm => routing::on(on, auth::login_page),
+        Page::SignIn => routing::on(on, auth::login),
+        Page::SignOut => routing::on(on, auth::logout),
+        Page::Css => routing::on(on, css),
+        Page::Js => routing::on(on, js),
+    }
+}
 
 /// What the console's handlers share.
 #[derive(Clone)]
@@ -177,20 +228,11 @@ impl Console {
     /// The console's routes, to be merged into the HTTP application (whose Host/Origin
     /// checks, body limit and timeout apply to them too).
     pub fn router<S: Clone + Send + Sync + 'static>(self) -> Router<S> {
-        use axum::routing::post;
-        Router::new()
-            .route("/console", get(pages::overview))
+        let pages = ROUTES
+            .iter()
+            .fold(Router::new(), |router, r| router.route(r.path, handler(r.page, r.verb.filter())));
+        pages
             .route("/console/", get(|| async { axum::response::Redirect::permanent("/console") }))
-            .route("/console/devices/{id}", get(pages::device))
-            .route("/console/sensors/{id}", get(pages::sensor))
-            .route("/console/work-orders", get(orders::queue))
-            .route("/console/work-orders/{id}", get(orders::order).post(orders::decide))
-            .route("/console/activity", get(orders::activity))
-            .route("/console/live", get(live::stream))
-            .route("/console/login", get(auth::login_page).post(auth::login))
-            .route("/console/logout", post(auth::logout))
-            .route("/console/assets/console.css", get(css))
-            .route("/console/assets/console.js", get(js))
             .route("/console/{*rest}", get(|| async { ConsoleError::NotFound }))
             .layer(middleware::from_fn(headers))
             .with_state(self)

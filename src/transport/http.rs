@@ -12,13 +12,15 @@ use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{self, MethodFilter, MethodRouter};
 use axum::{Extension, Router};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::Tokens;
 use super::mcp::http::McpHttp;
+pub use super::routes::ROUTES;
+use super::routes::{Access, Endpoint};
 use crate::tools::{Caller, Envelope, ErrorCode, Role, Tool, ToolError, ToolService};
 
 /// What the HTTP layer shares between requests.
@@ -369,31 +371,6 @@ async fn openapi() -> Response {
     json_response(StatusCode::OK, serde_json::to_vec_pretty(&super::openapi::document()).unwrap_or_default())
 }
 
-/// Every route the server answers (method, path); `/openapi.json` documents each, and a
-/// test holds the two equal and probes each one.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/"),
-    ("GET", "/v1/tools"),
-    ("POST", "/v1/tools/{name}"),
-    ("GET", "/v1/sensors"),
-    ("GET", "/v1/sensors/{id}"),
-    ("GET", "/v1/sensors/{id}/reading"),
-    ("GET", "/v1/sensors/{id}/history"),
-    ("GET", "/v1/work-orders"),
-    ("GET", "/v1/work-orders/{id}"),
-    ("POST", "/v1/work-orders/{id}/{action}"),
-    ("GET", "/v1/devices"),
-    ("GET", "/v1/devices/{id}"),
-    ("POST", "/v1/devices/{id}/probe"),
-    ("GET", "/metrics"),
-    ("POST", "/mcp"),
-    ("GET", "/mcp"),
-    ("DELETE", "/mcp"),
-    ("GET", "/healthz"),
-    ("GET", "/readyz"),
-    ("GET", "/openapi.json"),
-];
-
 /// `GET /`: what is served here. A browser (it accepts HTML) is sent to the console.
 async fn index(State(st): State<AppState>, headers: HeaderMap) -> Response {
     let html = headers
@@ -406,7 +383,7 @@ async fn index(State(st): State<AppState>, headers: HeaderMap) -> Response {
         *res.status_mut() = StatusCode::SEE_OTHER;
         return res;
     }
-    let routes: Vec<String> = ROUTES.iter().map(|(m, p)| format!("{m} {p}")).collect();
+    let routes: Vec<String> = ROUTES.iter().map(|r| format!("{} {}", r.verb.name(), r.path)).collect();
     let body = json!({
         "service": "fieldgate",
         "version": env!("CARGO_PKG_VERSION"),
@@ -460,6 +437,31 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Params {
 
 pub use super::server::{ServeError, Timeouts, bind, serve};
 
+/// The handler of `endpoint` (every one but MCP's service) for the method `on`.
+fn handler(endpoint: Endpoint, on: MethodFilter) -> MethodRouter<AppState> {
+    match endpoint {
+        Endpoint::Index => routing::on(on, index),
+        Endpoint::ListTools => routing::on(on, list_tools),
+        Endpoint::CallTool => routing::on(on, call_tool),
+        Endpoint::Sensors => routing::on(on, sensors),
+        Endpoint::Sensor => routing::on(on, sensor),
+        Endpoint::Reading => routing::on(on, reading),
+        Endpoint::History => routing::on(on, history),
+        Endpoint::WorkOrders => routing::on(on, list_work_orders),
+        Endpoint::WorkOrder => routing::on(on, get_work_order),
+        Endpoint::ActOnWorkOrder => routing::on(on, act_on_work_order),
+        Endpoint::Devices => routing::on(on, devices),
+        Endpoint::Device => routing::on(on, device),
+        Endpoint::ProbeDevice => routing::on(on, probe_device),
+        Endpoint::Metrics => routing::on(on, metrics),
+        // Mounted as a service (`app`); a method router here would be our mistake.
+        Endpoint::Mcp => routing::on(on, not_found),
+        Endpoint::Healthz => routing::on(on, healthz),
+        Endpoint::Readyz => routing::on(on, readyz),
+        Endpoint::OpenApi => routing::on(on, openapi),
+    }
+}
+
 /// The whole application: API, MCP, health and metrics, with `mounted` (the console's
 /// pages, which `app.rs` mounts) behind the same host, origin, body and time checks.
 pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken, mounted: Router) -> Router {
@@ -477,28 +479,21 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken,
         hosts.iter().cloned().chain(hosts.iter().map(|h| format!("{h}:{}", cfg.listen.port()))),
         shutdown.clone(),
     );
-    let protected = Router::new()
-        .route("/v1/tools", get(list_tools))
-        .route("/v1/tools/{name}", post(call_tool))
-        .route("/v1/sensors", get(sensors))
-        .route("/v1/sensors/{id}", get(sensor))
-        .route("/v1/sensors/{id}/reading", get(reading))
-        .route("/v1/sensors/{id}/history", get(history))
-        .route("/v1/work-orders", get(list_work_orders))
-        .route("/v1/work-orders/{id}", get(get_work_order))
-        .route("/v1/work-orders/{id}/{action}", post(act_on_work_order))
-        .route("/v1/devices", get(devices))
-        .route("/v1/devices/{id}", get(device))
-        .route("/v1/devices/{id}/probe", post(probe_device))
-        .route("/metrics", get(metrics))
-        .route_service("/mcp", mcp)
-        .layer(middleware::from_fn_with_state(st.clone(), authenticate));
-    Router::new()
-        .route("/", get(index))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/openapi.json", get(openapi))
-        .merge(protected)
+    let (mut open, mut protected) = (Router::new(), Router::new());
+    let mut mcp = Some(mcp);
+    for r in ROUTES {
+        let router = if r.access == Access::Open { &mut open } else { &mut protected };
+        *router = match r.endpoint {
+            // One service answers every method of MCP's path.
+            Endpoint::Mcp => match mcp.take() {
+                Some(m) => std::mem::take(router).route_service(r.path, m),
+                None => continue,
+            },
+            e => std::mem::take(router).route(r.path, handler(e, r.verb.filter())),
+        };
+    }
+    let protected = protected.layer(middleware::from_fn_with_state(st.clone(), authenticate));
+    open.merge(protected)
         .with_state(st.clone())
         .merge(mounted)
         .fallback(not_found)

@@ -12,6 +12,7 @@ pub mod http;
 mod json_body;
 pub mod mcp;
 pub mod openapi;
+pub mod routes;
 mod server;
 pub mod status;
 pub use server::Peer;

@@ -9,6 +9,7 @@ use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::{Content, InfoBuilder, OpenApiBuilder, PathItem, PathsBuilder, Ref, Required};
 
+use super::routes::{Endpoint, ROUTES, Route, Verb};
 use crate::tools::{TOOLS, Tool};
 
 fn schema_ref(name: &str) -> Ref {
@@ -60,9 +61,19 @@ fn string_param(
         .build()
 }
 
-/// The OpenAPI 3.1 document of the HTTP API.
+/// The OpenAPI 3.1 document of the HTTP API: an operation for every route of the table.
 pub fn document() -> Value {
-    let paths = service_paths(work_order_paths(resource_paths(tool_paths(PathsBuilder::new()))));
+    let mut paths = PathsBuilder::new();
+    for r in ROUTES {
+        let method = match r.verb {
+            Verb::Get => HttpMethod::Get,
+            Verb::Post => HttpMethod::Post,
+            Verb::Delete => HttpMethod::Delete,
+        };
+        for (path, op) in operations(r) {
+            paths = paths.path(path, PathItem::new(method.clone(), op.build()));
+        }
+    }
     let api = OpenApiBuilder::new()
         .info(
             InfoBuilder::new()
@@ -90,225 +101,185 @@ pub fn document() -> Value {
     doc
 }
 
-/// `POST /v1/tools/{name}` for every served tool, and `GET /v1/tools`.
-fn tool_paths(mut paths: PathsBuilder) -> PathsBuilder {
-    for t in TOOLS.iter().filter(|t| t.served) {
-        let op = OperationBuilder::new()
+/// The operations of one route, each with its path (a route per tool for `CallTool`).
+fn operations(r: &Route) -> Vec<(String, OperationBuilder)> {
+    let one = |op: OperationBuilder| vec![(r.path.to_string(), op)];
+    let output = |t: Tool| format!("{}.output", t.name());
+    let id_param = |what: &str| string_param("id", ParameterIn::Path, true, what);
+    const SENSOR_ID: &str = "Sensor ID, e.g. A_LINE1_001";
+    const DEVICE_ID: &str = "Device ID, e.g. a-line1-plc";
+    const ORDER_ID: &str = "Work order ID, e.g. WO-000001";
+    match r.endpoint {
+        Endpoint::CallTool => TOOLS.iter().filter(|t| t.served).map(tool_operation).collect(),
+        Endpoint::ListTools => one(OperationBuilder::new()
             .tag("tools")
-            .operation_id(Some(t.name()))
-            .summary(Some(t.title))
-            .description(Some(t.description))
-            .request_body(Some(
-                RequestBodyBuilder::new()
-                    .required(Some(Required::True))
-                    .content(
-                        "application/json",
-                        Content::new(Some(schema_ref(&format!("{}.input", t.name())))),
-                    )
-                    .build(),
+            .operation_id(Some("list_tool_definitions"))
+            .summary(Some("Tool definitions, usable as function-calling definitions"))
+            .response("200", ResponseBuilder::new().description("{\"tools\": [definition, ...]}").build())),
+        Endpoint::Sensors => {
+            let op =
+                resource("get_sensors", "The sensors, as list_sensors (query parameters are its arguments)");
+            let op = query_params(
+                op,
+                &[
+                    ("plant", false),
+                    ("zone", false),
+                    ("device_id", false),
+                    ("kind", false),
+                    ("text", false),
+                    ("limit", false),
+                    ("cursor", false),
+                ],
+                "list_sensors",
+            );
+            one(envelope_responses(op, &output(Tool::ListSensors)))
+        }
+        Endpoint::Sensor => {
+            let op = resource("get_sensor", "One sensor's description").parameter(id_param(SENSOR_ID));
+            one(envelope_responses(op, "envelope"))
+        }
+        Endpoint::Reading => {
+            let op = resource(
+                "get_sensor_reading_resource",
+                "The live reading of one sensor, as get_sensor_reading",
+            )
+            .parameter(id_param(SENSOR_ID))
+            .parameter(string_param("unit", ParameterIn::Query, false, "normalized (default) or raw"))
+            .parameter(string_param(
+                "max_age_ms",
+                ParameterIn::Query,
+                false,
+                "Accept a cached value this young; default 0",
             ));
-        let op = envelope_responses(op, &format!("{}.output", t.name()));
-        paths = paths.path(format!("/v1/tools/{}", t.name()), PathItem::new(HttpMethod::Post, op.build()));
+            one(envelope_responses(op, &output(Tool::GetSensorReading)))
+        }
+        Endpoint::History => {
+            let op = resource(
+                "get_sensor_history_resource",
+                "Stored values of one sensor, as get_sensor_history (query parameters are its arguments)",
+            )
+            .parameter(id_param(SENSOR_ID));
+            let op = query_params(
+                op,
+                &[("from", true), ("to", false), ("bucket", false), ("limit", false), ("cursor", false)],
+                "get_sensor_history",
+            );
+            one(envelope_responses(op, &output(Tool::GetSensorHistory)))
+        }
+        Endpoint::Devices => one(envelope_responses(resource("get_devices", "Every device"), "envelope")),
+        Endpoint::Device => {
+            let op = resource("get_device", "One device").parameter(id_param(DEVICE_ID));
+            one(envelope_responses(op, "envelope"))
+        }
+        Endpoint::ProbeDevice => {
+            let op = resource(
+                "probe_device",
+                "An operator's probe of the device, at once, whatever its breaker says (operator token)",
+            )
+            .parameter(id_param(DEVICE_ID));
+            one(envelope_responses(op, "envelope"))
+        }
+        Endpoint::WorkOrders => {
+            let op = orders(
+                "get_work_orders",
+                "Work orders, newest first, as list_work_orders (query parameters are its arguments)",
+            );
+            let op = query_params(
+                op,
+                &[
+                    ("status", false),
+                    ("sensor_id", false),
+                    ("since", false),
+                    ("limit", false),
+                    ("cursor", false),
+                ],
+                "list_work_orders",
+            );
+            one(envelope_responses(op, &output(Tool::ListWorkOrders)))
+        }
+        Endpoint::WorkOrder => {
+            let op = orders("get_work_order_resource", "One work order with its history, as get_work_order")
+                .parameter(id_param(ORDER_ID));
+            one(envelope_responses(op, &output(Tool::GetWorkOrder)))
+        }
+        Endpoint::ActOnWorkOrder => one(envelope_responses(decide_operation(), &output(Tool::GetWorkOrder))),
+        Endpoint::Index => one(service("index", "What is served here")),
+        Endpoint::OpenApi => one(service("openapi", "This document")),
+        Endpoint::Healthz => one(service("healthz", "The process is alive")),
+        Endpoint::Readyz => {
+            one(service("readyz", "Ready to serve readings; status degraded while storage fails"))
+        }
+        Endpoint::Metrics => one(service("metrics", "Prometheus metrics")),
+        Endpoint::Mcp => one(match r.verb {
+            Verb::Post => service("mcp", "MCP over Streamable HTTP (JSON-RPC)"),
+            Verb::Get => service("mcp_stream", "MCP: a session's server-sent event stream"),
+            Verb::Delete => service("mcp_end", "MCP: end a session"),
+        }),
     }
-    let list = OperationBuilder::new()
+}
+
+/// `POST /v1/tools/{name}` of one tool.
+fn tool_operation(t: &crate::tools::ToolSpec) -> (String, OperationBuilder) {
+    let op = OperationBuilder::new()
         .tag("tools")
-        .operation_id(Some("list_tool_definitions"))
-        .summary(Some("Tool definitions, usable as function-calling definitions"))
-        .response("200", ResponseBuilder::new().description("{\"tools\": [definition, ...]}").build());
-    paths = paths.path("/v1/tools", PathItem::new(HttpMethod::Get, list.build()));
-
-    paths
-}
-
-/// The resources: sensors, readings, history, devices and the operator's probe.
-fn resource_paths(mut paths: PathsBuilder) -> PathsBuilder {
-    let mut sensors = OperationBuilder::new()
-        .tag("resources")
-        .operation_id(Some("get_sensors"))
-        .summary(Some("The sensors, as list_sensors (query parameters are its arguments)"));
-    for p in ["plant", "zone", "device_id", "kind", "text", "limit", "cursor"] {
-        sensors = sensors.parameter(string_param(
-            p,
-            ParameterIn::Query,
-            false,
-            "As the list_sensors argument of the same name.",
-        ));
-    }
-    paths = paths.path(
-        "/v1/sensors",
-        PathItem::new(
-            HttpMethod::Get,
-            envelope_responses(sensors, &format!("{}.output", Tool::ListSensors.name())).build(),
-        ),
-    );
-    let sensor = OperationBuilder::new()
-        .tag("resources")
-        .operation_id(Some("get_sensor"))
-        .summary(Some("One sensor's description"))
-        .parameter(string_param("id", ParameterIn::Path, true, "Sensor ID, e.g. A_LINE1_001"));
-    paths = paths.path(
-        "/v1/sensors/{id}",
-        PathItem::new(HttpMethod::Get, envelope_responses(sensor, "envelope").build()),
-    );
-    let reading = OperationBuilder::new()
-        .tag("resources")
-        .operation_id(Some("get_sensor_reading_resource"))
-        .summary(Some("The live reading of one sensor, as get_sensor_reading"))
-        .parameter(string_param("id", ParameterIn::Path, true, "Sensor ID, e.g. A_LINE1_001"))
-        .parameter(string_param("unit", ParameterIn::Query, false, "normalized (default) or raw"))
-        .parameter(string_param(
-            "max_age_ms",
-            ParameterIn::Query,
-            false,
-            "Accept a cached value this young; default 0",
-        ));
-    paths = paths.path(
-        "/v1/sensors/{id}/reading",
-        PathItem::new(
-            HttpMethod::Get,
-            envelope_responses(reading, &format!("{}.output", Tool::GetSensorReading.name())).build(),
-        ),
-    );
-    let devices = OperationBuilder::new()
-        .tag("resources")
-        .operation_id(Some("get_devices"))
-        .summary(Some("Every device"));
-    paths = paths
-        .path("/v1/devices", PathItem::new(HttpMethod::Get, envelope_responses(devices, "envelope").build()));
-    let device = OperationBuilder::new()
-        .tag("resources")
-        .operation_id(Some("get_device"))
-        .summary(Some("One device"))
-        .parameter(string_param("id", ParameterIn::Path, true, "Device ID, e.g. a-line1-plc"));
-    paths = paths.path(
-        "/v1/devices/{id}",
-        PathItem::new(HttpMethod::Get, envelope_responses(device, "envelope").build()),
-    );
-    let mut history = OperationBuilder::new()
-        .tag("resources")
-        .operation_id(Some("get_sensor_history_resource"))
-        .summary(Some(
-            "Stored values of one sensor, as get_sensor_history (query parameters are its arguments)",
-        ))
-        .parameter(string_param("id", ParameterIn::Path, true, "Sensor ID, e.g. A_LINE1_001"));
-    for (p, required) in
-        [("from", true), ("to", false), ("bucket", false), ("limit", false), ("cursor", false)]
-    {
-        history = history.parameter(string_param(
-            p,
-            ParameterIn::Query,
-            required,
-            "As the get_sensor_history argument of the same name.",
-        ));
-    }
-    paths = paths.path(
-        "/v1/sensors/{id}/history",
-        PathItem::new(
-            HttpMethod::Get,
-            envelope_responses(history, &format!("{}.output", Tool::GetSensorHistory.name())).build(),
-        ),
-    );
-    let probe = OperationBuilder::new()
-        .tag("resources")
-        .operation_id(Some("probe_device"))
-        .summary(Some(
-            "An operator's probe of the device, at once, whatever its breaker says (operator token)",
-        ))
-        .parameter(string_param("id", ParameterIn::Path, true, "Device ID, e.g. a-line1-plc"));
-    paths = paths.path(
-        "/v1/devices/{id}/probe",
-        PathItem::new(HttpMethod::Post, envelope_responses(probe, "envelope").build()),
-    );
-    paths
-}
-
-/// Work orders: the listing, one order, and an operator's decision.
-fn work_order_paths(mut paths: PathsBuilder) -> PathsBuilder {
-    let mut orders = OperationBuilder::new()
-        .tag("work orders")
-        .operation_id(Some("get_work_orders"))
-        .summary(Some("Work orders, newest first, as list_work_orders (query parameters are its arguments)"));
-    for p in ["status", "sensor_id", "since", "limit", "cursor"] {
-        orders = orders.parameter(string_param(
-            p,
-            ParameterIn::Query,
-            false,
-            "As the list_work_orders argument of the same name.",
-        ));
-    }
-    paths = paths.path(
-        "/v1/work-orders",
-        PathItem::new(
-            HttpMethod::Get,
-            envelope_responses(orders, &format!("{}.output", Tool::ListWorkOrders.name())).build(),
-        ),
-    );
-    let order = OperationBuilder::new()
-        .tag("work orders")
-        .operation_id(Some("get_work_order_resource"))
-        .summary(Some("One work order with its history, as get_work_order"))
-        .parameter(string_param("id", ParameterIn::Path, true, "Work order ID, e.g. WO-000001"));
-    paths = paths.path(
-        "/v1/work-orders/{id}",
-        PathItem::new(
-            HttpMethod::Get,
-            envelope_responses(order, &format!("{}.output", Tool::GetWorkOrder.name())).build(),
-        ),
-    );
-    let decide = OperationBuilder::new()
-        .tag("work orders")
-        .operation_id(Some("act_on_work_order"))
-        .summary(Some("An operator's decision: approve, reject, start, complete or cancel (operator token; body {\"note\": \"...\"} optional)"))
-        .parameter(string_param("id", ParameterIn::Path, true, "Work order ID, e.g. WO-000001"))
-        .parameter(string_param("action", ParameterIn::Path, true, "approve, reject, start, complete or cancel"))
+        .operation_id(Some(t.name()))
+        .summary(Some(t.title))
+        .description(Some(t.description))
         .request_body(Some(
             RequestBodyBuilder::new()
-                .required(Some(Required::False))
-                .content(
-                    "application/json",
-                    Content::new(Some(
-                        ObjectBuilder::new()
-                            .property("note", ObjectBuilder::new().schema_type(Type::String))
-                            .build(),
-                    )),
-                )
+                .required(Some(Required::True))
+                .content("application/json", Content::new(Some(schema_ref(&format!("{}.input", t.name())))))
                 .build(),
         ));
-    paths = paths.path(
-        "/v1/work-orders/{id}/{action}",
-        PathItem::new(
-            HttpMethod::Post,
-            envelope_responses(decide, &format!("{}.output", Tool::GetWorkOrder.name())).build(),
-        ),
-    );
-    paths
+    (format!("/v1/tools/{}", t.name()), envelope_responses(op, &format!("{}.output", t.name())))
+}
+
+fn resource(id: &str, summary: &str) -> OperationBuilder {
+    OperationBuilder::new().tag("resources").operation_id(Some(id)).summary(Some(summary))
+}
+
+fn orders(id: &str, summary: &str) -> OperationBuilder {
+    OperationBuilder::new().tag("work orders").operation_id(Some(id)).summary(Some(summary))
 }
 
 /// The service's own routes: index, this document, health, metrics and MCP.
-fn service_paths(mut paths: PathsBuilder) -> PathsBuilder {
-    for (path, id, summary) in [
-        ("/", "index", "What is served here"),
-        ("/openapi.json", "openapi", "This document"),
-        ("/healthz", "healthz", "The process is alive"),
-        ("/readyz", "readyz", "Ready to serve readings; status degraded while storage fails"),
-        ("/metrics", "metrics", "Prometheus metrics"),
-        ("/mcp", "mcp", "MCP over Streamable HTTP (JSON-RPC)"),
-    ] {
-        let op = OperationBuilder::new().tag("service").operation_id(Some(id)).summary(Some(summary));
-        let op = op.response("200", ResponseBuilder::new().description(summary).build());
-        let method = if path == "/mcp" { HttpMethod::Post } else { HttpMethod::Get };
-        paths = paths.path(path, PathItem::new(method, op.build()));
-    }
-    for (method, id, summary) in [
-        (HttpMethod::Get, "mcp_stream", "MCP: a session's server-sent event stream"),
-        (HttpMethod::Delete, "mcp_end", "MCP: end a session"),
-    ] {
-        let op = OperationBuilder::new().tag("service").operation_id(Some(id)).summary(Some(summary));
-        let op = op.response("200", ResponseBuilder::new().description(summary).build());
-        paths = paths.path("/mcp", PathItem::new(method, op.build()));
-    }
+fn service(id: &str, summary: &str) -> OperationBuilder {
+    let op = OperationBuilder::new().tag("service").operation_id(Some(id)).summary(Some(summary));
+    op.response("200", ResponseBuilder::new().description(summary).build())
+}
 
-    paths
+/// Query parameters that are the arguments of `tool` of the same names.
+fn query_params(mut op: OperationBuilder, params: &[(&str, bool)], tool: &str) -> OperationBuilder {
+    for (p, required) in params {
+        op = op.parameter(string_param(
+            p,
+            ParameterIn::Query,
+            *required,
+            &format!("As the {tool} argument of the same name."),
+        ));
+    }
+    op
+}
+
+/// An operator's decision on a work order.
+fn decide_operation() -> OperationBuilder {
+    orders(
+        "act_on_work_order",
+        "An operator's decision: approve, reject, start, complete or cancel (operator token; body {\"note\": \"...\"} optional)",
+    )
+    .parameter(string_param("id", ParameterIn::Path, true, "Work order ID, e.g. WO-000001"))
+    .parameter(string_param("action", ParameterIn::Path, true, "approve, reject, start, complete or cancel"))
+    .request_body(Some(
+        RequestBodyBuilder::new()
+            .required(Some(Required::False))
+            .content(
+                "application/json",
+                Content::new(Some(
+                    ObjectBuilder::new().property("note", ObjectBuilder::new().schema_type(Type::String)).build(),
+                )),
+            )
+            .build(),
+    ))
 }
 
 /// `$schema` belongs to documents, not to component schemas.

@@ -422,7 +422,8 @@ async fn the_console_is_neither_rate_limited_nor_shown_as_agent_calls() {
 #[tokio::test]
 async fn every_console_route_is_served_and_a_browser_at_the_root_lands_on_it() {
     let r = router(service(), Tokens::default());
-    for (method, path) in fieldgate::console::ROUTES {
+    for route in fieldgate::console::ROUTES {
+        let (method, path) = (route.verb.name(), route.path);
         let concrete = path
             .replace("/devices/{id}", "/devices/a-line1-plc")
             .replace("/sensors/{id}", "/sensors/A_LINE1_001")

@@ -156,6 +156,21 @@ async fn openapi_matches_the_committed_file() {
     );
 }
 
+/// The docs' route list is made from the route table the router and `/openapi.json` use.
+#[test]
+fn the_docs_route_list_is_the_route_table() {
+    let text = fieldgate::transport::routes::markdown();
+    let path = root().join("docs/http-routes.md");
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == text,
+        "docs/http-routes.md is out of date; run `UPDATE_SCHEMA=1 cargo test --test it route_list` and commit it"
+    );
+}
+
 fn tokens() -> Tokens {
     let env = [
         ("FIELDGATE_TOKEN_REPORTER".to_string(), "agent:agent-token-0123456789".to_string()),
@@ -351,8 +366,10 @@ async fn every_route_is_documented_and_every_documented_route_is_served() {
             }
         }
     }
-    let mut served: Vec<(String, String)> =
-        fieldgate::transport::http::ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+    let mut served: Vec<(String, String)> = fieldgate::transport::http::ROUTES
+        .iter()
+        .map(|r| (r.verb.name().to_string(), r.path.to_string()))
+        .collect();
     let tool_paths: Vec<(String, String)> = fieldgate::tools::TOOLS
         .iter()
         .filter(|t| t.served)
