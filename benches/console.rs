@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fieldgate::console::Console;
-use fieldgate::driver::codec::RawValue;
+use fieldgate::driver::RawValue;
 use fieldgate::driver::{Sample, SampleQuality};
 use fieldgate::registry::Registry;
 use fieldgate::store::gorilla::{Point, Stored};

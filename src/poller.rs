@@ -19,8 +19,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::driver::RawValue;
 use crate::driver::Sample;
-use crate::driver::codec::RawValue;
 use crate::driver::opcua::subscribe;
 use crate::reading::feed::{Batch, Publisher};
 use crate::reading::record::{Counters, Recorder};

@@ -7,7 +7,7 @@
 //! say anything about a device's health ([`DriverError::blames_device`]). `Queued` (the
 //! request never had its turn before the deadline) is worth retrying but blames nobody.
 
-pub mod codec;
+mod codec;
 pub mod discover;
 pub mod modbus;
 pub mod opcua;
@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::ids::DeviceId;
 use crate::registry::{Registry, Sensor};
-use codec::RawValue;
+pub use codec::{RawValue, normalize, scaled};
 use modbus::{Link, ModbusDriver};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -66,8 +66,8 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::RawValue;
     use crate::driver::SampleQuality;
-    use crate::driver::codec::RawValue;
     use crate::registry::SensorSource;
 
     #[test]

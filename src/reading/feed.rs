@@ -88,8 +88,8 @@ impl Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::RawValue;
     use crate::driver::SampleQuality;
-    use crate::driver::codec::RawValue;
 
     fn batch(n: usize) -> Batch {
         let sample =

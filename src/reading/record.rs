@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::driver::Sample;
-use crate::driver::codec::{RawValue, normalize};
+use crate::driver::{RawValue, normalize};
 use crate::metrics::Sheet;
 use crate::registry::{Sensor, SensorSource};
 use crate::store::HistoryStore;

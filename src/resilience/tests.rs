@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::driver::codec::RawValue;
+use crate::driver::RawValue;
 use crate::driver::{BoxFuture, SampleQuality};
 use crate::registry::{Place, SensorSource};
 use breaker::SnapshotState;

@@ -1,7 +1,7 @@
 //! The mapping from fieldgate's sensors to Sparkplug metrics: name, alias, datatype,
 //! value and properties (docs/sparkplug.md has the table).
 
-use crate::driver::codec::normalize;
+use crate::driver::normalize;
 use crate::registry::{DataType, Sensor, SensorSource};
 use crate::store::gorilla::Stored;
 
@@ -55,9 +55,7 @@ pub fn value_of(sensor: &Sensor, datatype: u32, v: &Stored) -> Option<Value> {
         Stored::Text(_) => None,
     };
     let number = match (&sensor.source, number) {
-        (SensorSource::Modbus(p), Some(n)) => {
-            normalize(p, &crate::driver::codec::RawValue::Float(n)).as_f64()
-        }
+        (SensorSource::Modbus(p), Some(n)) => normalize(p, &crate::driver::RawValue::Float(n)).as_f64(),
         (_, n) => n,
     };
     let int = || match v {

@@ -7,7 +7,7 @@ use super::defs::{Gap, GetSensorHistoryArgs, HistoryBucket, HistoryData, History
 use super::envelope::{ErrorCode, ToolError};
 use super::validate::registered_sensor;
 use super::{Inner, when};
-use crate::driver::codec::{RawValue, normalize};
+use crate::driver::{RawValue, normalize};
 use crate::registry::{Sensor, SensorSource};
 use crate::store::gorilla::{Point, Stored};
 

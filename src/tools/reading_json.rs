@@ -13,7 +13,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use super::defs::{Quality, Reading, ReadingSource, UnitMode, Value};
 use super::json;
 use crate::driver::Sample;
-use crate::driver::codec::{RawValue, scaled};
+use crate::driver::{RawValue, scaled};
 use crate::registry::{DataType, Sensor, SensorSource};
 
 /// Formats timestamps and ages, once per distinct instant (a batch shares a few).

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::Request;
 use fieldgate::app::router as app_router;
 use fieldgate::config::Config;
-use fieldgate::driver::codec::RawValue;
+use fieldgate::driver::RawValue;
 use fieldgate::driver::{Sample, SampleQuality};
 use fieldgate::registry::Registry;
 use fieldgate::tools::ToolService;

@@ -1,8 +1,8 @@
 use std::path::Path;
 
 use super::*;
+use crate::driver::RawValue;
 use crate::driver::SampleQuality;
-use crate::driver::codec::RawValue;
 
 fn edge() -> Edge {
     let registry = Registry::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("devices")).unwrap();

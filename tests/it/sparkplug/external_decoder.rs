@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use fieldgate::driver::codec::RawValue;
+use fieldgate::driver::RawValue;
 use fieldgate::driver::{Sample, SampleQuality};
 use fieldgate::sparkplug::buffer::Rec;
 use fieldgate::sparkplug::node::Edge;
