@@ -213,12 +213,15 @@ async fn js() -> Response {
 
 impl Console {
     pub fn new(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken) -> Console {
+        let streams = Arc::new(streams::Streams::default());
+        let places = streams.clone();
+        tools.core().metrics.collect("console live streams", move |s| places.report(s));
         Console {
             live: Arc::new(live::Live::new(tools.clone(), shutdown.clone())),
             tools,
             tokens,
             sessions: Arc::new(auth::Sessions::default()),
-            streams: Arc::new(streams::Streams::default()),
+            streams,
             guard: Arc::new(guard::Guard::new()),
             signins: Arc::default(),
             shutdown,

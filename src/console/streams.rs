@@ -6,7 +6,7 @@
 
 use parking_lot::Mutex;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -29,6 +29,11 @@ struct Held {
 #[derive(Default)]
 pub struct Streams {
     held: Mutex<(u64, Vec<Held>)>,
+    /// Streams refused (every place taken by streams that keep reading), and given way
+    /// (a viewer's oldest or a stalled one ended for a new one).
+    refused: AtomicU64,
+    ended: AtomicU64,
+    log: Mutex<crate::logs::Throttle<&'static str>>,
 }
 
 /// One stream's place, given back when the stream ends.
@@ -46,6 +51,7 @@ impl Streams {
         let (next, held) = &mut *guard;
         let end = |held: &mut Vec<Held>, at: usize| {
             held.remove(at).ended.store(true, Ordering::Relaxed);
+            self.ended.fetch_add(1, Ordering::Relaxed);
         };
         let now = Instant::now();
         let mine: Vec<usize> = (0..held.len()).filter(|&i| held[i].who == who).collect();
@@ -61,6 +67,15 @@ impl Streams {
             match stalled {
                 Some(i) => end(held, i),
                 None => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    if let Some(left_out) = self.log.lock().allow("full") {
+                        tracing::warn!(
+                            open = held.len(),
+                            max = MAX_STREAMS,
+                            left_out,
+                            "console live stream refused: every place is taken"
+                        );
+                    }
                     return Err(format!(
                         "{MAX_STREAMS} live views are open already; close one, or reload later"
                     ));
@@ -82,6 +97,24 @@ impl Streams {
 
 fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
     m.lock()
+}
+
+impl Streams {
+    /// Writes the places on `/metrics`: streams open, refused, and ended to make room.
+    pub fn report(&self, s: &mut crate::metrics::Sheet<'_>) {
+        let open = self.held.lock().1.len();
+        s.gauge("fieldgate_console_live_streams", "Console live streams open.", open as i64);
+        s.counter(
+            "fieldgate_console_live_streams_refused",
+            "Console live streams refused: every place taken by streams that keep reading.",
+            self.refused.load(Ordering::Relaxed),
+        );
+        s.counter(
+            "fieldgate_console_live_streams_ended",
+            "Console live streams ended to make room (a viewer's oldest past its share, or a stalled one).",
+            self.ended.load(Ordering::Relaxed),
+        );
+    }
 }
 
 impl Slot {
@@ -125,6 +158,13 @@ mod tests {
         assert_eq!(streams.len(), MAX_STREAMS);
         let full = streams.take("late".into()).err().expect("full");
         assert!(full.starts_with(&format!("{MAX_STREAMS} live views")), "{full}");
+        let metrics = crate::metrics::Metrics::default();
+        let s = streams.clone();
+        metrics.collect("streams", move |sheet| s.report(sheet));
+        let text = metrics.render();
+        assert!(text.contains(&format!("fieldgate_console_live_streams {MAX_STREAMS}\n")), "{text}");
+        assert!(text.contains("fieldgate_console_live_streams_refused_total 1\n"), "{text}");
+        assert!(text.contains("fieldgate_console_live_streams_ended_total 1\n"), "{text}");
         // All but viewer a's streams keep reading; a's stop: after STALLED, one gives way.
         tokio::time::advance(STALLED).await;
         others.iter().for_each(|s| {

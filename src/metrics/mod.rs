@@ -50,6 +50,8 @@ fn histogram() -> Histogram {
 /// Process-wide metrics.
 pub struct Metrics {
     registry: Mutex<Registry>,
+    /// The rooms' reports by name, in the order first given; one collector writes them all.
+    reports: std::sync::Arc<Mutex<Vec<(&'static str, ReportFn)>>>,
     calls: Family<CallLabels, Counter>,
     call_latency: Histograms<ToolLabel>,
     device_latency: Histograms<DeviceLabel>,
@@ -61,6 +63,8 @@ impl Default for Metrics {
         let call_latency: Histograms<ToolLabel> = Family::new_with_constructor(histogram);
         let device_latency: Histograms<DeviceLabel> = Family::new_with_constructor(histogram);
         let mut registry = Registry::default();
+        let reports = std::sync::Arc::new(Mutex::new(Vec::new()));
+        registry.register_collector(Box::new(Reports(reports.clone())));
         // `register` adds the period at the end of a help text; `Sheet` texts carry their own.
         registry.register("fieldgate_tool_calls", "Tool calls by tool and outcome code", calls.clone());
         registry.register("fieldgate_tool_call_seconds", "Tool call latency", call_latency.clone());
@@ -69,7 +73,7 @@ impl Default for Metrics {
             "Device read latency, failures included",
             device_latency.clone(),
         );
-        Metrics { registry: Mutex::new(registry), calls, call_latency, device_latency }
+        Metrics { registry: Mutex::new(registry), reports, calls, call_latency, device_latency }
     }
 }
 
@@ -86,9 +90,15 @@ impl Metrics {
         self.device_latency.get_or_create(&DeviceLabel { device: device.to_string() }).clone()
     }
 
-    /// Adds `report`, called on every render to write what a room keeps itself.
+    /// Adds `report`, called on every render to write what a room keeps itself. A report
+    /// given again under the same name replaces the earlier one (a room built anew over the
+    /// same metrics, as tests do), so no metric is written twice.
     pub fn collect(&self, what: &'static str, report: impl Fn(&mut Sheet<'_>) + Send + Sync + 'static) {
-        self.registry.lock().register_collector(Box::new(Report { what, report: Box::new(report) }));
+        let mut reports = self.reports.lock();
+        match reports.iter_mut().find(|(w, _)| *w == what) {
+            Some(slot) => slot.1 = Box::new(report),
+            None => reports.push((what, Box::new(report))),
+        }
     }
 
     /// Calls counted for one tool and code.
@@ -109,22 +119,22 @@ impl Metrics {
 
 type ReportFn = Box<dyn Fn(&mut Sheet<'_>) + Send + Sync>;
 
-/// A room's numbers, reported when `/metrics` is read.
-struct Report {
-    what: &'static str,
-    report: ReportFn,
-}
+/// The rooms' numbers, reported when `/metrics` is read.
+struct Reports(std::sync::Arc<Mutex<Vec<(&'static str, ReportFn)>>>);
 
-impl std::fmt::Debug for Report {
+impl std::fmt::Debug for Reports {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Report({})", self.what)
+        let names: Vec<&str> = self.0.lock().iter().map(|(w, _)| *w).collect();
+        write!(f, "Reports({names:?})")
     }
 }
 
-impl Collector for Report {
+impl Collector for Reports {
     fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut sheet = Sheet { encoder, failed: None };
-        (self.report)(&mut sheet);
+        for (_, report) in self.0.lock().iter() {
+            report(&mut sheet);
+        }
         sheet.failed.map_or(Ok(()), Err)
     }
 }
@@ -244,13 +254,17 @@ mod tests {
             s.gauge("fieldgate_level", "A level.", -2);
             s.gauges("fieldgate_state", "State per device.", "device", [("a", 1), ("b", 2)]);
         });
+        m.collect("again", |s| s.counter("fieldgate_again", "Old.", 1));
+        m.collect("again", |s| s.counter("fieldgate_again", "New.", 2));
         let text = m.render();
         for want in [
             "# HELP fieldgate_things_total Things seen.\n# TYPE fieldgate_things_total counter\nfieldgate_things_total 7\n",
             "# TYPE fieldgate_level gauge\nfieldgate_level -2\n",
             "fieldgate_state{device=\"a\"} 1\nfieldgate_state{device=\"b\"} 2\n",
+            "# HELP fieldgate_again_total New.\n# TYPE fieldgate_again_total counter\nfieldgate_again_total 2\n",
         ] {
             assert!(text.contains(want), "{want} in {text}");
         }
+        assert_eq!(text.matches("fieldgate_again_total").count(), 3, "a report given again replaces the first");
     }
 }

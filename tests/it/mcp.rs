@@ -380,6 +380,43 @@ async fn http_get_streams_end_with_their_session() {
     assert_eq!((r.status, r.json()["error"]["code"].clone()), (404, json!(-32001)));
 }
 
+/// Regression (issue 32): 50 concurrent `initialize`s from one token took all 8 sessions
+/// and every other token got 503; sessions being opened now count against the share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_opens_from_one_token_leaves_sessions_for_the_others() {
+    let env = [
+        ("FIELDGATE_TOKEN_A".to_string(), "agent:agent-a-token-0123456789".to_string()),
+        ("FIELDGATE_TOKEN_OP".to_string(), "operator:operator-token-0123456789".to_string()),
+    ];
+    let tokens = fieldgate::transport::auth::Tokens::load(None, env).unwrap();
+    let server = Server::start(
+        service_with(|c| {
+            c.server.mcp_max_sessions = 8;
+            c.server.rate_limit_per_minute = 10_000;
+        }),
+        tokens,
+    )
+    .await;
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let mut c = server.client().await.with_token("agent-a-token-0123456789");
+        burst.spawn(async move {
+            c.send("POST", "/mcp", &[ACCEPT], &init_body(i, "2025-06-18")).await.unwrap().status
+        });
+    }
+    let statuses = tokio::time::timeout(Duration::from_secs(30), burst.join_all())
+        .await
+        .expect("50 concurrent initialize requests answered within 30 s");
+    let opened = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(opened, 4, "one token gets half of the sessions: {statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 503), "{statuses:?}");
+    let mut op = server.client().await.with_token("operator-token-0123456789");
+    open_session(&mut op, "2025-06-18").await;
+    let m = String::from_utf8(op.get("/metrics").await.unwrap().body).unwrap();
+    assert!(m.contains("fieldgate_mcp_sessions 5\n"), "{m}");
+    assert!(m.contains("fieldgate_mcp_sessions_refused_total{reason=\"caller_session_limit\"} 46\n"), "{m}");
+}
+
 #[tokio::test]
 async fn http_sessions_are_capped() {
     let env = [

@@ -70,6 +70,7 @@ impl McpHttp {
         shutdown: CancellationToken,
     ) -> McpHttp {
         let cfg = tools.config().server.clone();
+        let metrics = tools.core().metrics.clone();
         // The one server instance: every request is served by a clone of it (a few
         // reference counts), never by a new one with its own tool definitions.
         let server =
@@ -93,6 +94,8 @@ impl McpHttp {
             cfg.rate_limit_per_minute,
             shutdown,
         );
+        let table = sessions.clone();
+        metrics.collect("mcp sessions", move |s| table.report(s));
         McpHttp {
             inner: Arc::new(Inner {
                 server,

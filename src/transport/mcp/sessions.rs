@@ -8,13 +8,16 @@
 //! (a few hundred bytes), not a server instance with its tool definitions and a task.
 //!
 //! Opening is limited four ways: at most `server.mcp_max_sessions` open at once, no
-//! caller holding more than half of them (so one caller, a looping script say, cannot
-//! take every session from the others), a per-caller rate (`server.rate_limit_per_minute`
+//! caller holding more than half of them, sessions being opened counted with those open
+//! (so one caller, a looping script or a burst of concurrent `initialize`s, cannot take
+//! every session from the others), a per-caller rate (`server.rate_limit_per_minute`
 //! opens per minute, like tool calls), and sessions unused for `server.mcp_session_idle_s`
-//! are closed (checked on every use and swept in the background).
+//! are closed (checked on every use and swept in the background). Every refusal is
+//! counted by reason and logged (at most a line a minute per reason).
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -72,7 +75,7 @@ impl Drop for InFlight {
 }
 
 /// Why a session cannot be opened.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     /// `max` sessions are open; one frees up in `retry_after` at the latest (when the
     /// longest-idle session expires).
@@ -104,7 +107,7 @@ impl Reservation {
             ended: self.sessions.shutdown.child_token(),
         });
         let mut t = self.sessions.table();
-        t.reserved -= 1;
+        t.unreserve(&self.caller);
         t.map.insert(id.clone(), session);
         id
     }
@@ -113,7 +116,7 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if !self.done {
-            self.sessions.table().reserved -= 1;
+            self.sessions.table().unreserve(&self.caller);
         }
     }
 }
@@ -122,10 +125,22 @@ struct Table {
     map: HashMap<Arc<str>, Arc<Session>>,
     /// `initialize` requests admitted and not yet answered.
     reserved: usize,
+    /// The same, per caller.
+    reserved_by: HashMap<Arc<str>, usize>,
     sweeper: bool,
 }
 
 impl Table {
+    fn unreserve(&mut self, caller: &Arc<str>) {
+        self.reserved = self.reserved.saturating_sub(1);
+        if let Some(n) = self.reserved_by.get_mut(caller) {
+            *n -= 1;
+            if *n == 0 {
+                self.reserved_by.remove(caller);
+            }
+        }
+    }
+
     /// The unexpired sessions `caller` holds at `now`, and when the first of them expires.
     fn held_by(&self, caller: &str, idle: Duration, now: Instant) -> (usize, Option<Instant>) {
         let expiries = self.map.values().filter(|s| &*s.caller == caller).map(|s| s.idle_since() + idle);
@@ -141,6 +156,9 @@ struct Inner {
     idle: Duration,
     opens: RateLimiter,
     shutdown: CancellationToken,
+    /// Opens refused, by reason: the table full, the caller's share, the caller's rate.
+    refused: [AtomicU64; 3],
+    log: Mutex<crate::logs::Throttle<&'static str>>,
 }
 
 impl Inner {
@@ -176,17 +194,42 @@ impl Sessions {
     pub fn new(max: usize, idle: Duration, opens_per_minute: u64, shutdown: CancellationToken) -> Sessions {
         Sessions {
             inner: Arc::new(Inner {
-                table: Mutex::new(Table { map: HashMap::new(), reserved: 0, sweeper: false }),
+                table: Mutex::new(Table {
+                    map: HashMap::new(),
+                    reserved: 0,
+                    reserved_by: HashMap::new(),
+                    sweeper: false,
+                }),
                 max: max.max(1),
                 idle,
                 opens: RateLimiter::new(opens_per_minute),
                 shutdown,
+                refused: Default::default(),
+                log: Mutex::default(),
             }),
         }
     }
 
     /// Admits an `initialize` from `caller`: a slot is held until the answer is known.
+    /// A refusal is counted and logged.
     pub fn reserve(&self, caller: &str) -> Result<Reservation, Refusal> {
+        self.admit(caller).inspect_err(|r| self.refused(caller, *r))
+    }
+
+    fn refused(&self, caller: &str, refusal: Refusal) {
+        let (i, reason) = match refusal {
+            Refusal::Full { .. } => (0, "session_limit"),
+            Refusal::CallerFull { .. } => (1, "caller_session_limit"),
+            Refusal::RateLimited { .. } => (2, "rate_limited"),
+        };
+        self.inner.refused[i].fetch_add(1, Ordering::Relaxed);
+        if let Some(left_out) = self.inner.log.lock().allow(reason) {
+            let open = self.len();
+            tracing::warn!(reason, caller, open, max = self.inner.max, left_out, "MCP session refused");
+        }
+    }
+
+    fn admit(&self, caller: &str) -> Result<Reservation, Refusal> {
         let now = Instant::now();
         {
             let mut t = self.inner.table();
@@ -201,7 +244,9 @@ impl Sessions {
                 }
             }
             let share = (self.inner.max / 2).max(1);
-            let (held, first) = t.held_by(caller, self.inner.idle, now);
+            let (open, first) = t.held_by(caller, self.inner.idle, now);
+            // Sessions being opened count: a burst of `initialize`s gets no more than its share.
+            let held = open + t.reserved_by.get(caller).copied().unwrap_or(0);
             if held >= share {
                 let retry_after =
                     first.map_or(Duration::from_secs(1), |f| f - now).max(Duration::from_secs(1));
@@ -209,6 +254,7 @@ impl Sessions {
             }
             self.inner.opens.take(caller).map_err(|retry_after| Refusal::RateLimited { retry_after })?;
             t.reserved += 1;
+            *t.reserved_by.entry(caller.into()).or_default() += 1;
             if !t.sweeper {
                 t.sweeper = true;
                 self.spawn_sweeper();
@@ -255,6 +301,32 @@ impl Sessions {
     /// Sessions open now.
     pub fn len(&self) -> usize {
         self.inner.table().map.len()
+    }
+
+    /// Writes the table on `/metrics`: sessions open, being opened, and refused by reason.
+    pub fn report(&self, s: &mut crate::metrics::Sheet<'_>) {
+        let (open, opening) = {
+            let t = self.inner.table();
+            (t.map.len(), t.reserved)
+        };
+        s.gauge("fieldgate_mcp_sessions", "MCP sessions open (Streamable HTTP).", open as i64);
+        s.gauge(
+            "fieldgate_mcp_sessions_opening",
+            "MCP initialize requests admitted and not yet answered.",
+            opening as i64,
+        );
+        s.gauge(
+            "fieldgate_mcp_sessions_max",
+            "The most MCP sessions open at once (server.mcp_max_sessions).",
+            self.inner.max as i64,
+        );
+        let n = |i: usize| self.inner.refused[i].load(Ordering::Relaxed);
+        s.counters(
+            "fieldgate_mcp_sessions_refused",
+            "MCP sessions refused, by reason: the table full, the caller's share, the caller's rate.",
+            "reason",
+            [("session_limit", n(0)), ("caller_session_limit", n(1)), ("rate_limited", n(2))],
+        );
     }
 
     pub fn is_empty(&self) -> bool {
@@ -363,6 +435,34 @@ mod tests {
         let _other = s.reserve("other").unwrap().open("2025-06-18");
         assert!(s.close(&first, "greedy"));
         assert!(s.reserve("greedy").is_ok(), "a closed session gives the caller its slot back");
+    }
+
+    /// Regression: the share counted only sessions already open, so concurrent
+    /// `initialize`s from one token (reserved, not yet answered) took every slot.
+    #[tokio::test(start_paused = true)]
+    async fn sessions_being_opened_count_against_the_callers_share() {
+        let s = sessions(8, 60_000);
+        let opening: Vec<Reservation> = (0..50).filter_map(|_| s.reserve("greedy").ok()).collect();
+        assert_eq!(opening.len(), 4, "half of the table, however many are opening at once");
+        assert!(matches!(s.reserve("greedy"), Err(Refusal::CallerFull { held: 4, .. })));
+        let operator = s.reserve("operator").expect("another caller still gets a session");
+        let ids: Vec<Arc<str>> = opening.into_iter().map(|r| r.open("2025-06-18")).collect();
+        assert_eq!(ids.len(), 4);
+        drop(operator);
+        assert!(
+            matches!(s.reserve("greedy"), Err(Refusal::CallerFull { held: 4, .. })),
+            "open ones count too"
+        );
+        let mut text = String::new();
+        let metrics = crate::metrics::Metrics::default();
+        let t = s.clone();
+        metrics.collect("t", move |sheet| t.report(sheet));
+        text.push_str(&metrics.render());
+        assert!(text.contains("fieldgate_mcp_sessions 4\n"), "{text}");
+        assert!(
+            text.contains("fieldgate_mcp_sessions_refused_total{reason=\"caller_session_limit\"} 48\n"),
+            "{text}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
