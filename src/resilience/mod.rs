@@ -309,16 +309,17 @@ impl Resilience {
     }
 }
 
-/// One line when a device goes down (its breaker opens: with why) and one when it comes
-/// back (its breaker closes: with how long it was down), not one per failed read: what a
-/// person on an edge box needs to see. The breaker hands each change to exactly one
+/// One line when a device goes down (its breaker opens: with why; a warning, so
+/// `FIELDGATE_LOG=warn` still shows plant outages) and one when it comes back (its breaker
+/// closes: with how long it was down), not one per failed read: what a person on an edge
+/// box needs to see. The breaker hands each change to exactly one
 /// outcome, so calls failing together log it once.
 fn log_change(guard: &Guard, change: Option<breaker::Change>, failing: Option<(DateTime<Utc>, Duration)>) {
     let device = guard.id.as_str();
     match change {
         Some(breaker::Change::Opened) => {
             let reason = guard.health.snapshot().last_error.map(|(e, _)| e.to_string()).unwrap_or_default();
-            tracing::info!(device, %reason, "device down: circuit breaker open");
+            tracing::warn!(device, %reason, "device down: circuit breaker open");
         }
         Some(breaker::Change::Closed) => {
             let down = failing.map_or(0, |(_, d)| d.as_secs());

@@ -269,6 +269,32 @@ async fn device_state_is_evidence_not_a_default() {
 /// A device killed and brought back gives exactly one "down" line and one "up" line in
 /// the log, however many reads failed in between.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_going_down_is_a_warning_that_a_warn_log_level_shows() {
+    let (sim, devices) = plant().await;
+    let data = tempfile::tempdir().unwrap();
+    sim.set_faults("a-line1-plc", fieldgate_sim::Faults { down: true, ..Default::default() }).unwrap();
+    let mut serve = fieldgate(devices.path(), data.path())
+        .arg("serve")
+        .env("FIELDGATE_LOG", "warn")
+        .env("FIELDGATE_BREAKER_OPEN_MS", "300")
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(serve.stderr.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let line = err.next_line().await.unwrap().expect("fieldgate runs");
+            if line.contains("a-line1-plc") && line.contains("device down") {
+                return line;
+            }
+        }
+    })
+    .await
+    .expect("a 'device down' line within 30 s with FIELDGATE_LOG=warn");
+    assert!(line.contains("WARN"), "{line}");
+    let _ = serve.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_device_is_one_down_line_and_one_up_line() {
     let (sim, devices) = plant().await;
     let data = tempfile::tempdir().unwrap();
