@@ -265,6 +265,10 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} in {text}");
         }
-        assert_eq!(text.matches("fieldgate_again_total").count(), 3, "a report given again replaces the first");
+        assert_eq!(
+            text.matches("fieldgate_again_total").count(),
+            3,
+            "a report given again replaces the first"
+        );
     }
 }

@@ -417,6 +417,7 @@ impl ToolService {
             Some(v) => v.check(args, &suggest)?,
             None => return Err(ToolError::internal()),
         }
+        validate::text::check_arguments(args)?;
         match tool {
             Tool::ListSensors => list_sensors::run(parse(args)?, registry),
             Tool::GetSensorReading => readings::get_one(&self.inner, parse(args)?, attempts).await,

@@ -245,6 +245,9 @@ pub(crate) async fn act(
     };
     let store = store(inner)?;
     let (id, by) = (id.to_string(), caller.id.clone());
+    if let Some(n) = note.as_deref() {
+        super::validate::text::check("note", n)?;
+    }
     // A person's note is kept whole, up to NOTE_CHARS; a longer one is refused, not cut.
     if let Some(n) = note.as_deref().filter(|n| n.chars().count() > NOTE_CHARS) {
         return Err(ToolError::invalid(

@@ -226,6 +226,47 @@ async fn operators_move_orders_and_the_agent_cannot() {
     assert_eq!(l2["complete"], true);
 }
 
+/// Regression (issue 32): a summary with U+202E showed "Pump BLOCK overheat" reversed on
+/// the operator's queue, and NUL and BEL went raw into the HTML. Text a person will read
+/// is refused with what and where; nothing is stored.
+#[tokio::test]
+async fn control_and_bidi_characters_in_agent_text_are_refused_and_nothing_is_stored() {
+    let svc = service();
+    let env = [("FIELDGATE_TOKEN_LEAD".to_string(), "operator:operator-token-0123456789".to_string())];
+    let server = Server::start(svc, fieldgate::transport::auth::Tokens::load(None, env).unwrap()).await;
+    let mut c = server.client().await.with_token("operator-token-0123456789");
+    for (i, summary) in
+        ["Pump \u{202e}kcolb overheat, check it", "Pump overheat\u{0}\u{7} check it"].iter().enumerate()
+    {
+        let mut args = order("B_BOILER_003", "inspection", &format!("bidi-key-00{i}"));
+        args["summary"] = json!(summary);
+        let r = c.post("/v1/tools/create_work_order", &serde_json::to_vec(&args).unwrap()).await.unwrap();
+        assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+        let e = &r.json()["error"];
+        assert_eq!((&e["code"], &e["parameter"]), (&json!("INVALID_ARGUMENT"), &json!("summary")), "{e}");
+        assert!(e["message"].as_str().unwrap().contains("U+"), "{e}");
+    }
+    let mut args = order("B_BOILER_003", "inspection", "bidi-key-ok");
+    args["summary"] = json!("Pump overheat.\nLine two\twith a tab: check it");
+    let r = c.post("/v1/tools/create_work_order", &serde_json::to_vec(&args).unwrap()).await.unwrap();
+    assert_eq!(r.status, 200, "a multi-line summary is fine");
+    let id = r.json()["data"]["work_order"]["id"].as_str().unwrap().to_string();
+    let r = c
+        .post(&format!("/v1/work-orders/{id}/approve"), "{\"note\": \"ok \\u202e\"}".as_bytes())
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.json()["error"]["parameter"].clone()), (400, json!("note")));
+    let r = c.get("/v1/work-orders").await.unwrap();
+    assert_eq!(r.json()["data"]["total"], 1, "only the plain one was stored");
+    assert_eq!(
+        r.json()["data"]["work_orders"][0]["status"],
+        "pending_approval",
+        "the refused decision changed nothing"
+    );
+    let r = c.get("/v1/sensors?text=%E2%80%AEx").await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["parameter"].clone()), (400, json!("text")));
+}
+
 #[tokio::test]
 async fn over_http_only_an_operator_token_can_approve() {
     let svc = service();

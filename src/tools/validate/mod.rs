@@ -11,6 +11,7 @@ use jsonschema::error::{TypeKind, ValidationErrorKind};
 use serde_json::Value;
 
 mod keywords;
+pub mod text;
 
 use super::envelope::{Detail, ErrorCode, ToolError, cut};
 use crate::ids::SensorId;
