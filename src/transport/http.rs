@@ -173,6 +173,10 @@ async fn authenticate(State(st): State<AppState>, mut req: Request, next: Next) 
             .map(|(_, token)| token);
         match presented.and_then(|t| st.tokens.authenticate(t.trim())) {
             Some(c) => c,
+            // A browser at the root goes to the console, which has its own sign-in.
+            None if presented.is_none() && req.uri().path() == "/" && wants_html(req.headers()) => {
+                return see_console();
+            }
             None if presented.is_none() => return unauthorized("A bearer token is required."),
             None => return unauthorized("The bearer token is not valid."),
         }
@@ -371,17 +375,26 @@ async fn openapi() -> Response {
     json_response(StatusCode::OK, serde_json::to_vec_pretty(&super::openapi::document()).unwrap_or_default())
 }
 
-/// `GET /`: what is served here. A browser (it accepts HTML) is sent to the console.
-async fn index(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let html = headers
+/// Whether the client takes HTML (a browser).
+fn wants_html(headers: &HeaderMap) -> bool {
+    headers
         .get_all(header::ACCEPT)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .any(|v| v.to_ascii_lowercase().contains("text/html"));
-    if html {
-        let mut res = axum::response::Redirect::to("/console").into_response();
-        *res.status_mut() = StatusCode::SEE_OTHER;
-        return res;
+        .any(|v| v.to_ascii_lowercase().contains("text/html"))
+}
+
+/// `303 See Other` to the console.
+fn see_console() -> Response {
+    let mut res = axum::response::Redirect::to("/console").into_response();
+    *res.status_mut() = StatusCode::SEE_OTHER;
+    res
+}
+
+/// `GET /`: what is served here. A browser (it accepts HTML) is sent to the console.
+async fn index(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    if wants_html(&headers) {
+        return see_console();
     }
     let routes: Vec<String> = ROUTES.iter().map(|r| format!("{} {}", r.verb.name(), r.path)).collect();
     let body = json!({
@@ -481,8 +494,11 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken,
     );
     let (mut open, mut protected) = (Router::new(), Router::new());
     let mut mcp = Some(mcp);
+    // Off loopback (where tokens are required) only the liveness probe answers without one.
+    let loopback = cfg.listen.ip().is_loopback();
     for r in ROUTES {
-        let router = if r.access == Access::Open { &mut open } else { &mut protected };
+        let public = r.access == Access::Open || (r.access == Access::Local && loopback);
+        let router = if public { &mut open } else { &mut protected };
         *router = match r.endpoint {
             // One service answers every method of MCP's path.
             Endpoint::Mcp => match mcp.take() {

@@ -59,8 +59,11 @@ impl Verb {
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// Anyone who reaches the listener (probes, the route list, the document).
+    /// Anyone who reaches the listener (the liveness probe).
     Open,
+    /// Anyone on a loopback listener; a token on any other (what is served, readiness
+    /// with its counts and disk sizes, the document).
+    Local,
     /// A bearer token when tokens are configured (`transport/auth.rs`).
     Token,
     /// An operator's token; an agent's is answered `FORBIDDEN`.
@@ -80,13 +83,13 @@ const fn route(verb: Verb, path: &'static str, endpoint: Endpoint, access: Acces
     Route { verb, path, endpoint, access }
 }
 
-use Access::{Open, Operator, Token};
+use Access::{Local, Open, Operator, Token};
 use Endpoint as E;
 use Verb::{Delete, Get, Post};
 
 /// Every route the server answers besides the console's pages.
 pub const ROUTES: &[Route] = &[
-    route(Get, "/", E::Index, Open),
+    route(Get, "/", E::Index, Local),
     route(Get, "/v1/tools", E::ListTools, Token),
     route(Post, "/v1/tools/{name}", E::CallTool, Token),
     route(Get, "/v1/sensors", E::Sensors, Token),
@@ -104,8 +107,8 @@ pub const ROUTES: &[Route] = &[
     route(Get, "/mcp", E::Mcp, Token),
     route(Delete, "/mcp", E::Mcp, Token),
     route(Get, "/healthz", E::Healthz, Open),
-    route(Get, "/readyz", E::Readyz, Open),
-    route(Get, "/openapi.json", E::OpenApi, Open),
+    route(Get, "/readyz", E::Readyz, Local),
+    route(Get, "/openapi.json", E::OpenApi, Local),
 ];
 
 /// The route list of `docs/http-routes.md` (a test holds the file to it).
@@ -118,6 +121,7 @@ pub fn markdown() -> String {
     for r in ROUTES {
         let who = match r.access {
             Access::Open => "anyone",
+            Access::Local => "anyone on a loopback listener; a token on any other",
             Access::Token => "a token (when tokens are configured)",
             Access::Operator => "an operator's token",
         };

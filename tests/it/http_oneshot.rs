@@ -175,6 +175,29 @@ async fn retryable_errors_carry_retry_after_in_whole_seconds_rounded_up() {
     assert_eq!(secs, v["error"]["retry_after_ms"].as_u64().unwrap().div_ceil(1000).max(1));
 }
 
+/// Regression (issue 32): with tokens configured, `/`, `/readyz` and `/openapi.json`
+/// answered anyone (counts, routes, disk sizes). Off loopback only `/healthz` does now; a
+/// browser at `/` still lands on the console, which has its own sign-in.
+#[tokio::test]
+async fn off_loopback_only_the_liveness_probe_answers_without_a_token() {
+    let env = || [("FIELDGATE_TOKEN_BOT".to_string(), "agent:bot-token-0123456789".to_string())];
+    let mut config = Config::default();
+    config.server.listen = "0.0.0.0:8080".parse().unwrap();
+    let wide =
+        router(ToolService::new(Arc::new(demo_registry()), config), Tokens::load(None, env()).unwrap());
+    let local = router(service(), Tokens::load(None, env()).unwrap());
+    let token = [("authorization", "Bearer bot-token-0123456789")];
+    for path in ["/", "/readyz", "/openapi.json"] {
+        let (status, _, v) = send(&wide, "GET", path, &[], b"").await;
+        assert_eq!((status, v["error"]["code"].as_str()), (401, Some("UNAUTHORIZED")), "{path}: {v}");
+        assert_eq!(send(&wide, "GET", path, &token, b"").await.0, 200, "{path} with a token");
+        assert_eq!(send(&local, "GET", path, &[], b"").await.0, 200, "{path} on loopback");
+    }
+    assert_eq!(send(&wide, "GET", "/healthz", &[], b"").await.0, 200);
+    let browser = [("accept", "text/html,application/xhtml+xml")];
+    assert_eq!(send(&wide, "GET", "/", &browser, b"").await.0, 303, "a browser goes to the console");
+}
+
 #[tokio::test]
 async fn bearer_tokens_decide_401_403_and_public_routes() {
     let env = [
