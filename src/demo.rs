@@ -24,6 +24,8 @@ pub struct Demo {
     pub control: SocketAddr,
     control_task: tokio::task::JoinHandle<()>,
     pub data_dir: PathBuf,
+    /// Whether tokens are configured (the examples then carry an `Authorization` header).
+    tokens: bool,
     running: crate::app::Running,
     _temp: Option<tempfile::TempDir>,
 }
@@ -92,6 +94,7 @@ impl Demo {
         // The demo honours configured tokens, so an operator can approve work orders in it.
         let tokens = Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars())
             .map_err(|p| DemoError::Sim(p.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
+        let with_tokens = !tokens.is_empty();
         let options = crate::app::Options {
             listen: Some(listen),
             listen_required: true,
@@ -109,19 +112,50 @@ impl Demo {
         let (control, control_task) = fieldgate_sim::control::serve(sim.clone(), loopback)
             .await
             .map_err(|e| DemoError::Sim(format!("control API: {}", e.kind())))?;
-        Ok(Demo { sim, tools, addr, control, control_task, data_dir, running, _temp: temp })
+        Ok(Demo {
+            sim,
+            tools,
+            addr,
+            control,
+            control_task,
+            data_dir,
+            tokens: with_tokens,
+            running,
+            _temp: temp,
+        })
+    }
+
+    /// The MCP client configurations that reach this demo: over HTTP, and over stdio through
+    /// `fieldgate mcp --url` (a relay to the demo's `/mcp`). With tokens configured both
+    /// carry a placeholder for the caller's own token, never a configured secret.
+    pub fn mcp_config(&self) -> serde_json::Value {
+        let base = format!("http://{}", self.addr);
+        let command =
+            std::env::current_exe().map_or_else(|_| "fieldgate".to_string(), |p| p.display().to_string());
+        let mut http = json!({ "type": "http", "url": format!("{base}/mcp") });
+        let mut stdio = json!({ "type": "stdio", "command": command, "args": ["mcp", "--url", base] });
+        if self.tokens {
+            http["headers"] = json!({ "Authorization": "Bearer YOUR_TOKEN" });
+            stdio["env"] = json!({ "FIELDGATE_CLI_TOKEN": "YOUR_TOKEN" });
+        }
+        json!({ "mcpServers": { "fieldgate": http, "fieldgate-stdio": stdio } })
     }
 
     /// What a person needs to start using it.
     pub fn banner(&self) -> String {
         let base = format!("http://{}", self.addr);
-        let mcp = json!({ "mcpServers": { "fieldgate": { "type": "http", "url": format!("{base}/mcp") } } });
+        let auth = if self.tokens { " -H 'Authorization: Bearer YOUR_TOKEN'" } else { "" };
+        let tokens_note = if self.tokens {
+            "\n  (tokens are configured: replace YOUR_TOKEN with one of yours; the console asks for it at sign-in)"
+        } else {
+            ""
+        };
         let mut out = format!(
-            "fieldgate demo: {} devices, {} sensors; simulator on loopback\n\n  console    {base}/console   (open it in a browser)\n  HTTP API   {base}/v1/tools   (try: curl -s {base}/v1/sensors?zone=LINE1)\n  MCP        {base}/mcp\n  OpenAPI    {base}/openapi.json\n  metrics    {base}/metrics\n  data       {}\n\nMCP client configuration:\n{}\n",
+            "fieldgate demo: {} devices, {} sensors; simulator on loopback\n\n  console    {base}/console   (open it in a browser)\n  HTTP API   {base}/v1/tools   (try: curl -s{auth} '{base}/v1/sensors?zone=LINE1')\n  MCP        {base}/mcp\n  OpenAPI    {base}/openapi.json\n  metrics    {base}/metrics\n  data       {}{tokens_note}\n\nMCP client configuration (over HTTP, or over stdio through `fieldgate mcp --url`):\n{}\n",
             self.tools.registry().devices().len(),
             self.tools.registry().sensors().len(),
             self.data_dir.display(),
-            serde_json::to_string_pretty(&mcp).unwrap_or_default()
+            serde_json::to_string_pretty(&self.mcp_config()).unwrap_or_default()
         );
         if let Some(b) = self.tools.config().mqtt.brokers.first() {
             let (group, node) = (
@@ -143,7 +177,7 @@ impl Demo {
         }
         let control = format!("http://{}", self.control);
         out.push_str(&format!(
-            "\n\nBreak the plant (the simulator's control API, {control}):\n  curl -X PATCH {control}/devices/a-util-meter/faults -H 'content-type: application/json' -d '{{\"down\":true}}'   # dead\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"latency_ms\":800}}'   # slow\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"exception_code\":6,\"exception_rate\":0.5}}'   # busy\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"stall\":0.1,\"stall_ms\":30000}}'   # stalls\n  curl -X DELETE {control}/devices/a-util-meter/faults   # healthy again\n"
+            "\n\nBreak the plant (the simulator's control API, {control}):\n  curl -X PATCH {control}/devices/a-util-meter/faults -H 'content-type: application/json' -d '{{\"down\":true}}'   # dead\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"latency_ms\":300}}'   # slow (within its 500 ms timeout)\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"latency_ms\":800}}'   # slower than its timeout: DEVICE_TIMEOUT\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"exception_code\":6,\"exception_rate\":0.5}}'   # busy\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"stall\":0.1,\"stall_ms\":30000}}'   # stalls\n  curl -X DELETE {control}/devices/a-util-meter/faults   # healthy again\n"
         ));
         out
     }

@@ -246,3 +246,87 @@ async fn the_demo_prints_its_fault_control_and_a_fault_set_there_shows_in_the_se
     .await;
     let _ = child.kill().await;
 }
+
+/// Regression (issue 32): with tokens configured the demo printed an MCP configuration and
+/// `curl` examples without the `Authorization` header, and no stdio configuration that
+/// reached its plant. The printed stdio entry, used as a client would with its own token,
+/// reaches the demo's 44 sensors; no configured secret is ever printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_prints_client_configurations_that_reach_its_plant_with_a_token() {
+    use tokio::io::AsyncWriteExt;
+    let data = tempfile::tempdir().unwrap();
+    let secret = "demo-operator-secret-0123456789";
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["demo", "--listen", "127.0.0.1:0", "--data-dir", data.path().to_str().unwrap()])
+        .current_dir(root())
+        .env_clear()
+        .env("FIELDGATE_TOKEN_OPS", format!("operator:{secret}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(demo.stdout.take().unwrap()).lines();
+    let banner = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut text = String::new();
+        while let Some(line) = out.next_line().await.unwrap() {
+            text.push_str(&line);
+            text.push('\n');
+            if line == "}" {
+                break;
+            }
+        }
+        text
+    })
+    .await
+    .expect("the demo's banner within 60 s");
+    assert!(!banner.contains(secret), "{banner}");
+    assert!(banner.contains("curl -s -H 'Authorization: Bearer YOUR_TOKEN'"), "{banner}");
+    let json_start = banner.find("\n{\n").expect("the configuration") + 1;
+    let config: Value = serde_json::from_str(&banner[json_start..]).unwrap();
+    let http = &config["mcpServers"]["fieldgate"];
+    assert_eq!(http["headers"]["Authorization"], "Bearer YOUR_TOKEN", "{config}");
+    let stdio = &config["mcpServers"]["fieldgate-stdio"];
+    assert_eq!(stdio["env"]["FIELDGATE_CLI_TOKEN"], "YOUR_TOKEN", "{config}");
+    // As a desktop client starts it: its command and args, somewhere without device files.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let args: Vec<String> =
+        stdio["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().into()).collect();
+    let mut relay = Command::new(stdio["command"].as_str().unwrap())
+        .args(&args)
+        .current_dir(elsewhere.path())
+        .env_clear()
+        .env("FIELDGATE_CLI_TOKEN", secret)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = relay.stdin.take().unwrap();
+    let mut answers = BufReader::new(relay.stdout.take().unwrap()).lines();
+    for msg in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"list_sensors","arguments":{"limit":1000}}}"#,
+    ] {
+        stdin.write_all(format!("{msg}\n").as_bytes()).await.unwrap();
+    }
+    stdin.flush().await.unwrap();
+    let listed = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let line = answers.next_line().await.unwrap().expect("the relay answers");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == 2 {
+                return v;
+            }
+        }
+    })
+    .await
+    .expect("list_sensors answered through the relay within 30 s");
+    let envelope = &listed["result"]["structuredContent"];
+    assert_eq!(envelope["ok"], true, "{listed}");
+    assert_eq!(envelope["data"]["sensors"].as_array().map(Vec::len), Some(44), "{listed}");
+    drop(stdin);
+    let _ = demo.kill().await;
+}
