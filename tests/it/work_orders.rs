@@ -125,6 +125,12 @@ async fn arguments_are_validated() {
     assert_eq!(err.code, ErrorCode::SensorNotFound);
     let err = svc.call("get_work_order", json!({"work_order_id": "WO-000777"})).await.unwrap().error.unwrap();
     assert_eq!(err.code, ErrorCode::WorkOrderNotFound);
+    // Regression (issue 32): a short key said "not in the expected format" with a regex.
+    let err =
+        svc.call("create_work_order", order("A_LINE1_001", "repair", "abc123")).await.unwrap().error.unwrap();
+    assert_eq!(err.parameter.as_deref(), Some("idempotency_key"));
+    assert_eq!(err.message, "`idempotency_key` has 6 characters; 8-128 are needed.");
+    assert!(err.expected.as_deref().is_some_and(|e| e.starts_with("8-128 characters")), "{err:?}");
     // A pattern without a friendlier name is stated as the pattern itself.
     let err = svc.call("get_work_order", json!({"work_order_id": "WO-12"})).await.unwrap().error.unwrap();
     assert_eq!((err.code, err.parameter.as_deref()), (ErrorCode::InvalidArgument, Some("work_order_id")));

@@ -160,7 +160,7 @@ impl InputValidator {
             ValidationErrorKind::Pattern { pattern }
             // Our other custom keyword is `pattern` (see `new`); its message is the pattern.
             | ValidationErrorKind::Custom { keyword: _, message: pattern } => {
-                let (expected, message) = pattern_text(&parameter, pattern);
+                let (expected, message) = pattern_text(&parameter, pattern, error.instance().as_str());
                 let suggestions = error.instance().as_str().map(|s| suggest(&parameter, s)).unwrap_or_default();
                 found.details.push(Detail { parameter, received, expected: Some(expected), message, suggestions });
             }
@@ -307,7 +307,18 @@ pub fn is_sensor_param(p: &str) -> bool {
     p == "sensor_id" || p.starts_with("sensor_ids/")
 }
 
-fn pattern_text(parameter: &str, pattern: &str) -> (String, String) {
+fn pattern_text(parameter: &str, pattern: &str, received: Option<&str>) -> (String, String) {
+    if parameter == "idempotency_key" {
+        let expected =
+            "8-128 characters of A-Z, a-z, 0-9 and . _ : -, e.g. report-2026-11-29-p042".to_string();
+        let message = match received.map(|r| r.chars().count()) {
+            Some(n) if !(8..=128).contains(&n) => {
+                format!("`idempotency_key` has {n} characters; 8-128 are needed.")
+            }
+            _ => "`idempotency_key` holds a character other than A-Z, a-z, 0-9 and . _ : -.".to_string(),
+        };
+        return (expected, message);
+    }
     if is_sensor_param(parameter) {
         return (
             "a sensor ID PLANT_ZONE_NNN in upper case, e.g. A_LINE1_042".into(),
