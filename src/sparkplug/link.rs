@@ -14,6 +14,9 @@ use crate::metrics::sparkplug::Counters;
 /// below this, so a hand-over never fails for room (see `run.rs`).
 pub const REQUESTS: usize = 512;
 
+/// The largest message the node takes from the broker (commands and STATE are small).
+pub const MAX_INCOMING: usize = 1 << 20;
+
 /// What every connection of this edge node shares.
 pub struct Settings {
     pub client_id: String,
@@ -72,7 +75,7 @@ pub fn open(s: &Settings, broker: &Broker, will: (String, Vec<u8>)) -> (AsyncCli
     o.set_clean_session(true);
     o.set_last_will(LastWill::new(will.0, will.1, QoS::AtLeastOnce, false));
     // Births of large devices and drained chunks exceed rumqttc's 10 KiB default.
-    o.set_max_packet_size(1 << 20, 64 << 20);
+    o.set_max_packet_size(MAX_INCOMING, 64 << 20);
     o.set_inflight(256);
     if let Some((u, p)) = &s.credentials {
         o.set_credentials(u.clone(), p.clone());
