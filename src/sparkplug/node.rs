@@ -128,10 +128,17 @@ impl Edge {
         self.message(Kind::NBirth, None, metrics, false)
     }
 
-    fn message(&mut self, kind: Kind, device: Option<usize>, metrics: Vec<Metric>, data: bool) -> Out {
+    /// A message of this node. Sparkplug 3.0 wants a timestamp on every metric of a birth
+    /// or data message: a metric without a sample time of its own (`bdSeq`, `Node
+    /// Control/Rebirth`, a metric not read yet) gets the payload's.
+    fn message(&mut self, kind: Kind, device: Option<usize>, mut metrics: Vec<Metric>, data: bool) -> Out {
         let n = metrics.len();
         let seq = self.next_seq();
-        let p = Payload { timestamp: Some(now_ms()), metrics, seq: Some(seq), ..Payload::default() };
+        let now = now_ms();
+        for m in metrics.iter_mut().filter(|m| m.timestamp.is_none()) {
+            m.timestamp = Some(now);
+        }
+        let p = Payload { timestamp: Some(now), metrics, seq: Some(seq), ..Payload::default() };
         let topic = match device {
             Some(d) => self.topics.device(kind, self.registry.devices()[d].id.as_str()),
             None => self.topics.node(kind),

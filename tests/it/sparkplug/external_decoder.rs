@@ -77,6 +77,11 @@ fn tahu_decodes_births_and_data() {
     assert_eq!(nb["metrics"][1]["name"], "Node Control/Rebirth");
     assert_eq!(nb["metrics"][1]["type"], "Boolean");
     assert_eq!(nb["metrics"][1]["value"], false);
+    // Regression (issue 32): NBIRTH's metrics carried no timestamp; Sparkplug 3.0 wants one
+    // on every metric of NBIRTH, DBIRTH, NDATA and DDATA.
+    for m in nb["metrics"].as_array().unwrap() {
+        assert_eq!(m["timestamp"], nb["timestamp"], "{m}");
+    }
 
     assert_eq!(db["seq"], 1);
     let m = db["metrics"].as_array().unwrap().iter().find(|m| m["name"] == "A_LINE1_001").unwrap();
@@ -93,6 +98,7 @@ fn tahu_decodes_births_and_data() {
     assert_eq!(m["properties"]["Quality"]["type"], "Int32");
     let unread = db["metrics"].as_array().unwrap().iter().find(|m| m["name"] == "A_LINE1_002").unwrap();
     assert_eq!(unread["value"], Value::Null, "no value yet: null");
+    assert!(db["metrics"].as_array().unwrap().iter().all(|m| m["timestamp"].is_u64()), "{db}");
 
     assert_eq!(dd["seq"], 2);
     let ms = dd["metrics"].as_array().unwrap();
