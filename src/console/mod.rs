@@ -154,8 +154,8 @@ impl IntoResponse for ConsoleError {
             }
             ConsoleError::Tool(e) => {
                 let status = crate::transport::status::status_of_code(e.code);
-                // The message only: the hint speaks to the agent ("call list_sensors ...").
-                (status, e.code.as_str(), html! { p { (e.message) } })
+                // Not the hint: it speaks to the agent ("call list_sensors ...").
+                (status, title_of(e.code), refusal(e))
             }
             ConsoleError::Refused(why) => (StatusCode::FORBIDDEN, "Refused", html! { p { (why) } }),
             ConsoleError::NotFound => (
@@ -173,6 +173,59 @@ impl IntoResponse for ConsoleError {
             }
         };
         (status, page).into_response()
+    }
+}
+
+/// A page's heading for a query's refusal, in words.
+fn title_of(code: crate::tools::ErrorCode) -> &'static str {
+    use crate::tools::ErrorCode as C;
+    match code {
+        C::InvalidArgument => "Not a valid request",
+        C::SensorNotFound => "No such sensor",
+        C::DeviceNotFound => "No such device",
+        C::WorkOrderNotFound => "No such work order",
+        C::InvalidState => "Not possible in this state",
+        C::Forbidden => "Not allowed",
+        C::StorageUnavailable => "Storage unavailable",
+        C::RateLimited | C::RetryLimitReached => "Too many requests",
+        _ => "Cannot show this page",
+    }
+}
+
+/// Text with `code` spans (as the tools write their messages) as markup.
+fn prose(text: &str) -> Markup {
+    html! {
+        @for (i, part) in text.split('`').enumerate() {
+            @if i % 2 == 1 { code { (part) } } @else { (part) }
+        }
+    }
+}
+
+/// What a query refused, as a person reads it: the message, what is accepted, what was
+/// received, and the close valid values as links (the API's did-you-mean).
+fn refusal(e: &ToolError) -> Markup {
+    let link = |s: &str| match e.code {
+        crate::tools::ErrorCode::SensorNotFound => Some(format!("/console/sensors/{s}")),
+        crate::tools::ErrorCode::DeviceNotFound => Some(format!("/console/devices/{s}")),
+        _ if e.parameter.as_deref().is_some_and(crate::tools::validate::is_sensor_param) => {
+            Some(format!("/console/sensors/{s}"))
+        }
+        _ => None,
+    };
+    html! {
+        p { (prose(&e.message)) }
+        @if let Some(x) = &e.expected { p { "Accepted: " (prose(x)) } }
+        @if let Some(r) = &e.received { p { "Received: " code { (r.escape_debug().to_string()) } } }
+        @if !e.suggestions.is_empty() {
+            p { "Did you mean "
+                @for (i, s) in e.suggestions.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    @match link(s) { Some(href) => { a href=(href) { (s) } } None => { code { (s) } } }
+                }
+                "?"
+            }
+        }
+        @for d in &e.details { p { (prose(&d.message)) } }
     }
 }
 

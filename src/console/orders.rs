@@ -71,7 +71,7 @@ pub async fn queue(
             a href="/console/work-orders?status=all" class=[(status == "all").then_some("here")] { "all" }
         }
         p.muted { (list.total) " work orders " @if status != "all" { (status.replace('_', " ")) } }
-        @for o in &list.work_orders { (order_card(&viewer, o, false)) }
+        @for o in &list.work_orders { (order_card(&viewer, o, false, None)) }
         @if list.work_orders.is_empty() { p #queue-empty { "No work orders in this state." } }
     };
     Ok(page(layout(&c, &viewer, "Work orders", "/console/work-orders", None, body)))
@@ -88,8 +88,14 @@ fn actions_note(viewer: &Viewer) -> Markup {
     }
 }
 
+/// A decision the server refused, shown again with the note as typed.
+struct Draft<'a> {
+    error: &'a ToolError,
+    note: &'a str,
+}
+
 /// One order: what, why (the evidence), its state and, where allowed, the decision form.
-fn order_card(viewer: &Viewer, o: &WorkOrder, full: bool) -> Markup {
+fn order_card(viewer: &Viewer, o: &WorkOrder, full: bool, draft: Option<&Draft<'_>>) -> Markup {
     let actions: Vec<Action> = Action::allowed_from(o.status).collect();
     html! {
         section.card #{ "wo-" (o.id) } data-status=(o.status.as_str()) {
@@ -106,7 +112,7 @@ fn order_card(viewer: &Viewer, o: &WorkOrder, full: bool) -> Markup {
                     @if let Some(range) = r.range { " (normal " (range.min) " – " (range.max) ")" } } }
                 None => { p.muted { "No reading was cached for the sensor when the order was made." } }
             }
-            @if !actions.is_empty() { (decision_form(viewer, o, &actions)) }
+            @if !actions.is_empty() { (decision_form(viewer, o, &actions, draft)) }
             @if full { (history(o)) } @else {
                 details { summary { "History (" (o.history.len()) @if o.history.len() == 1 { " step)" } @else { " steps)" } } (history(o)) }
             }
@@ -128,12 +134,16 @@ fn history(o: &WorkOrder) -> Markup {
 
 /// The decision form: a note and one button per allowed action. Disabled, with the
 /// reason beside it, for anyone but an operator (the server refuses them anyway).
-fn decision_form(viewer: &Viewer, o: &WorkOrder, actions: &[Action]) -> Markup {
+fn decision_form(viewer: &Viewer, o: &WorkOrder, actions: &[Action], draft: Option<&Draft<'_>>) -> Markup {
     let allowed = viewer.is_operator();
+    let limit = crate::tools::work_orders::NOTE_CHARS;
     html! {
+        @if let Some(d) = draft {
+            div.error #decision-refused { p { (d.error.message) } @if let Some(x) = &d.error.expected { p { "Accepted: " (x) } } }
+        }
         form.decide method="post" action={ "/console/work-orders/" (o.id) } {
             input type="hidden" name="csrf" value=(viewer.csrf().unwrap_or(""));
-            textarea name="note" placeholder="Note (optional)" maxlength=(crate::tools::work_orders::NOTE_CHARS) disabled[!allowed] {}
+            textarea name="note" placeholder={ "Note (optional, at most " (limit) " characters)" } maxlength=(limit) disabled[!allowed] { (draft.map_or("", |d| d.note)) }
             @for a in actions {
                 button type="submit" name="action" value=(a.as_str()) id={ (a.as_str()) "-" (o.id) } disabled[!allowed] { (a.as_str()) }
             }
@@ -151,13 +161,16 @@ pub async fn order(
     let viewer = c.viewer(&headers)?;
     let data: WorkOrderData =
         c.tools.work_order(&GetWorkOrderArgs { work_order_id: Some(id), idempotency_key: None })?;
-    let o = &data.work_order;
+    Ok(page(order_page(&c, &viewer, &data.work_order, None)))
+}
+
+fn order_page(c: &Console, viewer: &Viewer, o: &WorkOrder, draft: Option<&Draft<'_>>) -> Markup {
     let body = html! {
         p { a href="/console/work-orders" { "Work orders" } " › " (o.id) }
-        (actions_note(&viewer))
-        (order_card(&viewer, o, true))
+        (actions_note(viewer))
+        (order_card(viewer, o, true, draft))
     };
-    Ok(page(layout(&c, &viewer, &o.id, "/console/work-orders", None, body)))
+    layout(c, viewer, &o.id, "/console/work-orders", None, body)
 }
 
 #[derive(Deserialize)]
@@ -192,8 +205,17 @@ pub async fn decide(
     // A browser sends a textarea's line breaks as CRLF but counts each as one character
     // against `maxlength`: kept as one here too.
     let note = Some(form.note.trim().replace("\r\n", "\n")).filter(|n| !n.is_empty());
-    let e = c.tools.act_on_work_order(&session.caller, &id, &form.action, note).await;
+    let e = c.tools.act_on_work_order(&session.caller, &id, &form.action, note.clone()).await;
     match e.error {
+        // A note (or action) refused: the order again, with why and the note as typed.
+        Some(err) if err.code == crate::tools::ErrorCode::InvalidArgument => {
+            let args = GetWorkOrderArgs { work_order_id: Some(id), idempotency_key: None };
+            let data = c.tools.work_order(&args)?;
+            let viewer = Viewer::Signed(session);
+            let draft = Draft { error: &err, note: note.as_deref().unwrap_or("") };
+            let markup = order_page(&c, &viewer, &data.work_order, Some(&draft));
+            Ok((StatusCode::BAD_REQUEST, markup).into_response())
+        }
         Some(err) => Err(ConsoleError::Tool(err)),
         None => {
             let mut res = Redirect::to(&format!("/console/work-orders/{}", urlencode(&id))).into_response();

@@ -199,14 +199,14 @@ async fn every_page_renders_for_the_demo_plant() {
 async fn bad_input_gets_a_page_that_says_what_is_wrong() {
     let r = router(service(), Tokens::default());
     let rows = [
-        ("/console/sensors/A_LINE1_099", 404, "SENSOR_NOT_FOUND"),
-        ("/console/sensors/not-an-id", 400, "INVALID_ARGUMENT"),
+        ("/console/sensors/A_LINE1_099", 404, "<h1>No such sensor</h1>"),
+        ("/console/sensors/not-an-id", 400, "<h1>Not a valid request</h1>"),
         ("/console/sensors/A_LINE1_001?range=2y", 400, "Unknown range"),
-        ("/console/sensors/A_LINE1_001?from=yesterday", 400, "INVALID_ARGUMENT"),
-        ("/console/sensors/A_LINE1_001?from=%FF", 400, "INVALID_ARGUMENT"),
-        ("/console/devices/z-nothing", 404, "DEVICE_NOT_FOUND"),
-        ("/console/work-orders/WO-999999", 404, "WORK_ORDER_NOT_FOUND"),
-        ("/console/work-orders?status=lost", 400, "INVALID_ARGUMENT"),
+        ("/console/sensors/A_LINE1_001?from=yesterday", 400, "Accepted: "),
+        ("/console/sensors/A_LINE1_001?from=%FF", 400, "<h1>Not a valid request</h1>"),
+        ("/console/devices/z-nothing", 404, "<h1>No such device</h1>"),
+        ("/console/work-orders/WO-999999", 404, "<h1>No such work order</h1>"),
+        ("/console/work-orders?status=lost", 400, "Accepted: all, or one of pending_approval"),
         ("/console/nothing-here", 404, "no console page at this address"),
         ("/console/devices/a-line1-plc/more", 404, "no console page at this address"),
         ("/console/assets/other.js", 404, "no console page at this address"),
@@ -216,7 +216,16 @@ async fn bad_input_gets_a_page_that_says_what_is_wrong() {
         assert_eq!(a.status, status, "{uri}: {}", a.body);
         assert!(a.body.contains(text), "{uri}: {}", a.body);
         assert!(a.header("content-type").unwrap().starts_with("text/html"), "{uri}");
+        // Regression (issue 32): the raw code as the heading, with markdown backticks.
+        assert!(!a.body.contains('`'), "{uri}: {}", a.body);
     }
+    // The API's did-you-mean, as links to the pages meant.
+    let a = get(&r, "/console/sensors/A_LINE1_0O1", None).await;
+    assert!(
+        a.body.contains("Did you mean <a href=\"/console/sensors/A_LINE1_001\">A_LINE1_001</a>"),
+        "{}",
+        a.body
+    );
 }
 
 const HOSTILE: &str = r#"id = "h-plc"
@@ -351,6 +360,14 @@ async fn decisions_need_an_operator_session_and_the_forms_csrf_token() {
     .await;
     assert_eq!(foreign.status, 403);
     assert_eq!(status_of_order(&service, &id).await["status"], "pending_approval", "nothing was decided yet");
+    // Regression (issue 32): a note over the limit was refused without the limit, and the
+    // typed note was lost. The order comes back with why and the note as typed.
+    let long = "n".repeat(501);
+    let a = post_form(&r, &uri, &op, &format!("csrf={op_csrf}&action=approve&note={long}")).await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert!(a.body.contains("at most 500 characters"), "{}", a.body);
+    assert!(a.body.contains(&format!(">{long}</textarea>")), "{}", a.body);
+    assert_eq!(status_of_order(&service, &id).await["status"], "pending_approval");
     // 490 characters and 10 line breaks, as a browser sends them (CRLF): within the 500 the
     // textarea allows, and kept with one character per line break.
     let note = format!("Checked on site{}", "%0D%0Ax".repeat(10)) + &"n".repeat(465);
@@ -364,7 +381,7 @@ async fn decisions_need_an_operator_session_and_the_forms_csrf_token() {
     // Deciding twice is the store's refusal, shown as a page.
     let again = post_form(&r, &uri, &op, &format!("csrf={op_csrf}&action=reject")).await;
     assert_eq!(again.status, 409);
-    assert!(again.body.contains("INVALID_STATE"));
+    assert!(again.body.contains("<h1>Not possible in this state</h1>"), "{}", again.body);
     // Signing out ends the session.
     let out = post_form(&r, "/console/logout", &op, &format!("csrf={op_csrf}")).await;
     assert_eq!(out.status, 303);
