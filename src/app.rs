@@ -206,7 +206,8 @@ pub fn serve_http(
 /// mounted at `/console`.
 pub fn router(tools: &ToolService, tokens: Arc<Tokens>, shutdown: &CancellationToken) -> axum::Router {
     let console = crate::console::Console::new(tools.clone(), tokens.clone(), shutdown.clone());
-    http::app(tools.clone(), tokens, shutdown.clone(), console.router())
+    let pages = http::Pages { prefix: "/console", refusal: crate::console::refusal_page };
+    http::app(tools.clone(), tokens, shutdown.clone(), Some((pages, console.router())))
 }
 
 impl Running {

@@ -32,7 +32,7 @@ pub struct Chart {
     pub to: i64,
     /// The bucket width (milliseconds): buckets further apart are a gap, not a line.
     pub bucket_ms: i64,
-    /// The sensor's normal range, drawn when it falls inside the data's scale.
+    /// The sensor's normal range, drawn as dashed lines (the scale takes it in).
     pub range: Option<(f64, f64)>,
     pub unit: String,
     /// Stretches without stored points (milliseconds), as the history reports them.
@@ -114,6 +114,11 @@ impl Chart {
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), b| (lo.min(b.min), hi.max(b.max)));
         if data.is_empty() {
             return html! { p.muted #chart-empty { "No stored history in this range." } };
+        }
+        // The scale takes in the normal range too, so its lines are always drawn: values
+        // well inside it show as such, not as a line across the whole height.
+        if let Some((a, b)) = self.range.filter(|(a, b)| a.is_finite() && b.is_finite()) {
+            (lo, hi) = (lo.min(a).min(b), hi.max(a).max(b));
         }
         if hi - lo < 1e-9 {
             (lo, hi) = (lo - 1.0, hi + 1.0);
@@ -246,8 +251,9 @@ mod tests {
         let svg = c.render(&b).into_string();
         assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
         assert_eq!(svg.matches("<polygon").count(), 2);
-        // 3.5 is inside the drawn scale, 0.0 below it.
-        assert_eq!(svg.matches(r#"class="lim""#).count(), 1);
+        // Regression (issue 32): a limit outside the data's scale (0.0 here) was not drawn;
+        // the scale takes in the normal range.
+        assert_eq!(svg.matches(r#"class="lim""#).count(), 2);
         assert!(svg.contains(r#"data-buckets="4""#));
     }
 

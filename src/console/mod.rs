@@ -176,6 +176,14 @@ impl IntoResponse for ConsoleError {
     }
 }
 
+/// A request the server refused before the console saw it (a foreign `Origin`, a form
+/// posted from another site), as a console page rather than the API's JSON.
+pub fn refusal_page(e: ToolError) -> Response {
+    let mut res = ConsoleError::Tool(e).into_response();
+    res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
 /// A page's heading for a query's refusal, in words.
 fn title_of(code: crate::tools::ErrorCode) -> &'static str {
     use crate::tools::ErrorCode as C;

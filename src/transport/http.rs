@@ -33,6 +33,16 @@ struct AppState {
     tokens: Arc<Tokens>,
     hosts: Arc<Vec<String>>,
     origins: Arc<Vec<String>>,
+    mounted: Option<Pages>,
+}
+
+/// Pages served beside the API under `prefix` (the console, mounted by `app.rs`): the
+/// Host and Origin checks, body limit and timeout apply to them too, and what the Host and
+/// Origin checks refuse there is shown by `refusal`, as one of their pages.
+#[derive(Clone, Copy)]
+pub struct Pages {
+    pub prefix: &'static str,
+    pub refusal: fn(ToolError) -> Response,
 }
 
 pub use super::status::{status_of, status_of_code};
@@ -67,10 +77,6 @@ fn refusal(error: ToolError) -> Response {
 fn closing(mut res: Response) -> Response {
     res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     res
-}
-
-fn forbidden(message: &str, hint: &str) -> Response {
-    refusal(ToolError::new(ErrorCode::Forbidden, message, hint))
 }
 
 fn unauthorized(message: &str) -> Response {
@@ -110,6 +116,15 @@ fn host_name(authority: &str) -> String {
 /// names another host is refused too.
 async fn check_origin(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let headers = req.headers();
+    // Pages mounted beside the API (the console) show their refusals as pages of their own.
+    let pages = st.mounted.filter(|m| req.uri().path().starts_with(m.prefix));
+    let refuse = |message: &str, hint: &str| {
+        let e = ToolError::new(ErrorCode::Forbidden, message, hint);
+        match pages {
+            Some(m) => (m.refusal)(e),
+            None => refusal(e),
+        }
+    };
     let hosts: Vec<&str> = headers.get_all(header::HOST).iter().filter_map(|h| h.to_str().ok()).collect();
     let served = |authority: &str| {
         let name = host_name(authority);
@@ -119,37 +134,34 @@ async fn check_origin(State(st): State<AppState>, req: Request, next: Next) -> R
     let host = match hosts.as_slice() {
         [one] if served(one) => *one,
         [_] => {
-            return forbidden(
+            return refuse(
                 "This Host name is not served here.",
                 "Use the server's configured address, or add the name to server.allowed_hosts.",
             );
         }
         [] => {
-            return forbidden(
-                "The request has no Host header.",
-                "Send the Host header (HTTP/1.1 requires it).",
-            );
+            return refuse("The request has no Host header.", "Send the Host header (HTTP/1.1 requires it).");
         }
-        _ => return forbidden("The request has more than one Host header.", "Send exactly one Host header."),
+        _ => return refuse("The request has more than one Host header.", "Send exactly one Host header."),
     };
     if let Some(authority) = req.uri().authority()
         && !served(authority.as_str())
     {
-        return forbidden(
+        return refuse(
             "The request URI names a host not served here.",
             "Send the request for this server's own address.",
         );
     }
     let origins: Vec<_> = headers.get_all(header::ORIGIN).iter().collect();
     if origins.len() > 1 {
-        return forbidden("The request has more than one Origin header.", "Send at most one Origin header.");
+        return refuse("The request has more than one Origin header.", "Send at most one Origin header.");
     }
     if let Some(origin) = origins.first() {
         let origin = origin.to_str().unwrap_or("").trim_end_matches('/').to_ascii_lowercase();
         let h = host.trim().to_ascii_lowercase();
         let same_origin = origin == format!("http://{h}") || origin == format!("https://{h}");
         if !same_origin && !st.origins.iter().any(|o| o.trim_end_matches('/').eq_ignore_ascii_case(&origin)) {
-            return forbidden(
+            return refuse(
                 "Requests from this Origin are not allowed.",
                 "Add the origin to server.allowed_origins if this page should reach fieldgate.",
             );
@@ -477,7 +489,12 @@ fn handler(endpoint: Endpoint, on: MethodFilter) -> MethodRouter<AppState> {
 
 /// The whole application: API, MCP, health and metrics, with `mounted` (the console's
 /// pages, which `app.rs` mounts) behind the same host, origin, body and time checks.
-pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken, mounted: Router) -> Router {
+pub fn app(
+    tools: ToolService,
+    tokens: Arc<Tokens>,
+    shutdown: CancellationToken,
+    mounted: Option<(Pages, Router)>,
+) -> Router {
     let cfg = tools.config().server.clone();
     let hosts = allowed_hosts(cfg.listen, &cfg.allowed_hosts);
     let st = AppState {
@@ -485,6 +502,7 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken,
         tokens,
         hosts: Arc::new(hosts.clone()),
         origins: Arc::new(cfg.allowed_origins.clone()),
+        mounted: mounted.as_ref().map(|(pages, _)| *pages),
     };
     // MCP at /mcp: one server instance, fieldgate's own sessions and framing (mcp/http.rs).
     let mcp = McpHttp::new(
@@ -511,7 +529,7 @@ pub fn app(tools: ToolService, tokens: Arc<Tokens>, shutdown: CancellationToken,
     let protected = protected.layer(middleware::from_fn_with_state(st.clone(), authenticate));
     open.merge(protected)
         .with_state(st.clone())
-        .merge(mounted)
+        .merge(mounted.map(|(_, r)| r).unwrap_or_default())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(st.clone(), check_origin))

@@ -359,6 +359,13 @@ async fn decisions_need_an_operator_session_and_the_forms_csrf_token() {
     )
     .await;
     assert_eq!(foreign.status, 403);
+    // Regression (issue 32): a cross-site form post got the API's JSON, not a console page.
+    assert!(foreign.header("content-type").unwrap().starts_with("text/html"), "{}", foreign.body);
+    assert!(
+        foreign.body.contains("<h1>Not allowed</h1>") && foreign.body.contains("Origin"),
+        "{}",
+        foreign.body
+    );
     assert_eq!(status_of_order(&service, &id).await["status"], "pending_approval", "nothing was decided yet");
     // Regression (issue 32): a note over the limit was refused without the limit, and the
     // typed note was lost. The order comes back with why and the note as typed.
