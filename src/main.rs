@@ -232,8 +232,8 @@ fn main() -> ExitCode {
         Command::Devices { action, id, url: Some(url), token } => {
             runtime.block_on(cli::devices::devices_remote(&url, token, &action, id))
         }
-        Command::Devices { action, id, url: None, .. } => match load() {
-            Ok((c, registry)) => runtime.block_on(cli::devices::devices_local(c, registry, &action, id)),
+        Command::Devices { action, id, url: None, token } => match load() {
+            Ok((c, registry)) => runtime.block_on(cli::devices::devices(c, registry, &action, id, token)),
             Err(code) => code,
         },
         #[cfg(feature = "demo")]

@@ -31,8 +31,24 @@ pub async fn devices_remote(url: &str, token: Option<String>, action: &str, id: 
     }
 }
 
-/// `devices status|probe` in this process (no service holds the devices).
-pub async fn devices_local(config: Config, registry: Registry, action: &str, id: Option<String>) -> ExitCode {
+/// `devices status|probe` without `--url`: through the running fieldgate next to it
+/// (`super::running_service`), else in this process; one output either way, the data as
+/// JSON or the error as one line.
+pub async fn devices(
+    config: Config,
+    registry: Registry,
+    action: &str,
+    id: Option<String>,
+    token: Option<String>,
+) -> ExitCode {
+    match super::running_service(&config).await {
+        Some(url) => devices_remote(&url, token, action, id).await,
+        None => devices_local(config, registry, action, id).await,
+    }
+}
+
+/// `devices status|probe` in this process (no service runs next to it).
+async fn devices_local(config: Config, registry: Registry, action: &str, id: Option<String>) -> ExitCode {
     let service = ToolService::new(Arc::new(registry), config);
     let envelope = match (action, id) {
         ("probe", Some(id)) => Some(service.probe_device(&Caller::local(), &id).await),
@@ -49,8 +65,14 @@ pub async fn devices_local(config: Config, registry: Registry, action: &str, id:
     };
     match envelope {
         Some(e) => {
-            out(&serde_json::to_string_pretty(&e).unwrap_or_default());
-            if e.ok { ExitCode::SUCCESS } else { ExitCode::from(2) }
+            let v = serde_json::to_value(&e).unwrap_or_default();
+            match super::envelope_data(&v) {
+                Ok(data) => {
+                    out(&serde_json::to_string_pretty(&data).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
+                Err((code, message)) => fail(code, &message),
+            }
         }
         None => {
             eprintln!("error: use `devices status [ID]` or `devices probe ID`");

@@ -44,10 +44,46 @@ pub async fn connect(url: &str, token: Option<String>) -> Result<HttpClient, (u8
     })
 }
 
+/// The running fieldgate a command next to it should ask, if any: the one that holds the
+/// data directory (its owner file says where it listens), or one answering on the
+/// configured `server.listen` (a demo keeps its data elsewhere). `None`: no service here,
+/// the command runs in this process.
+pub async fn running_service(config: &crate::config::Config) -> Option<String> {
+    let dir = crate::app::absolute(&config.storage.data_dir);
+    if let Some(url) = crate::app::owner_of(&dir).and_then(|o| o.url) {
+        return Some(url);
+    }
+    let listen = config.server.listen;
+    let addr = if listen.ip().is_unspecified() {
+        std::net::SocketAddr::from(([127, 0, 0, 1], listen.port()))
+    } else {
+        listen
+    };
+    let ask = async {
+        let mut client = HttpClient::connect(addr).await.ok()?;
+        let r = client.get("/").await.ok()?;
+        // Itself a fieldgate (open on loopback), or one that wants a token for its index.
+        let ours = r.json()["service"] == "fieldgate" || r.json()["error"]["code"] == "UNAUTHORIZED";
+        ours.then(|| format!("http://{addr}"))
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(2), ask).await.ok().flatten()
+}
+
 /// The data of an envelope, or its error as one line for a person.
 fn data_of(r: std::io::Result<HttpResponse>) -> Result<Value, (u8, String)> {
     let r = r.map_err(|e| (1, e.to_string()))?;
     let v = r.json();
+    envelope_data(&v).map_err(|(code, message)| {
+        if v["error"]["code"].is_string() {
+            (code, message)
+        } else {
+            (1, format!("unexpected answer (HTTP {})", r.status))
+        }
+    })
+}
+
+/// The data of an envelope, or its error as one line for a person (exit code 2).
+fn envelope_data(v: &Value) -> Result<Value, (u8, String)> {
     if v["ok"] == true {
         return Ok(v["data"].clone());
     }
@@ -61,6 +97,6 @@ fn data_of(r: std::io::Result<HttpResponse>) -> Result<Value, (u8, String)> {
             };
             Err((2, format!("{message} ({code}).{hint}")))
         }
-        _ => Err((1, format!("unexpected answer (HTTP {})", r.status))),
+        _ => Err((1, "unexpected answer: not an envelope".into())),
     }
 }

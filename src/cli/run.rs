@@ -207,8 +207,18 @@ pub async fn call(
     use crate::app::StartError;
     let url = match url {
         Some(u) => Some(u),
+        None => super::running_service(&config).await,
+    };
+    if let Some(u) = &url {
+        tracing::info!(url = %u, "asking the running fieldgate");
+    }
+    let url = match url {
+        Some(u) => Some(u),
         None => {
             let dir = crate::app::absolute(&config.storage.data_dir);
+            if !dir.exists() {
+                tracing::warn!(data_dir = %dir.display(), "no running fieldgate found: calling in this process, with a new data directory");
+            }
             match crate::app::open_stores(&config, &dir) {
                 Ok((history, orders)) => {
                     let stores = crate::tools::Stores {

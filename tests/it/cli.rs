@@ -527,3 +527,49 @@ async fn call_with_a_url_needs_no_device_files_here() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["ok"], true, "{v}");
 }
+
+/// Regression (issue 32): `call` and `devices status` next to a running demo read the
+/// device files' endpoints themselves and silently made `./data`; local and remote
+/// `devices status` printed different things. A fieldgate answering on `server.listen` is
+/// asked (its data directory elsewhere, as a demo's is), nothing is created here, and
+/// `devices status` prints the same data either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_and_devices_next_to_a_running_service_ask_it_and_create_nothing() {
+    let plant = demo_plant().await;
+    let server = Server::start(plant.service.clone(), Default::default()).await;
+    let here = tempfile::tempdir().unwrap();
+    let devices = root().join("devices");
+    let run = |listen: String, args: &'static [&'static str]| {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"));
+        c.arg("--devices")
+            .arg(&devices)
+            .args(args)
+            .current_dir(here.path())
+            .env_clear()
+            .env("FIELDGATE_SERVER_LISTEN", listen)
+            .kill_on_drop(true);
+        async move {
+            tokio::time::timeout(std::time::Duration::from_secs(60), c.output())
+                .await
+                .expect("the command ends within 60 s")
+                .unwrap()
+        }
+    };
+    let listen = server.addr.to_string();
+    let o = run(listen.clone(), &["call", "get_sensor_reading", r#"{"sensor_id":"A_LINE1_001"}"#]).await;
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    assert_eq!(v["ok"], true, "the service (and its simulator) answered: {v} {}", stderr(&o));
+    assert!(!here.path().join("data").exists(), "no data directory made here");
+    let remote = run(listen, &["devices", "status", "a-line1-plc"]).await;
+    assert!(remote.status.success(), "{}", stderr(&remote));
+    let remote: Value = serde_json::from_slice(&remote.stdout).unwrap();
+    assert_eq!(remote["devices"][0]["device_id"], "a-line1-plc", "{remote}");
+    assert_eq!(remote["devices"][0]["state"], "up", "{remote}");
+    // With no service there: in this process, the same shape of output.
+    let local = run("127.0.0.1:0".into(), &["devices", "status", "a-line1-plc"]).await;
+    assert!(local.status.success(), "{}", stderr(&local));
+    let local: Value = serde_json::from_slice(&local.stdout).unwrap();
+    assert_eq!(local["devices"][0]["device_id"], "a-line1-plc", "{local}");
+    let keys = |v: &Value| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+    assert_eq!(keys(&local), keys(&remote), "one output format");
+}
