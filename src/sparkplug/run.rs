@@ -36,9 +36,6 @@ const PER_MESSAGE: usize = 500;
 /// Messages handed to rumqttc and not yet written, at most, before data waits in the buffer.
 const QUEUED_MAX: u64 = (REQUESTS / 2) as u64;
 const TICK: Duration = Duration::from_millis(100);
-/// How long the node leaves NCMD/DCMD unsubscribed after a message too large to take
-/// arrived on them.
-const COMMANDS_OFF: Duration = Duration::from_secs(600);
 /// Rebirths asked by NCMD are done at most this often (a flood of them is one a second).
 const REBIRTH_EVERY: Duration = Duration::from_secs(1);
 
@@ -299,39 +296,6 @@ impl Node {
             self.birth();
         } else {
             self.phase = Phase::AwaitingHost;
-        }
-    }
-
-    /// A message larger than the node takes (1 MiB) arrived and the client dropped the
-    /// connection: most likely one retained on a command topic, which every new connection
-    /// would receive again. The next connections leave NCMD/DCMD out for `COMMANDS_OFF` (no
-    /// rebirth on request meanwhile) so births and data go on; the warning names the topics
-    /// and the remedy. Without command subscriptions it can only have come on STATE.
-    fn oversized(&mut self, size: usize) {
-        let [ncmd, dcmd] = self.edge.topics().command_filters();
-        if let Some(skipped) = self.throttle.allow("oversized") {
-            if self.commands_subscribed {
-                tracing::warn!(
-                    size,
-                    limit = link::MAX_INCOMING,
-                    ncmd,
-                    dcmd,
-                    skipped,
-                    "sparkplug: a message too large to take arrived on a command topic (likely retained there) and dropped the connection; commands are not subscribed for 10 minutes so data keeps flowing. Remove it by publishing an empty retained message on that topic, and allow only the host application to publish NCMD/DCMD (broker ACLs)"
-                );
-            } else {
-                let state = topic::state(&self.cfg.primary_host_id);
-                tracing::warn!(
-                    size,
-                    limit = link::MAX_INCOMING,
-                    state,
-                    skipped,
-                    "sparkplug: a message too large to take arrived on the primary host's STATE topic and dropped the connection. Remove it by publishing an empty retained message there, and allow only the host application to publish it (broker ACLs)"
-                );
-            }
-        }
-        if self.commands_subscribed {
-            self.commands_off_until = Some(Instant::now() + COMMANDS_OFF);
         }
     }
 

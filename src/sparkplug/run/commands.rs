@@ -1,8 +1,12 @@
 //! What arrives on the edge node's subscriptions: NCMD (only a rebirth is honoured),
 //! DCMD (always refused: fieldgate never writes to devices from the broker) and the
-//! primary host's STATE.
+//! primary host's STATE; and what the node does when one is too large to take.
 
 use super::*;
+
+/// How long the node leaves NCMD/DCMD unsubscribed after a message too large to take
+/// arrived on them.
+const COMMANDS_OFF: Duration = Duration::from_secs(600);
 
 impl Node {
     pub(super) fn on_message(&mut self, topic: &str, payload: &[u8]) {
@@ -99,5 +103,38 @@ impl Node {
         self.counters.online.store(false, Ordering::Relaxed);
         self.edge.all_dead();
         self.phase = Phase::Leaving;
+    }
+
+    /// A message larger than the node takes (1 MiB) arrived and the client dropped the
+    /// connection: most likely one retained on a command topic, which every new connection
+    /// would receive again. The next connections leave NCMD/DCMD out for `COMMANDS_OFF` (no
+    /// rebirth on request meanwhile) so births and data go on; the warning names the topics
+    /// and the remedy. Without command subscriptions it can only have come on STATE.
+    pub(super) fn oversized(&mut self, size: usize) {
+        let [ncmd, dcmd] = self.edge.topics().command_filters();
+        if let Some(skipped) = self.throttle.allow("oversized") {
+            if self.commands_subscribed {
+                tracing::warn!(
+                    size,
+                    limit = link::MAX_INCOMING,
+                    ncmd,
+                    dcmd,
+                    skipped,
+                    "sparkplug: a message too large to take arrived on a command topic (likely retained there) and dropped the connection; commands are not subscribed for 10 minutes so data keeps flowing. Remove it by publishing an empty retained message on that topic, and allow only the host application to publish NCMD/DCMD (broker ACLs)"
+                );
+            } else {
+                let state = topic::state(&self.cfg.primary_host_id);
+                tracing::warn!(
+                    size,
+                    limit = link::MAX_INCOMING,
+                    state,
+                    skipped,
+                    "sparkplug: a message too large to take arrived on the primary host's STATE topic and dropped the connection. Remove it by publishing an empty retained message there, and allow only the host application to publish it (broker ACLs)"
+                );
+            }
+        }
+        if self.commands_subscribed {
+            self.commands_off_until = Some(Instant::now() + COMMANDS_OFF);
+        }
     }
 }
