@@ -145,29 +145,26 @@ async fn openapi_matches_the_committed_file() {
         assert!(jsonschema::validator_for(&schemas[name]).is_ok(), "{name}");
     }
     let text = serde_json::to_string_pretty(&served).unwrap() + "\n";
-    let path = root().join("openapi.json");
-    if std::env::var_os("UPDATE_SCHEMA").is_some() {
-        std::fs::write(&path, &text).unwrap();
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == text,
-        "openapi.json is out of date; run `UPDATE_SCHEMA=1 cargo test --test it openapi` and commit it"
-    );
+    committed_equals("openapi.json", &text, "openapi");
 }
 
 /// The docs' route list is made from the route table the router and `/openapi.json` use.
 #[test]
 fn the_docs_route_list_is_the_route_table() {
-    let text = fieldgate::transport::routes::markdown();
-    let path = root().join("docs/http-routes.md");
+    committed_equals("docs/http-routes.md", &fieldgate::transport::routes::markdown(), "route_list");
+}
+
+/// The committed file `path` holds `text` (rewritten with `UPDATE_SCHEMA=1`, then
+/// `cargo test --test it {test}`).
+fn committed_equals(path: &str, text: &str, test: &str) {
+    let file = root().join(path);
     if std::env::var_os("UPDATE_SCHEMA").is_some() {
-        std::fs::write(&path, &text).unwrap();
+        std::fs::write(&file, text).unwrap();
     }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let committed = std::fs::read_to_string(&file).unwrap_or_default();
     assert!(
         committed == text,
-        "docs/http-routes.md is out of date; run `UPDATE_SCHEMA=1 cargo test --test it route_list` and commit it"
+        "{path} is out of date; run `UPDATE_SCHEMA=1 cargo test --test it {test}` and commit it"
     );
 }
 
