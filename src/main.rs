@@ -45,14 +45,16 @@ enum Command {
     Check,
     /// Print the definition of every served tool as JSON.
     Tools,
-    /// Run one tool in-process and print its envelope (exit 0 if ok, 2 on a tool error).
+    /// Run one tool and print its envelope (exit 0 if ok, 2 on a tool error): through the
+    /// running fieldgate next to it (the data directory's holder, or one on server.listen),
+    /// else in this process.
     Call {
         /// Tool name, e.g. list_sensors.
         tool: String,
         /// Arguments as a JSON object, e.g. '{"zone":"LINE1"}'. Default: {}.
         args: Option<String>,
-        /// Ask a running service instead (default: the one holding the data directory,
-        /// if any), e.g. http://127.0.0.1:8080.
+        /// Ask this running service, e.g. http://127.0.0.1:8080 (default: the one holding
+        /// the data directory, or one answering on server.listen, if any).
         #[arg(long, value_name = "URL")]
         url: Option<String>,
         /// The data directory (default: storage.data_dir).

@@ -50,7 +50,13 @@ pub async fn connect(url: &str, token: Option<String>) -> Result<HttpClient, (u8
 /// the command runs in this process.
 pub async fn running_service(config: &crate::config::Config) -> Option<String> {
     let dir = crate::app::absolute(&config.storage.data_dir);
-    if let Some(url) = crate::app::owner_of(&dir).and_then(|o| o.url) {
+    // An owner file left by a process that died (kill -9, power loss) names nobody.
+    let owner = crate::app::owner_of(&dir)
+        .and_then(|o| o.url)
+        .and_then(|u| u.strip_prefix("http://").and_then(|a| a.parse::<std::net::SocketAddr>().ok()));
+    if let Some(addr) = owner
+        && let Some(url) = answers(addr).await
+    {
         return Some(url);
     }
     let listen = config.server.listen;
@@ -59,6 +65,11 @@ pub async fn running_service(config: &crate::config::Config) -> Option<String> {
     } else {
         listen
     };
+    answers(addr).await
+}
+
+/// `http://addr` when a fieldgate answers there within 2 s.
+async fn answers(addr: std::net::SocketAddr) -> Option<String> {
     let ask = async {
         let mut client = HttpClient::connect(addr).await.ok()?;
         let r = client.get("/").await.ok()?;
@@ -92,7 +103,8 @@ fn envelope_data(v: &Value) -> Result<Value, (u8, String)> {
         (Some(code), Some(message)) => {
             let hint = match code {
                 // The agent's words are not the right ones for a person at the command line.
-                "UNAUTHORIZED" | "FORBIDDEN" => " This needs an operator token: pass it with --token or FIELDGATE_CLI_TOKEN (the service knows it from FIELDGATE_TOKEN_<NAME>=operator:<token> or its tokens file).".to_string(),
+                "UNAUTHORIZED" => " This service needs a token: pass one with --token or FIELDGATE_CLI_TOKEN (the service knows it from FIELDGATE_TOKEN_<NAME>=<role>:<token> or its tokens file).".to_string(),
+                "FORBIDDEN" if message.contains("operator") => " This needs an operator token: pass it with --token or FIELDGATE_CLI_TOKEN.".to_string(),
                 _ => e["hint"].as_str().map(|h| format!(" {h}")).unwrap_or_default(),
             };
             Err((2, format!("{message} ({code}).{hint}")))

@@ -150,7 +150,9 @@ fn print_answer(a: &Answer, json: bool) {
                     o.sensor_id,
                     o.priority.as_str(),
                     o.created_at,
-                    o.summary
+                    // One row per order: a line break or control character in the text an
+                    // agent wrote is shown escaped, never able to forge a row.
+                    crate::tools::envelope::visible(&o.summary)
                 ));
             }
         }
@@ -163,10 +165,14 @@ fn print_answer(a: &Answer, json: bool) {
                 o.work_type.as_str(),
                 o.sensor_id
             ));
-            out(&format!("  {}", o.summary));
+            out(&format!("  {}", crate::tools::envelope::visible(&o.summary)));
             out(&format!("  created {} by {}", o.created_at, o.created_by));
             for t in &o.history {
-                let note = t.note.as_deref().map(|n| format!(": {n}")).unwrap_or_default();
+                let note = t
+                    .note
+                    .as_deref()
+                    .map(|n| format!(": {}", crate::tools::envelope::visible(n)))
+                    .unwrap_or_default();
                 out(&format!("  {}  {} by {}{note}", t.at, t.to.as_str(), t.by));
             }
             if let Some(d) = &o.delivery {

@@ -464,6 +464,7 @@ impl Node {
 
     fn on_tick(&mut self) {
         let now = chrono::Utc::now().timestamp_millis();
+        self.commands_back();
         self.send_live();
         if self.rebirth_pending && self.online_at.elapsed() >= REBIRTH_EVERY {
             self.rebirth();

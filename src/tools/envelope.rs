@@ -132,6 +132,32 @@ pub struct ToolError {
 }
 
 /// Cuts what a caller sent to 100 characters for echoing it back.
+/// Whether `c` is a control or bidirectional formatting character: text a person reads
+/// must not carry it as it is (`validate/text.rs` refuses it in arguments; [`visible`]
+/// shows it escaped wherever an argument is echoed).
+pub fn is_hidden(c: char) -> bool {
+    matches!(c,
+        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}'
+        | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
+}
+
+/// `s` with every control and bidirectional formatting character written as `\u{..}`:
+/// what a caller sent, safe to echo to the agent, the log and the console.
+pub fn visible(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(is_hidden) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if is_hidden(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 pub fn cut(s: &str) -> String {
     match s.char_indices().nth(100) {
         Some((i, _)) => format!("{}…", &s[..i]),
@@ -167,7 +193,7 @@ impl ToolError {
     ) -> ToolError {
         let mut e = ToolError::new(ErrorCode::InvalidArgument, message, hint);
         e.parameter = Some(parameter.into());
-        e.received = received.map(cut);
+        e.received = received.map(|r| cut(&visible(r)));
         e.expected = Some(expected.into());
         e
     }

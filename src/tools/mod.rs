@@ -413,11 +413,12 @@ impl ToolService {
         }
         let registry = &self.inner.core.registry;
         let suggest = |param: &str, received: &str| suggestions_for(registry, param, received);
+        // Hidden characters first: named as what they are, not as a format mismatch.
+        validate::text::check_arguments(args)?;
         match self.inner.validators.get(&tool) {
             Some(v) => v.check(args, &suggest)?,
             None => return Err(ToolError::internal()),
         }
-        validate::text::check_arguments(args)?;
         match tool {
             Tool::ListSensors => list_sensors::run(parse(args)?, registry),
             Tool::GetSensorReading => readings::get_one(&self.inner, parse(args)?, attempts).await,
@@ -543,6 +544,7 @@ fn redact(args: &Value) -> String {
     }
     // Whole (so that JSON logs carry it as an object) unless it is long.
     let text = v.to_string();
+    let text = envelope::visible(&text).into_owned();
     if text.len() <= 2048 { text } else { envelope::cut(&text) }
 }
 

@@ -67,16 +67,16 @@ pub async fn bridge_stdio(url: &str, token: Option<String>, max_line: usize) -> 
     let mut lines = LineReader::new(tokio::io::stdin(), max_line);
     let mut stdout = tokio::io::stdout();
     let mut relay = Relay { addr, url: url.to_string(), token, client: None, session: None, version: None };
-    loop {
+    'relay: loop {
         // What cannot be relayed is answered here, as the service would: never silence.
         let line = match lines.next().await {
-            Ok(Read::Eof) if lines.line.is_empty() => break,
+            Ok(Read::Eof) if lines.line.is_empty() => break 'relay,
             Ok(Read::Line | Read::Eof) => match String::from_utf8(std::mem::take(&mut lines.line)) {
                 Ok(text) => text,
                 Err(_) => {
                     let e = parse_error("Parse error: the message is not UTF-8");
                     if write_line(&mut stdout, &e).await.is_err() {
-                        return Ok(());
+                        break 'relay;
                     }
                     continue;
                 }
@@ -85,11 +85,11 @@ pub async fn bridge_stdio(url: &str, token: Option<String>, max_line: usize) -> 
                 let e =
                     invalid_request(&format!("Invalid Request: the message is longer than {max_line} bytes"));
                 if write_line(&mut stdout, &e).await.is_err() {
-                    return Ok(());
+                    break 'relay;
                 }
                 continue;
             }
-            Err(_) => break,
+            Err(_) => break 'relay,
         };
         let line = line.trim_end_matches(['\n', '\r']);
         if line.trim().is_empty() {
@@ -100,10 +100,11 @@ pub async fn bridge_stdio(url: &str, token: Option<String>, max_line: usize) -> 
         let out = relay.answers(answer, id.as_ref());
         for m in out {
             if write_line(&mut stdout, &m).await.is_err() {
-                return Ok(());
+                break 'relay;
             }
         }
     }
+    relay.end().await;
     Ok(())
 }
 
@@ -118,6 +119,20 @@ struct Relay {
 }
 
 impl Relay {
+    /// The client is gone: ends its session on the service (DELETE), so that the session
+    /// does not count against the token until it expires. Bounded: a service that does not
+    /// answer is left to expire it.
+    async fn end(&mut self) {
+        let (Some(session), Some(client)) = (self.session.take(), self.client.as_mut()) else { return };
+        let headers = [("mcp-session-id", session.as_str())];
+        let ended = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            client.send("DELETE", "/mcp", &headers, b""),
+        )
+        .await;
+        tracing::debug!(ended = ended.is_ok(), "relay: session ended");
+    }
+
     /// Posts one message to `/mcp`, reconnecting once (a keep-alive connection the service
     /// closed meanwhile). `None` when the service does not answer.
     async fn post(&mut self, line: &str) -> Option<HttpResponse> {

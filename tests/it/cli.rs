@@ -3,7 +3,7 @@
 use std::process::{Command, Output};
 
 use super::support::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The binary in the repository's folder (for its devices/), hermetic otherwise: its own
 /// data directory, no port of the demo's, none of the caller's FIELDGATE_* variables.
@@ -572,4 +572,30 @@ async fn call_and_devices_next_to_a_running_service_ask_it_and_create_nothing() 
     assert_eq!(local["devices"][0]["device_id"], "a-line1-plc", "{local}");
     let keys = |v: &Value| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
     assert_eq!(keys(&local), keys(&remote), "one output format");
+}
+
+/// Regression (review of issue 32): an owner file left by a process that died named a
+/// service that no longer answers, and `call` failed with "cannot reach" although the data
+/// directory was free. It now runs in this process over that directory.
+#[tokio::test]
+async fn a_stale_owner_file_is_not_taken_for_a_running_service() {
+    let closed = ClosedPort::new();
+    let data = tempfile::tempdir().unwrap();
+    let owner = json!({"pid": 999_999, "mode": "serve", "url": format!("http://{}", closed.addr()), "started_at": "2026-01-01T00:00:00Z"});
+    std::fs::write(data.path().join(fieldgate::app::OWNER_FILE), owner.to_string()).unwrap();
+    let o = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+            .args(["call", "list_sensors", r#"{"limit":1}"#])
+            .current_dir(root())
+            .env_clear()
+            .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+            .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
+            .output(),
+    )
+    .await
+    .expect("call ends within 60 s")
+    .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    assert_eq!(v["ok"], true, "{v} {}", stderr(&o));
 }

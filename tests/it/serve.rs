@@ -328,5 +328,15 @@ async fn the_demo_prints_client_configurations_that_reach_its_plant_with_a_token
     assert_eq!(envelope["ok"], true, "{listed}");
     assert_eq!(envelope["data"]["sensors"].as_array().map(Vec::len), Some(44), "{listed}");
     drop(stdin);
+    // The relay ends its session when its client goes (review of issue 32: it was left to
+    // count against the token until it expired).
+    tokio::time::timeout(Duration::from_secs(30), relay.wait())
+        .await
+        .expect("the relay exits when stdin closes")
+        .unwrap();
+    let addr: std::net::SocketAddr = args[2].trim_start_matches("http://").parse().unwrap();
+    let mut c = HttpClient::connect(addr).await.unwrap().with_token(secret);
+    let m = String::from_utf8(c.get("/metrics").await.unwrap().body).unwrap();
+    assert!(m.contains("fieldgate_mcp_sessions 0\n"), "{m}");
     let _ = demo.kill().await;
 }

@@ -271,6 +271,15 @@ async fn control_and_bidi_characters_in_agent_text_are_refused_and_nothing_is_st
     );
     let r = c.get("/v1/sensors?text=%E2%80%AEx").await.unwrap();
     assert_eq!((r.status, r.json()["error"]["parameter"].clone()), (400, json!("text")));
+    // Named as what it is even where the schema's pattern would refuse it too, and echoed
+    // escaped (review of issue 32: the raw character came back in `received`).
+    let r = c
+        .post("/v1/tools/get_sensor_reading", "{\"sensor_id\": \"A_LINE1_001\\u202eX\"}".as_bytes())
+        .await
+        .unwrap();
+    let e = &r.json()["error"];
+    assert!(e["message"].as_str().unwrap().contains("bidirectional"), "{e}");
+    assert_eq!(e["received"], "A_LINE1_001\\u{202e}X", "{e}");
 }
 
 #[tokio::test]

@@ -112,15 +112,20 @@ impl Node {
     /// and the remedy. Without command subscriptions it can only have come on STATE.
     pub(super) fn oversized(&mut self, size: usize) {
         let [ncmd, dcmd] = self.edge.topics().command_filters();
-        if let Some(skipped) = self.throttle.allow("oversized") {
+        let key = if self.commands_subscribed { "oversized on commands" } else { "oversized on STATE" };
+        if let Some(skipped) = self.throttle.allow(key) {
             if self.commands_subscribed {
+                // With a primary host the STATE topic was subscribed too: it may have come there.
+                let state =
+                    (!self.cfg.primary_host_id.is_empty()).then(|| topic::state(&self.cfg.primary_host_id));
                 tracing::warn!(
                     size,
                     limit = link::MAX_INCOMING,
                     ncmd,
                     dcmd,
+                    state = state.unwrap_or_default(),
                     skipped,
-                    "sparkplug: a message too large to take arrived on a command topic (likely retained there) and dropped the connection; commands are not subscribed for 10 minutes so data keeps flowing. Remove it by publishing an empty retained message on that topic, and allow only the host application to publish NCMD/DCMD (broker ACLs)"
+                    "sparkplug: a message too large to take arrived on the node's subscriptions (likely retained on one of these topics) and dropped the connection; commands are not subscribed for 10 minutes so data keeps flowing (if the warning comes again, it is on STATE). Remove it by publishing an empty retained message on that topic, and allow only the host application to publish NCMD/DCMD/STATE (broker ACLs)"
                 );
             } else {
                 let state = topic::state(&self.cfg.primary_host_id);
@@ -136,5 +141,24 @@ impl Node {
         if self.commands_subscribed {
             self.commands_off_until = Some(Instant::now() + COMMANDS_OFF);
         }
+    }
+
+    /// Once the pause after an oversized command is over, subscribes to the command topics
+    /// again on the connection there is (a stable link may never reconnect by itself).
+    pub(super) fn commands_back(&mut self) {
+        let over = self.commands_off_until.is_some_and(|t| t <= Instant::now());
+        let Some(l) =
+            self.link.as_ref().filter(|_| over && !self.commands_subscribed && self.connected_at.is_some())
+        else {
+            return;
+        };
+        self.commands_off_until = None;
+        self.commands_subscribed = true;
+        for f in self.edge.topics().command_filters() {
+            if let Err(error) = l.client.try_subscribe(f, QoS::AtLeastOnce) {
+                tracing::warn!(%error, "sparkplug: cannot subscribe");
+            }
+        }
+        tracing::info!("sparkplug: commands subscribed again after the pause");
     }
 }

@@ -298,8 +298,8 @@ fn article(t: &str) -> String {
 /// A value as the caller sent it, for `received`, cut to 100 characters.
 fn render(v: &Value) -> String {
     match v {
-        Value::String(s) => cut(s),
-        other => cut(&other.to_string()),
+        Value::String(s) => cut(&crate::tools::envelope::visible(s)),
+        other => cut(&crate::tools::envelope::visible(&other.to_string())),
     }
 }
 

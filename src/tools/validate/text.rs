@@ -10,15 +10,14 @@ use crate::tools::ToolError;
 /// Fields that may hold several lines (a tab and line breaks allowed).
 const MULTI_LINE: [&str; 2] = ["summary", "note"];
 
-/// Why `c` cannot stand in text a person reads, if it cannot.
+/// Why `c` cannot stand in text a person reads, if it cannot. A line break is a line feed
+/// alone (a lone carriage return rewrites the line it stands in on a terminal).
 fn refused(c: char, multi_line: bool) -> Option<&'static str> {
     match c {
-        '\t' | '\n' | '\r' if multi_line => None,
+        '\t' | '\n' if multi_line => None,
         '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => Some("a control character"),
         // Embeddings, overrides and isolates (and their ends), and the implicit marks.
-        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}' => {
-            Some("a bidirectional formatting character")
-        }
+        c if crate::tools::envelope::is_hidden(c) => Some("a bidirectional formatting character"),
         _ => None,
     }
 }
@@ -26,6 +25,14 @@ fn refused(c: char, multi_line: bool) -> Option<&'static str> {
 /// Checks one text argument.
 pub fn check(parameter: &str, text: &str) -> Result<(), ToolError> {
     let multi_line = MULTI_LINE.contains(&parameter);
+    // A CRLF line break is one line feed; a lone CR is refused below.
+    let joined;
+    let text = if multi_line && text.contains("\r\n") {
+        joined = text.replace("\r\n", "\n");
+        joined.as_str()
+    } else {
+        text
+    };
     let Some((at, c, what)) =
         text.chars().enumerate().find_map(|(i, c)| refused(c, multi_line).map(|w| (i, c, w)))
     else {
@@ -34,8 +41,9 @@ pub fn check(parameter: &str, text: &str) -> Result<(), ToolError> {
     let allowed = if multi_line { " (tab and line breaks are allowed)" } else { "" };
     Err(ToolError::invalid(
         parameter,
-        // Shown escaped: the received text must not do on the console what it was refused for.
-        Some(&text.escape_debug().to_string()),
+        // Shown escaped (ToolError::invalid): the received text must not do on the console
+        // what it was refused for.
+        Some(text),
         format!("text without control characters or bidirectional formatting characters{allowed}"),
         format!("`{parameter}` holds {what} (U+{:04X}) at character {}.", c as u32, at + 1),
         format!("Remove U+{:04X} from `{parameter}` and call again; write plain text.", c as u32),
@@ -83,6 +91,7 @@ mod tests {
         check("summary", "Line one\nline two\twith a tab, «Ümlaut» 漢字 עברית").unwrap();
         assert!(check("text", "two\nlines").is_err(), "a line break only where a field is multi-line");
         assert!(check("note", "ok\r\nok").is_ok());
+        assert!(check("summary", "Line one\rfake line two").is_err(), "a lone CR rewrites the line");
     }
 
     #[test]
