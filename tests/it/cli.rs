@@ -333,6 +333,8 @@ fn check_warns_when_fieldgates_opcua_certificate_is_about_to_expire() {
         .args(["check", "--devices", dir.path().to_str().unwrap()])
         .env_clear()
         .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+        // In this process: no fieldgate another program runs on the default port is asked.
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
         .output()
         .unwrap();
     let out = stdout(&o);
@@ -500,6 +502,7 @@ fn logs_to_a_pipe_have_no_escape_codes_and_one_event_per_call() {
         ])
         .env_clear()
         .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));

@@ -331,6 +331,8 @@ async fn one_shot_calls_close_their_opcua_session_so_the_servers_limit_is_never_
             .arg(r#"{"sensor_id":"B_OVEN2_001"}"#)
             .env_clear()
             .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
+            // In this process: no fieldgate another program runs on the default port is asked.
+            .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
             .output()
             .await
             .unwrap();

@@ -224,7 +224,9 @@ fn call_binary(devices: &std::path::Path, data: &std::path::Path, env: &[(&str, 
     cmd.args(["--devices", devices.to_str().unwrap(), "call", "get_sensor_reading"])
         .arg(r#"{"sensor_id":"B_OVEN2_001"}"#)
         .env_clear()
-        .env("FIELDGATE_STORAGE_DATA_DIR", data);
+        .env("FIELDGATE_STORAGE_DATA_DIR", data)
+        // In this process: no fieldgate another program runs on the default port is asked.
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0");
     for (k, v) in env {
         cmd.env(k, v);
     }
