@@ -40,6 +40,9 @@ pub struct MqttConfig {
     /// Store-and-forward buffer: size cap and age cap; beyond either the oldest go.
     pub buffer_max_mb: u64,
     pub buffer_max_age_h: u64,
+    /// After a message too large to take arrived on the command topics, how long NCMD/DCMD
+    /// stay unsubscribed (so that a retained one cannot drop every connection).
+    pub commands_pause_s: u64,
 }
 
 impl Default for MqttConfig {
@@ -61,6 +64,7 @@ impl Default for MqttConfig {
             max_silence_s: 60,
             buffer_max_mb: 256,
             buffer_max_age_h: 168,
+            commands_pause_s: 600,
         }
     }
 }
@@ -84,6 +88,7 @@ impl MqttConfig {
             max_silence_s: 1,
             buffer_max_mb: 1,
             buffer_max_age_h: 1,
+            commands_pause_s: 1,
             ..Default::default()
         }
     }
@@ -205,6 +210,7 @@ pub fn read_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
     int("max_silence_s", 1..=86_400, &mut m.max_silence_s);
     int("buffer_max_mb", 1..=1_048_576, &mut m.buffer_max_mb);
     int("buffer_max_age_h", 1..=87_600, &mut m.buffer_max_age_h);
+    int("commands_pause_s", 1..=86_400, &mut m.commands_pause_s);
 }
 
 /// Cross-key rules and the environment variables the keys name.

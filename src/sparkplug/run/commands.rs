@@ -4,10 +4,6 @@
 
 use super::*;
 
-/// How long the node leaves NCMD/DCMD unsubscribed after a message too large to take
-/// arrived on them.
-const COMMANDS_OFF: Duration = Duration::from_secs(600);
-
 impl Node {
     pub(super) fn on_message(&mut self, topic: &str, payload: &[u8]) {
         match self.edge.topics().parse(topic) {
@@ -107,7 +103,7 @@ impl Node {
 
     /// A message larger than the node takes (1 MiB) arrived and the client dropped the
     /// connection: most likely one retained on a command topic, which every new connection
-    /// would receive again. The next connections leave NCMD/DCMD out for `COMMANDS_OFF` (no
+    /// would receive again. The next connections leave NCMD/DCMD out for `mqtt.commands_pause_s` (no
     /// rebirth on request meanwhile) so births and data go on; the warning names the topics
     /// and the remedy. Without command subscriptions it can only have come on STATE.
     pub(super) fn oversized(&mut self, size: usize) {
@@ -125,7 +121,7 @@ impl Node {
                     dcmd,
                     state = state.unwrap_or_default(),
                     skipped,
-                    "sparkplug: a message too large to take arrived on the node's subscriptions (likely retained on one of these topics) and dropped the connection; commands are not subscribed for 10 minutes so data keeps flowing (if the warning comes again, it is on STATE). Remove it by publishing an empty retained message on that topic, and allow only the host application to publish NCMD/DCMD/STATE (broker ACLs)"
+                    "sparkplug: a message too large to take arrived on the node's subscriptions (likely retained on one of these topics) and dropped the connection; commands are not subscribed for mqtt.commands_pause_s (600 s by default) so data keeps flowing (if the warning comes again, it is on STATE). Remove it by publishing an empty retained message on that topic, and allow only the host application to publish NCMD/DCMD/STATE (broker ACLs)"
                 );
             } else {
                 let state = topic::state(&self.cfg.primary_host_id);
@@ -139,7 +135,7 @@ impl Node {
             }
         }
         if self.commands_subscribed {
-            self.commands_off_until = Some(Instant::now() + COMMANDS_OFF);
+            self.commands_off_until = Some(Instant::now() + Duration::from_secs(self.cfg.commands_pause_s));
         }
     }
 

@@ -48,3 +48,54 @@ async fn a_retained_oversized_command_costs_one_reconnect_and_data_keeps_flowing
     assert_eq!(super::broker::metric(&tools, "fieldgate_sparkplug_online"), Some(1));
     rig.running.stop().await.unwrap();
 }
+
+/// Regression (review of issue 32): after the pause that follows an oversized command,
+/// commands were subscribed again only on a reconnect, which a stable link never makes.
+/// Once the retained message is removed and the pause is over, a rebirth asked by NCMD is
+/// done on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_are_taken_again_after_the_pause_on_the_same_connection() {
+    use fieldgate::sparkplug::payload::{Metric, Payload, Value, datatype};
+    let broker = Broker::start().await;
+    let rig = rig(&broker, |c| c.mqtt.commands_pause_s = 1).await;
+    let tools = rig.running.tools.clone();
+    counter(&tools, "fieldgate_sparkplug_connects_total", T, |v| v == 1).await;
+    let ncmd = "spBv1.0/plant/NCMD/gw";
+    publish_retained(broker.port, ncmd, vec![0u8; 2 << 20]).await;
+    counter(&tools, "fieldgate_sparkplug_connects_total", T, |v| v >= 2).await;
+    counter(&tools, "fieldgate_sparkplug_online", T, |v| v == 1).await;
+    publish_retained(broker.port, ncmd, Vec::new()).await;
+    let rebirth = Payload {
+        timestamp: Some(1),
+        metrics: vec![Metric::new(
+            Some("Node Control/Rebirth"),
+            None,
+            datatype::BOOLEAN,
+            Some(Value::Boolean(true)),
+        )],
+        ..Payload::default()
+    }
+    .encode_to_bytes();
+    let mut o = MqttOptions::new(format!("host-{}", broker.port), "127.0.0.1", broker.port);
+    o.set_keep_alive(Duration::from_secs(5));
+    let (host, mut events) = AsyncClient::new(o, 16);
+    tokio::spawn(async move { while events.poll().await.is_ok() {} });
+    // Asked every 300 ms (not retained: one sent before the subscription is gone) until done.
+    let done = tokio::time::timeout(T, async {
+        loop {
+            host.publish(ncmd, QoS::AtLeastOnce, false, rebirth.clone()).await.unwrap();
+            if super::broker::metric(&tools, "fieldgate_sparkplug_rebirths_total").is_some_and(|n| n >= 1) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    assert!(done.is_ok(), "a rebirth asked by NCMD within 20 s after the pause");
+    assert_eq!(
+        super::broker::metric(&tools, "fieldgate_sparkplug_connects_total"),
+        Some(2),
+        "no reconnect needed"
+    );
+    rig.running.stop().await.unwrap();
+}
