@@ -106,8 +106,10 @@ impl Edge {
 
     /// The NDEATH payload for `bd_seq` (registered as the will; no `seq`).
     pub fn ndeath(&self, bd_seq: u64) -> Out {
-        let m = Metric::new(Some(BD_SEQ), None, datatype::INT64, Some(Value::Long(bd_seq)));
-        let p = Payload { timestamp: Some(now_ms()), metrics: vec![m], ..Payload::default() };
+        let now = now_ms();
+        let mut m = Metric::new(Some(BD_SEQ), None, datatype::INT64, Some(Value::Long(bd_seq)));
+        m.timestamp = Some(now);
+        let p = Payload { timestamp: Some(now), metrics: vec![m], ..Payload::default() };
         Out {
             topic: self.topics.node(Kind::NDeath),
             payload: p.encode_to_bytes(),

@@ -112,6 +112,7 @@ fn tahu_decodes_births_and_data() {
 
     assert_eq!(nd.get("seq"), None, "NDEATH has no seq");
     assert_eq!(nd["metrics"][0]["value"], 42);
+    assert_eq!(nd["metrics"][0]["timestamp"], nd["timestamp"], "{nd}");
 }
 
 /// Value types of the demo line's PLC, decoded by Tahu: each Sparkplug datatype in the
