@@ -107,7 +107,7 @@ enum Command {
         /// Talk to a running service instead, e.g. http://127.0.0.1:8080.
         #[arg(long, value_name = "URL")]
         url: Option<String>,
-        /// Operator bearer token for --url (or FIELDGATE_CLI_TOKEN).
+        /// Bearer token for the running service (or FIELDGATE_CLI_TOKEN); an operator's to probe.
         #[arg(long, env = "FIELDGATE_CLI_TOKEN", hide_env_values = true)]
         token: Option<String>,
         /// The data directory (default: storage.data_dir of the configuration).
@@ -127,7 +127,7 @@ enum Command {
         /// Ask a running service instead (its breakers, its probe), e.g. http://127.0.0.1:8080.
         #[arg(long, value_name = "URL")]
         url: Option<String>,
-        /// Operator bearer token for --url (or FIELDGATE_CLI_TOKEN).
+        /// Bearer token for the running service (or FIELDGATE_CLI_TOKEN); an operator's to probe.
         #[arg(long, env = "FIELDGATE_CLI_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
@@ -193,8 +193,9 @@ fn main() -> ExitCode {
             }
             match load() {
                 Ok((c, registry)) => {
+                    let named_dir = data_dir.is_some();
                     let c = with_overrides(c, None, data_dir);
-                    runtime.block_on(cli::run::call(c, registry, &tool, args, None, token))
+                    runtime.block_on(cli::run::call(c, registry, &tool, args, None, token, named_dir))
                 }
                 Err(code) => code,
             }

@@ -16,11 +16,18 @@ pub async fn devices_remote(url: &str, token: Option<String>, action: &str, id: 
         Ok(c) => c,
         Err((code, message)) => return fail(code, &message),
     };
-    let response = match (action, id) {
-        ("status", None) => client.get("/v1/devices").await,
-        ("status", Some(id)) => client.get(&format!("/v1/devices/{id}")).await,
-        ("probe", Some(id)) => client.post(&format!("/v1/devices/{id}/probe"), b"").await,
+    // Bounded: a hung service must not hold a script forever (as `call`).
+    let wait = std::time::Duration::from_secs(60);
+    let asked = match (action, id) {
+        ("status", None) => tokio::time::timeout(wait, client.get("/v1/devices")).await,
+        ("status", Some(id)) => tokio::time::timeout(wait, client.get(&format!("/v1/devices/{id}"))).await,
+        ("probe", Some(id)) => {
+            tokio::time::timeout(wait, client.post(&format!("/v1/devices/{id}/probe"), b"")).await
+        }
         _ => return fail(2, "use `devices status [ID]` or `devices probe ID`"),
+    };
+    let Ok(response) = asked else {
+        return fail(1, &format!("{url} did not answer within {} s", wait.as_secs()));
     };
     match data_of(response) {
         Ok(data) => {
@@ -41,7 +48,7 @@ pub async fn devices(
     id: Option<String>,
     token: Option<String>,
 ) -> ExitCode {
-    match super::running_service(&config).await {
+    match super::running_service(&config, false).await {
         Some(url) => devices_remote(&url, token, action, id).await,
         None => devices_local(config, registry, action, id).await,
     }

@@ -46,9 +46,10 @@ pub async fn connect(url: &str, token: Option<String>) -> Result<HttpClient, (u8
 
 /// The running fieldgate a command next to it should ask, if any: the one that holds the
 /// data directory (its owner file says where it listens), or one answering on the
-/// configured `server.listen` (a demo keeps its data elsewhere). `None`: no service here,
-/// the command runs in this process.
-pub async fn running_service(config: &crate::config::Config) -> Option<String> {
+/// configured `server.listen` (a demo keeps its data elsewhere; not asked when the command
+/// named its data directory itself). `None`: no service here, the command runs in this
+/// process.
+pub async fn running_service(config: &crate::config::Config, named_dir: bool) -> Option<String> {
     let dir = crate::app::absolute(&config.storage.data_dir);
     // An owner file left by a process that died (kill -9, power loss) names nobody.
     let owner = crate::app::owner_of(&dir)
@@ -58,6 +59,9 @@ pub async fn running_service(config: &crate::config::Config) -> Option<String> {
         && let Some(url) = answers(addr).await
     {
         return Some(url);
+    }
+    if named_dir {
+        return None;
     }
     let listen = config.server.listen;
     let addr = if listen.ip().is_unspecified() {

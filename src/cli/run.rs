@@ -203,11 +203,12 @@ pub async fn call(
     args: Value,
     url: Option<String>,
     token: Option<String>,
+    named_dir: bool,
 ) -> ExitCode {
     use crate::app::StartError;
     let url = match url {
         Some(u) => Some(u),
-        None => super::running_service(&config).await,
+        None => super::running_service(&config, named_dir).await,
     };
     if let Some(u) = &url {
         tracing::info!(url = %u, "asking the running fieldgate");

@@ -139,7 +139,7 @@ fn decision_form(viewer: &Viewer, o: &WorkOrder, actions: &[Action], draft: Opti
     let limit = crate::tools::work_orders::NOTE_CHARS;
     html! {
         @if let Some(d) = draft {
-            div.error #decision-refused { p { (d.error.message) } @if let Some(x) = &d.error.expected { p { "Accepted: " (x) } } }
+            div.error #decision-refused { p { (super::prose(&d.error.message)) } @if let Some(x) = &d.error.expected { p { "Accepted: " (super::prose(x)) } } }
         }
         form.decide method="post" action={ "/console/work-orders/" (o.id) } {
             input type="hidden" name="csrf" value=(viewer.csrf().unwrap_or(""));

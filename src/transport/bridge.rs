@@ -200,6 +200,13 @@ impl Relay {
                 &format!("the fieldgate service at {url} refused the request (HTTP {}): {why}", r.status),
             )];
         }
+        // A notification has no answer to carry an error: what is not JSON-RPC (an HTTP
+        // refusal's envelope) never reaches stdout, where it would break the client's framing.
+        if id.is_none() && !msgs.iter().all(is_rpc) {
+            let why = r.json()["error"]["message"].as_str().map(str::to_string).unwrap_or_default();
+            tracing::warn!(%url, status = r.status, %why, "the service refused a notification");
+            msgs.retain(is_rpc);
+        }
         for m in &msgs {
             if let Some(v) = serde_json::from_str::<Value>(m).ok().and_then(|v| {
                 v.pointer("/result/protocolVersion").and_then(Value::as_str).map(str::to_string)

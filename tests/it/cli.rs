@@ -563,6 +563,20 @@ async fn call_and_devices_next_to_a_running_service_ask_it_and_create_nothing() 
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     assert_eq!(v["ok"], true, "the service (and its simulator) answered: {v} {}", stderr(&o));
     assert!(!here.path().join("data").exists(), "no data directory made here");
+    // A data directory named on the command line is used, not a service on server.listen.
+    let named = here.path().join("named");
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"));
+    c.arg("--devices").arg(&devices).args(["call", "list_work_orders", "{}", "--data-dir"]).arg(&named);
+    let o = c.current_dir(here.path()).env_clear().env("FIELDGATE_SERVER_LISTEN", server.addr.to_string());
+    let o = tokio::time::timeout(std::time::Duration::from_secs(60), o.output())
+        .await
+        .expect("call ends")
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        named.join("fieldgate.redb").exists() || named.read_dir().is_ok_and(|mut d| d.next().is_some()),
+        "called over the named directory"
+    );
     let remote = run(listen, &["devices", "status", "a-line1-plc"]).await;
     assert!(remote.status.success(), "{}", stderr(&remote));
     let remote: Value = serde_json::from_slice(&remote.stdout).unwrap();

@@ -338,5 +338,32 @@ async fn the_demo_prints_client_configurations_that_reach_its_plant_with_a_token
     let mut c = HttpClient::connect(addr).await.unwrap().with_token(secret);
     let m = String::from_utf8(c.get("/metrics").await.unwrap().body).unwrap();
     assert!(m.contains("fieldgate_mcp_sessions 0\n"), "{m}");
+    // The configuration pasted unchanged (its placeholder for a token): stdout carries only
+    // JSON-RPC, a refused notification nothing, a refused request a JSON-RPC error.
+    let mut wrong = Command::new(stdio["command"].as_str().unwrap())
+        .args(&args)
+        .current_dir(elsewhere.path())
+        .env_clear()
+        .env("FIELDGATE_CLI_TOKEN", "YOUR_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = wrong.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/list\"}\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(Duration::from_secs(30), wrong.wait_with_output())
+        .await
+        .expect("the relay ends")
+        .unwrap();
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!((lines[0]["jsonrpc"].as_str(), lines[0]["id"].as_i64()), (Some("2.0"), Some(9)), "{lines:?}");
     let _ = demo.kill().await;
 }
