@@ -292,17 +292,7 @@ async fn the_demo_prints_client_configurations_that_reach_its_plant_with_a_token
     let elsewhere = tempfile::tempdir().unwrap();
     let args: Vec<String> =
         stdio["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().into()).collect();
-    let mut relay = Command::new(stdio["command"].as_str().unwrap())
-        .args(&args)
-        .current_dir(elsewhere.path())
-        .env_clear()
-        .env("FIELDGATE_CLI_TOKEN", secret)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut relay = start_relay(stdio, &args, elsewhere.path(), secret);
     let mut stdin = relay.stdin.take().unwrap();
     let mut answers = BufReader::new(relay.stdout.take().unwrap()).lines();
     for msg in [
@@ -340,17 +330,7 @@ async fn the_demo_prints_client_configurations_that_reach_its_plant_with_a_token
     assert!(m.contains("fieldgate_mcp_sessions 0\n"), "{m}");
     // The configuration pasted unchanged (its placeholder for a token): stdout carries only
     // JSON-RPC, a refused notification nothing, a refused request a JSON-RPC error.
-    let mut wrong = Command::new(stdio["command"].as_str().unwrap())
-        .args(&args)
-        .current_dir(elsewhere.path())
-        .env_clear()
-        .env("FIELDGATE_CLI_TOKEN", "YOUR_TOKEN")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut wrong = start_relay(stdio, &args, elsewhere.path(), "YOUR_TOKEN");
     let mut stdin = wrong.stdin.take().unwrap();
     stdin
         .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/list\"}\n")
@@ -366,4 +346,20 @@ async fn the_demo_prints_client_configurations_that_reach_its_plant_with_a_token
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!((lines[0]["jsonrpc"].as_str(), lines[0]["id"].as_i64()), (Some("2.0"), Some(9)), "{lines:?}");
     let _ = demo.kill().await;
+}
+
+/// The printed stdio configuration started as a desktop client would: its command and args,
+/// in `dir`, with `token` in its environment.
+fn start_relay(stdio: &Value, args: &[String], dir: &std::path::Path, token: &str) -> tokio::process::Child {
+    Command::new(stdio["command"].as_str().unwrap())
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("FIELDGATE_CLI_TOKEN", token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
 }
