@@ -328,19 +328,45 @@ impl Buffer {
         Ok(())
     }
 
+    /// Removes the values of these (sensor, timestamp) pairs, wherever they are (flushing
+    /// first); how many went.
+    pub fn remove_each(&mut self, values: &[(String, i64)], now_ms: i64) -> Result<usize, BufferError> {
+        if !self.pending.is_empty() {
+            self.flush(now_ms)?;
+        }
+        let keys = self.db.read(|d| {
+            let tx = d.begin_read().map_err(db_err)?;
+            let table = tx.open_table(VALUES).map_err(db_err)?;
+            let mut keys = Vec::new();
+            for (sensor, t) in values {
+                let t = (*t).max(0) as u64;
+                for row in table.range((t, 0)..=(t, u64::MAX)).map_err(db_err)? {
+                    let (k, v) = row.map_err(db_err)?;
+                    let r = Rec::decode(k.value().0, v.value())?;
+                    if r.sensor == *sensor {
+                        keys.push((k.value(), r.size()));
+                    }
+                }
+            }
+            Ok::<_, BufferError>(keys)
+        })?;
+        self.remove(&keys)?;
+        Ok(keys.len())
+    }
+
     /// The size [`remove`](Self::remove) takes off for `rec`.
     pub fn size_of(rec: &Rec) -> u64 {
         rec.size()
     }
 
-    /// The last `bdSeq` used (0 when none).
-    pub fn bd_seq(&self) -> u64 {
+    /// The last `bdSeq` used, if any.
+    pub fn bd_seq(&self) -> Option<u64> {
         let read = self.db.read(|d| {
             let tx = d.begin_read().map_err(db_err)?;
             let meta = tx.open_table(META).map_err(db_err)?;
             Ok::<_, BufferError>(meta.get("bd_seq").map_err(db_err)?.map(|v| v.value()))
         });
-        read.ok().flatten().unwrap_or(0)
+        read.ok().flatten()
     }
 
     /// Records the `bdSeq` of the connection being made, durably.
@@ -391,13 +417,25 @@ mod tests {
             b.set_bd_seq(7).unwrap();
         }
         let mut b = Buffer::open(&path, 1 << 20, 3_600_000).unwrap();
-        assert_eq!((b.len(), b.bd_seq()), (3, 7));
+        assert_eq!((b.len(), b.bd_seq()), (3, Some(7)));
         let got = b.oldest(2, 40, |_| true).unwrap();
         assert_eq!(got.iter().map(|(_, r)| r.t).collect::<Vec<_>>(), [10, 20]);
         let keys: Vec<_> = got.iter().map(|(k, r)| (*k, Buffer::size_of(r))).collect();
         b.remove(&keys).unwrap();
         assert_eq!(b.oldest(10, 40, |_| true).unwrap().len(), 1);
         assert!(b.oldest(10, 40, |s| s != "A_LINE1_001").unwrap().is_empty());
+    }
+
+    #[test]
+    fn remove_each_takes_only_the_named_values_stored_or_pending() {
+        let mut b = Buffer::memory(1 << 20, 3_600_000).unwrap();
+        b.push(rec(10, 1.0));
+        b.push(Rec { sensor: "B_LINE1_001".into(), ..rec(10, 9.0) });
+        b.flush(40).unwrap();
+        b.push(rec(20, 2.0));
+        let gone = b.remove_each(&[("A_LINE1_001".into(), 10), ("A_LINE1_001".into(), 20)], 40).unwrap();
+        assert_eq!((gone, b.len()), (2, 1));
+        assert_eq!(b.oldest(10, 40, |_| true).unwrap()[0].1.sensor, "B_LINE1_001");
     }
 
     #[test]

@@ -7,9 +7,10 @@ use crate::store::gorilla::Stored;
 
 use super::payload::{Metric, PropertySet, PropertyValue, Value, datatype as dt};
 
-/// Quality codes of the `Quality` property (the OPC convention hosts know): good,
-/// uncertain, bad, indexed by fieldgate's quality 0, 1, 2.
-pub const QUALITY: [i32; 3] = [192, 64, 0];
+/// Codes of the `Quality` property, indexed by fieldgate's quality 0 good, 1 uncertain,
+/// 2 bad. Sparkplug 3.0 allows only 192 (good), 0 (bad) and 500 (stale): an uncertain value
+/// (an OPC UA Uncertain status, such as its last usable value) is sent as 500.
+pub const QUALITY: [i32; 3] = [192, 500, 0];
 
 /// A metric's alias: unique across the edge node, stable while the registry is.
 pub fn alias(sensor: &Sensor) -> u64 {
@@ -181,5 +182,8 @@ mod tests {
         assert_eq!((d.name, d.is_historical, d.properties), (None, Some(true), None));
         let d = data(&s, dt::DOUBLE, 7, &Stored::Int(20), 2, true, false);
         assert_eq!(d.properties.unwrap().get("Quality"), Some(&PropertyValue::int32(0)));
+        // Sparkplug 3.0 knows 192, 0 and 500 only: uncertain is 500 ("stale"), never OPC's 64.
+        let d = data(&s, dt::DOUBLE, 7, &Stored::Int(20), 1, true, false);
+        assert_eq!(d.properties.unwrap().get("Quality"), Some(&PropertyValue::int32(500)));
     }
 }

@@ -50,6 +50,9 @@ pub struct Edge {
     last: Vec<Option<Last>>,
     /// Per sensor: the timestamp of the value its last DBIRTH carried.
     birth_t: Vec<Option<i64>>,
+    /// (sensor, timestamp) of every value a DBIRTH carried while the buffer held values: the
+    /// drain skips them, even after the connection that sent the birth is gone.
+    carried: std::collections::HashSet<(usize, i64)>,
     /// Per sensor: the quality last sent (a change carries the `Quality` property).
     sent_quality: Vec<u8>,
     max_silence_ms: i64,
@@ -71,6 +74,7 @@ impl Edge {
             typed: vec![false; s],
             last: (0..s).map(|_| None).collect(),
             birth_t: vec![None; s],
+            carried: std::collections::HashSet::new(),
             sent_quality: vec![0; s],
             max_silence_ms,
         }
@@ -176,18 +180,31 @@ impl Edge {
             metrics.push(metric::birth(s, dt, now.as_ref().map(|(t, v, q)| (*t, v, *q))));
             self.sent_quality[s.place.sensor] = now.as_ref().map_or(2, |(_, _, q)| *q);
             self.birth_t[s.place.sensor] = now.as_ref().map(|(t, _, _)| *t);
+            if let Some((t, _, _)) = &now {
+                self.carried.insert((s.place.sensor, *t));
+            }
             self.last[s.place.sensor] = now.map(|(t, value, quality)| Last { t, value, quality });
         }
         self.born[device] = true;
         self.message(Kind::DBirth, Some(device), metrics, false)
     }
 
-    /// Whether the value of sensor `id` at `t` is the one its device's current DBIRTH
-    /// carried (buffered as well while the device waited to be born): drained, it would
-    /// repeat the birth.
+    /// Whether the value of sensor `id` at `t` is one a DBIRTH carried (buffered as well
+    /// while the device waited to be born): drained, it would repeat the birth.
     pub fn carried_by_birth(&self, id: &str, t: i64) -> bool {
         let Some(s) = id.parse().ok().and_then(|id| self.registry.sensor(&id)) else { return false };
-        self.born[s.place.device] && self.birth_t[s.place.sensor] == Some(t)
+        self.carried.contains(&(s.place.sensor, t))
+    }
+
+    /// The values DBIRTHs carried while the buffer held values, as (sensor, timestamp).
+    pub fn carried(&self) -> Vec<(String, i64)> {
+        let sensors = self.registry.sensors();
+        self.carried.iter().filter_map(|(i, t)| sensors.get(*i).map(|s| (s.id.to_string(), *t))).collect()
+    }
+
+    /// The buffer is empty: no value in it can repeat a birth any more.
+    pub fn forget_carried(&mut self) {
+        self.carried.clear();
     }
 
     /// Whether a live value of sensor `id` at `t` is no newer than what its device's current

@@ -33,6 +33,8 @@ const BIRTH_WAIT: Duration = Duration::from_secs(5);
 /// A connection up this long resets the reconnect backoff.
 const STABLE: Duration = Duration::from_secs(10);
 const PER_MESSAGE: usize = 500;
+/// Live values held while the birth sequence is not over, at most, before they go to the buffer.
+const HELD_MAX: usize = 8 * PER_MESSAGE;
 /// Messages handed to rumqttc and not yet written, at most, before data waits in the buffer.
 const QUEUED_MAX: u64 = (REQUESTS / 2) as u64;
 const TICK: Duration = Duration::from_millis(100);
@@ -159,7 +161,9 @@ impl Node {
             Duration::from_millis(100),
             Duration::from_millis(cfg.reconnect_max_ms),
         );
-        let bd_seq = buffer.bd_seq();
+        // Sparkplug: bdSeq starts at 0 and goes up by one on every CONNECT (kept across
+        // restarts, so a late will of the last process never matches this one's NBIRTH).
+        let bd_seq = buffer.bd_seq().unwrap_or(255);
         Node {
             core,
             cfg,
@@ -231,7 +235,7 @@ impl Node {
             return;
         };
         // The will carries the bdSeq of this connection's NBIRTH; a new one for every
-        // connection, kept across restarts.
+        // connection (the first ever is 0).
         self.bd_seq = (self.bd_seq + 1) % 256;
         if let Err(error) = self.buffer.set_bd_seq(self.bd_seq)
             && let Some(skipped) = self.throttle.allow("bdseq")
@@ -328,63 +332,6 @@ impl Node {
         self.phase = Phase::Down { retry_at: Instant::now() + wait };
     }
 
-    /// NBIRTH, then DBIRTH for every device that is up; data flows from here.
-    fn birth(&mut self) {
-        let nbirth = self.edge.nbirth(self.bd_seq);
-        self.send(nbirth);
-        self.online_at = Instant::now();
-        for d in 0..self.edge.registry().devices().len() {
-            if self.ready(d) {
-                self.dbirth(d);
-            }
-        }
-        self.phase = Phase::Online;
-        self.drain_idle = false;
-        self.counters.online.store(true, Ordering::Relaxed);
-    }
-
-    fn dbirth(&mut self, device: usize) {
-        let reader = self.core.reader.clone();
-        let out = self.edge.dbirth(device, |s| reader.cache().last(s));
-        if let Some(r) = self.returning.get_mut(device) {
-            *r = None;
-        }
-        // Live values gathered before the birth that it carried (or older) are not sent.
-        let edge = &self.edge;
-        self.live.retain(|r| !edge.birth_covers(&r.sensor, r.t));
-        self.send(out);
-        self.drain_idle = false;
-    }
-
-    /// A device up whose sensors all have a value to be born with (or that had
-    /// `BIRTH_WAIT` since the node's birth to get them): a DBIRTH with no values would also
-    /// leave an OPC UA node's datatype unknown.
-    fn ready(&self, device: usize) -> bool {
-        if !self.device_up(device) {
-            return false;
-        }
-        let registry = self.edge.registry();
-        let reader = &self.core.reader;
-        // Back from the dead: born with values read since it died, not the ones from before.
-        let (since, waited) = match self.returning.get(device).copied().flatten() {
-            Some((dead_ms, up_at)) => (dead_ms, up_at.is_some_and(|t| t.elapsed() >= BIRTH_WAIT)),
-            None => (i64::MIN, self.online_at.elapsed() >= BIRTH_WAIT),
-        };
-        waited
-            || registry
-                .sensors_of_device(&registry.devices()[device].id)
-                .all(|s| reader.cache().last(s).is_some_and(|x| x.at.timestamp_millis() > since))
-    }
-
-    /// A device with sensors and a driver whose breaker is not open.
-    fn device_up(&self, device: usize) -> bool {
-        let d = &self.edge.registry().devices()[device];
-        let reader = &self.core.reader;
-        reader.has_driver(&d.id)
-            && self.edge.registry().sensors_of_device(&d.id).next().is_some()
-            && reader.guard(&d.id).is_none_or(|g| g.breaker.snapshot().state != SnapshotState::Open)
-    }
-
     /// Hands a message to rumqttc; false when it cannot take it now.
     fn send(&mut self, out: Out) -> bool {
         link::publish(
@@ -456,8 +403,15 @@ impl Node {
         }
     }
 
-    /// The live values gathered since the last tick.
+    /// The live values gathered since the last tick (held while the birth sequence is not
+    /// over; past `HELD_MAX` of them, into the buffer, to follow as historical).
     fn send_live(&mut self) {
+        if self.phase == Phase::Online && self.births_pending() {
+            if self.live.len() > HELD_MAX {
+                std::mem::take(&mut self.live).into_iter().for_each(|r| self.buffer.push(r));
+            }
+            return;
+        }
         let live = std::mem::take(&mut self.live);
         self.send_data(live);
     }
@@ -465,7 +419,6 @@ impl Node {
     fn on_tick(&mut self) {
         let now = chrono::Utc::now().timestamp_millis();
         self.commands_back();
-        self.send_live();
         if self.rebirth_pending && self.online_at.elapsed() >= REBIRTH_EVERY {
             self.rebirth();
         }
@@ -486,9 +439,12 @@ impl Node {
                     }
                 }
             }
-            let again = self.edge.silent(now);
-            self.send_data(again);
+            if !self.births_pending() {
+                let again = self.edge.silent(now);
+                self.send_data(again);
+            }
         }
+        self.send_live();
         if self.last_flush.elapsed() >= self.flush_every {
             self.last_flush = Instant::now();
             if let Err(error) = self.buffer.flush(now) {
@@ -507,6 +463,7 @@ impl Node {
             && !self.drain_idle
             && !self.buffer.is_empty()
             && self.queued + (DRAIN_CHUNK / PER_MESSAGE) as u64 + 1 < QUEUED_MAX / 2
+            && !self.births_pending()
     }
 
     /// One step of the drain: the oldest values of born devices, as historical DDATA.
@@ -552,17 +509,31 @@ impl Node {
         if let Err(error) = self.buffer.remove(&keys) {
             tracing::warn!(%error, "sparkplug buffer: sent values not removed; they may be sent again");
         }
+        if self.buffer.is_empty() {
+            self.edge.forget_carried();
+        }
         self.counters.buffered.store(self.buffer.len(), Ordering::Relaxed);
     }
 
-    /// On stop: the buffer made durable; when online, NDEATH and a clean disconnect.
+    /// On stop: the buffer made durable; when connected, NDEATH and a clean disconnect.
     async fn shut(mut self) {
         std::mem::take(&mut self.live).into_iter().for_each(|r| self.buffer.push(r));
-        if let Err(error) = self.buffer.flush(chrono::Utc::now().timestamp_millis()) {
+        let now = chrono::Utc::now().timestamp_millis();
+        if let Err(error) = self.buffer.flush(now) {
             tracing::error!(%error, "sparkplug buffer not fully written at stop");
         }
+        // Values births carried leave the buffer: the next process, which cannot know them,
+        // would send them again as historical.
+        let carried = self.edge.carried();
+        if !carried.is_empty()
+            && let Err(error) = self.buffer.remove_each(&carried, now).and_then(|_| self.buffer.flush(now))
+        {
+            tracing::debug!(%error, "sparkplug buffer: values births carried not removed; they may be sent again");
+        }
         let Some(mut l) = self.link.take() else { return };
-        if self.phase == Phase::Online {
+        // Connected (born or waiting for the primary host): NDEATH before DISCONNECT, which
+        // the broker takes as the end of the session without sending the will.
+        if matches!(self.phase, Phase::Online | Phase::AwaitingHost) {
             let death = self.edge.ndeath(self.bd_seq);
             let _ = l.client.try_publish(death.topic, QoS::AtLeastOnce, false, death.payload);
         }
@@ -581,4 +552,5 @@ impl Node {
     }
 }
 
+mod births;
 mod commands;

@@ -108,7 +108,12 @@ impl Broker {
     /// Starts the process on `self.port`; false when it exited (the port was taken).
     async fn run(&mut self) -> bool {
         let conf = self.dir.path().join("mosquitto.conf");
-        let mut text = format!("listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n", self.port);
+        // Its log (every CONNECT with its flags and will, every PUBLISH, SUBSCRIBE and
+        // DISCONNECT) goes to a file: the conformance test reads the packets from it.
+        let mut text = format!(
+            "listener {} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\nlog_type all\n",
+            self.port
+        );
         if let Some(t) = &self.tls {
             text += &format!(
                 "listener {} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\nrequire_certificate true\n",
@@ -123,7 +128,7 @@ impl Broker {
             .arg("-c")
             .arg(&conf)
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(self.log_file())
             .kill_on_drop(true)
             .spawn()
             .expect("mosquitto starts");
@@ -145,6 +150,19 @@ impl Broker {
     }
 
     /// Stops the broker (every client sees its connection close).
+    fn log_file(&self) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("mosquitto.log"))
+            .expect("the broker's log file opens")
+    }
+
+    /// What the broker logged so far (`log_type all`), across restarts.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("mosquitto.log")).unwrap_or_default()
+    }
+
     pub async fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill().await;

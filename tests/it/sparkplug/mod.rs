@@ -2,6 +2,7 @@
 //! node against a real Mosquitto broker.
 
 mod broker;
+mod conformance;
 mod edge;
 mod external_decoder;
 mod hostile;
