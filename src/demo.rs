@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::config::Config;
 use crate::registry::Registry;
-use crate::tools::{Tool, ToolService};
+use crate::tools::{Role, Tool, ToolService};
 use crate::transport::auth::Tokens;
 use crate::transport::client::HttpClient;
 use crate::transport::http;
@@ -26,6 +26,8 @@ pub struct Demo {
     pub data_dir: PathBuf,
     /// Whether tokens are configured (the examples then carry an `Authorization` header).
     tokens: bool,
+    /// With tokens configured, one the tour calls with (an agent's, else an operator's).
+    tour_token: Option<String>,
     running: crate::app::Running,
     _temp: Option<tempfile::TempDir>,
 }
@@ -95,6 +97,7 @@ impl Demo {
         let tokens = Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars())
             .map_err(|p| DemoError::Sim(p.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
         let with_tokens = !tokens.is_empty();
+        let tour_token = tokens.secret_of(Role::Agent).or_else(|| tokens.secret_of(Role::Operator));
         let options = crate::app::Options {
             listen: Some(listen),
             listen_required: true,
@@ -120,6 +123,7 @@ impl Demo {
             control_task,
             data_dir,
             tokens: with_tokens,
+            tour_token,
             running,
             _temp: temp,
         })
@@ -222,10 +226,13 @@ async fn step(
 
 /// The scripted tour. Returns whether every step answered as expected.
 pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
-    let Ok(client) = HttpClient::connect(demo.addr).await else {
+    let Ok(mut client) = HttpClient::connect(demo.addr).await else {
         out("cannot reach the demo's HTTP API");
         return false;
     };
+    if let Some(token) = &demo.tour_token {
+        client = client.with_token(token);
+    }
     let mut t = Tour { client, out, ok: true };
     t.normal_calls().await;
     t.outage(demo).await;

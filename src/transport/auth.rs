@@ -132,6 +132,12 @@ impl Tokens {
         self.tokens.is_empty()
     }
 
+    /// A configured secret of `role`, if any: the demo's scripted tour calls with it.
+    pub fn secret_of(&self, role: Role) -> Option<String> {
+        let t = self.tokens.iter().find(|t| t.role == role)?;
+        String::from_utf8(t.secret.clone()).ok()
+    }
+
     /// The caller a presented token belongs to. Every configured token is compared, so
     /// the time taken does not tell which one (or whether any) matched.
     pub fn authenticate(&self, presented: &str) -> Option<Caller> {

@@ -98,11 +98,22 @@ async fn sigterm_lets_the_request_in_flight_finish_and_exits_0() {
 
 #[tokio::test]
 async fn the_demo_tour_runs_through_the_real_http_path() {
+    tour_with(&[]).await;
+}
+
+/// With tokens configured (here an operator's only), the tour calls with one of them.
+#[tokio::test]
+async fn the_demo_tour_runs_with_tokens_configured() {
+    tour_with(&[("FIELDGATE_TOKEN_SHIFT", "operator:tour-test-token-0123456789abcdef")]).await;
+}
+
+async fn tour_with(env: &[(&str, &str)]) {
     let data = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
         .args(["demo", "--tour", "--data-dir", data.path().to_str().unwrap()])
         .current_dir(root())
         .env_clear()
+        .envs(env.iter().copied())
         .output()
         .await
         .unwrap();
