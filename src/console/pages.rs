@@ -232,7 +232,7 @@ pub fn sensor_markup(c: &Console, viewer: &Viewer, id: &str, q: &RangeQuery) -> 
             (format!("-{chosen}"), None, now - span, now)
         }
     };
-    let bucket_s = bucket_secs(to - from);
+    let bucket_s = bucket_secs(to.saturating_sub(from));
     let h = c.tools.sensor_history(&chart_args(s, &from_text, to_text.as_deref(), bucket_s))?;
     let device = registry.device_of(s);
     let gaps = h.gaps.iter().filter_map(|g| Some((chart::ms(&g.from)?, chart::ms(&g.to)?))).collect();

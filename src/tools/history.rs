@@ -49,7 +49,7 @@ fn bucket_ms(raw: &str) -> Option<i64> {
         "d" => 86_400_000,
         _ => return None,
     };
-    Some(n * unit)
+    n.checked_mul(unit)
 }
 
 /// A stored value in the sensor's units (scale and offset applied at read time).
@@ -92,6 +92,17 @@ fn range(
     now: i64,
 ) -> Result<(i64, i64, Option<i64>), ToolError> {
     let (from, to) = match cursor {
+        // A cursor's range was checked when it was issued; one that does not pass the checks
+        // below was not issued by this service.
+        Some(c) if c.from < 0 || c.from >= c.to || c.to > now + SKEW_MS => {
+            return Err(invalid(
+                "cursor",
+                args.cursor.as_deref().unwrap_or(""),
+                "the next_cursor of the previous page of this query",
+                "`cursor` is not a cursor this service issued.".into(),
+                "Pass next_cursor from the previous page unchanged with the same arguments, or omit cursor to start over.",
+            ));
+        }
         Some(c) => (c.from, c.to),
         None => {
             let from = when::instant("from", &args.from, now)?;
@@ -102,6 +113,19 @@ fn range(
             (from, to)
         }
     };
+    // History holds nothing before 1970 (and the range arithmetic below stays in range).
+    for (param, t, raw) in [("from", from, args.from.as_str()), ("to", to, args.to.as_deref().unwrap_or(""))]
+    {
+        if t < 0 {
+            return Err(invalid(
+                param,
+                raw,
+                "an instant from 1970-01-01T00:00:00Z to now",
+                format!("`{param}` is before 1970-01-01T00:00:00Z."),
+                "Send an instant since 1970, such as -7d or 2026-11-29T08:00:00Z.",
+            ));
+        }
+    }
     if to > now + SKEW_MS {
         return Err(invalid(
             "to",

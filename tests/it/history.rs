@@ -28,6 +28,18 @@ fn with_points(points: &[(i64, f64)]) -> ToolService {
     svc
 }
 
+/// A cursor of the query `from` (sensor A_LINE1_001, no `to`, no bucket) whose pinned range
+/// starts at `range_from`: what someone editing a cursor by hand could send.
+fn forged_cursor(from: &str, range_from: i64) -> String {
+    use base64::Engine;
+    let query = format!("A_LINE1_001|{from}|None|None");
+    let f =
+        query.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let now = chrono::Utc::now().timestamp_millis();
+    let json = json!({"f": f, "t": 0, "from": range_from, "to": now});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json.to_string())
+}
+
 async fn history(svc: &ToolService, args: Value) -> fieldgate::tools::Envelope {
     svc.call("get_sensor_history", args).await.unwrap()
 }
@@ -80,6 +92,25 @@ async fn arguments_are_checked_in_the_domain() {
             "a string matching ^[1-9][0-9]{0,3}[smhd]$",
         ),
         (json!({"from": "2026-11-29T00:00:00Z", "limit": 5001}), "limit", "`limit` is too large.", "<= 5000"),
+        // Absurd instants: no wrap of `to - from` past the 7-day limit (it was bypassed).
+        (
+            json!({"from": "-9223372036854775807ms"}),
+            "from",
+            "`from` is before 1970-01-01T00:00:00Z.",
+            "an instant from 1970-01-01T00:00:00Z to now",
+        ),
+        (
+            json!({"from": "1601-01-01T00:00:00Z", "to": "1601-01-02T00:00:00Z"}),
+            "from",
+            "`from` is before 1970-01-01T00:00:00Z.",
+            "an instant from 1970-01-01T00:00:00Z to now",
+        ),
+        (
+            json!({"from": "2026-11-29T00:00:00Z", "cursor": forged_cursor("2026-11-29T00:00:00Z", i64::MIN + 1)}),
+            "cursor",
+            "`cursor` is not a cursor this service issued.",
+            "the next_cursor of the previous page of this query",
+        ),
         (
             json!({"from": "2026-11-29T00:00:00Z", "cursor": "nope"}),
             "cursor",
