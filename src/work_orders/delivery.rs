@@ -7,10 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
+use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::store::WorkOrderStore;
 use super::webhook::Webhook;
+
+/// Deliveries in flight at once, at most.
+const PARALLEL: usize = 8;
 
 /// First retry after a failed delivery; doubles up to `MAX_BACKOFF`.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -58,9 +62,16 @@ pub async fn pass_at(
         }
     };
     let mut delivered = 0;
-    for (order, entry) in due {
-        let body = serde_json::to_vec(&order).unwrap_or_default();
-        let failure = webhook.post(&order.id, body).await.err();
+    // Up to `PARALLEL` at once, each recorded as it ends: one stalled request does not hold
+    // back the others for its timeout.
+    let mut posts = futures_util::stream::iter(due)
+        .map(|(order, entry)| async move {
+            let body = serde_json::to_vec(&order).unwrap_or_default();
+            let failure = webhook.post(&order.id, body).await.err();
+            (order, entry, failure)
+        })
+        .buffer_unordered(PARALLEL);
+    while let Some((order, entry, failure)) = posts.next().await {
         let ok = failure.is_none();
         let backoff = backoff_ms(entry.attempts);
         let s = store.clone();
@@ -89,7 +100,9 @@ pub async fn pass_at(
     delivered
 }
 
-/// Runs `pass` every second until `stop`.
+/// Runs `pass` every second until `stop`, which also ends a pass in the middle: deliveries
+/// in flight are dropped and stay due in the outbox (sent again, with the same
+/// `Idempotency-Key`, by the next start), so a stalled webhook never holds up a shutdown.
 pub fn start(
     store: Arc<WorkOrderStore>,
     webhook: Option<Webhook>,
@@ -103,7 +116,10 @@ pub fn start(
             tokio::select! {
                 _ = tick.tick() => {
                     store.recheck();
-                    pass(&store, webhook.as_ref(), ttl).await;
+                    tokio::select! {
+                        _ = pass(&store, webhook.as_ref(), ttl) => {}
+                        () = stop.cancelled() => return,
+                    }
                 }
                 () = stop.cancelled() => return,
             }

@@ -105,15 +105,26 @@ impl Webhook {
 
 /// A store in `dir` with one approved order (an outbox entry due now); its ID.
 async fn approved_order(dir: &std::path::Path) -> (Arc<WorkOrderStore>, String) {
+    let (store, ids) = approved_orders(dir, 1).await;
+    (store, ids[0].clone())
+}
+
+/// A store in `dir` with `n` approved orders; their IDs.
+async fn approved_orders(dir: &std::path::Path, n: usize) -> (Arc<WorkOrderStore>, Vec<String>) {
     let store = Arc::new(WorkOrderStore::open_in(dir).unwrap());
     let svc = service_with_orders(store.clone());
-    let args = json!({"sensor_id": "A_UTIL_004", "type": "inspection", "priority": "medium",
-        "summary": "Voltage dips on the feeder; inspect the meter.", "idempotency_key": "delivery-0001"});
-    let created = svc.call("create_work_order", args).await.unwrap();
-    let id = created.json()["work_order"]["id"].as_str().unwrap().to_string();
     let lead = Caller { id: "lead".into(), role: Role::Operator };
-    assert!(svc.act_on_work_order(&lead, &id, "approve", None).await.ok);
-    (store, id)
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let args = json!({"sensor_id": format!("A_UTIL_{:03}", i + 4), "type": "inspection", "priority": "medium",
+            "summary": format!("Voltage dips on feeder {i}; inspect the meter."), "idempotency_key": format!("delivery-{i:04}")});
+        let created = svc.call("create_work_order", args).await.unwrap();
+        let id = created.json()["work_order"]["id"].as_str().unwrap().to_string();
+        let approved = svc.act_on_work_order(&lead, &id, "approve", None).await;
+        assert!(approved.ok, "{:?}", approved.error);
+        ids.push(id);
+    }
+    (store, ids)
 }
 
 /// (state, attempts) of the order's delivery.
@@ -219,6 +230,38 @@ async fn a_webhook_that_hangs_is_given_up_on_and_the_order_sent_again() {
     assert_eq!(delivery(&store, &id), ("delivered".to_string(), 3));
     assert!(hook.script.lock().unwrap().is_empty(), "every scripted answer was used");
     assert_eq!(hook.requests().len(), 3);
+}
+
+/// Six orders due and a maintenance system that takes each request and never answers: all
+/// six are in flight at once (one stalled request does not hold back the others for its
+/// timeout), and a stop ends the delivery task at once, the orders still due for the next
+/// start.
+#[tokio::test]
+async fn stalled_deliveries_go_in_parallel_and_never_hold_up_a_stop() {
+    let hook = Webhook::start(&[Answer::Hang; 6]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, ids) = approved_orders(dir.path(), 6).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = fieldgate::work_orders::delivery::start(
+        store.clone(),
+        parse_webhook(&hook.url),
+        TTL_HOURS as u64,
+        stop.clone(),
+    );
+    // Well inside the client's 10 s timeout: one at a time, only the first would be here.
+    crate::support::wait_until("six deliveries in flight at once", std::time::Duration::from_secs(5), || {
+        let n = hook.requests().len();
+        async move { n == 6 }
+    })
+    .await;
+    stop.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(2), task)
+        .await
+        .expect("the delivery task ends within 2 s of the stop, not after the webhook's timeout")
+        .unwrap();
+    for id in &ids {
+        assert_eq!(delivery(&store, id), ("pending".to_string(), 0), "{id} stays due for the next start");
+    }
 }
 
 #[test]
