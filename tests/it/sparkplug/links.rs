@@ -106,7 +106,9 @@ async fn a_full_buffer_drops_the_oldest_counts_them_and_drains_the_newest_in_ord
     let tools = rig.running.tools.clone();
     let first_dropped = counter(&tools, "fieldgate_sparkplug_dropped_total", T, |v| v > 0).await;
     let held = metric(&tools, "fieldgate_sparkplug_buffered").unwrap();
-    assert!(held * 39 <= 1 << 20, "{held} values of 39 bytes held within 1 MB");
+    // The bound applies at each flush; samples read since the last one wait in memory on top
+    // (a flush interval's worth: a few hundred bytes here, 1 % allowed).
+    assert!(held * 39 <= (1 << 20) + (1 << 20) / 100, "{held} values of 39 bytes held within 1 MB (+1 %)");
     assert!(held > 20_000, "{held} values held: the bound, not everything, went");
 
     // The primary host's STATE holds the births and the drain until it has subscribed.
