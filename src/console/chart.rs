@@ -48,7 +48,8 @@ fn usable(buckets: &[HistoryBucket]) -> Vec<Bucket> {
     buckets
         .iter()
         .filter_map(|b| {
-            let (min, max, avg) = (b.min?, b.max?, b.avg?);
+            // Drawn as floats (a chart has no use for the 17th digit).
+            let (min, max, avg) = (b.min.as_ref()?.as_f64()?, b.max.as_ref()?.as_f64()?, b.avg?);
             (min.is_finite() && max.is_finite() && avg.is_finite()).then_some(Bucket {
                 t: ms(&b.start)?,
                 min,
@@ -218,13 +219,14 @@ pub fn instant(ms_: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::defs::Value;
 
     fn bucket(start: &str, min: f64, max: f64, avg: f64) -> HistoryBucket {
         HistoryBucket {
             start: start.into(),
             count: 1,
-            min: Some(min),
-            max: Some(max),
+            min: Some(Value::Number(min)),
+            max: Some(Value::Number(max)),
             avg: Some(avg),
             first: None,
             last: None,

@@ -179,6 +179,8 @@ pub fn number(n: f64) -> String {
 /// A value as text.
 pub fn value_text(v: &Value) -> String {
     match v {
+        Value::Int(i) => i.to_string(),
+        Value::UInt(u) => u.to_string(),
         Value::Number(n) => number(*n),
         Value::Bool(b) => b.to_string(),
         Value::Text(t) => t.clone(),
@@ -188,7 +190,9 @@ pub fn value_text(v: &Value) -> String {
 /// Whether `r` lies outside its sensor's range, and on which side.
 fn out_of_range(r: &Reading) -> Option<&'static str> {
     match (r.in_range, &r.value, r.range) {
-        (Some(false), Some(Value::Number(v)), Some(range)) if *v > range.max => Some("▲ ABOVE RANGE"),
+        (Some(false), Some(v), Some(range)) if v.as_f64().is_some_and(|v| v > range.max) => {
+            Some("▲ ABOVE RANGE")
+        }
         (Some(false), _, _) => Some("▼ BELOW RANGE"),
         _ => None,
     }

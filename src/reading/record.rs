@@ -60,7 +60,7 @@ fn stored_value(sample: &Sample) -> (Stored, u8) {
         RawValue::Float(f) if f.is_finite() => (Stored::Float(*f), 0),
         RawValue::Float(_) => (Stored::Float(f64::NAN), 2),
         RawValue::Int(i) => (Stored::Int(*i), 0),
-        RawValue::UInt(u) => (Stored::Int(*u as i64), 0),
+        RawValue::UInt(u) => (Stored::UInt(*u), 0),
         RawValue::Bool(b) => (Stored::Bool(*b), 0),
         RawValue::Text(t) => (Stored::Text(t.clone()), 0),
     }
@@ -71,6 +71,7 @@ fn normalized(sensor: &Sensor, v: &Stored) -> Option<f64> {
     let raw = match v {
         Stored::Float(f) => RawValue::Float(*f),
         Stored::Int(i) => RawValue::Int(*i),
+        Stored::UInt(u) => RawValue::UInt(*u),
         _ => return None,
     };
     match &sensor.source {

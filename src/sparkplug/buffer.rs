@@ -71,6 +71,10 @@ impl Rec {
                 out.push(1);
                 out.extend_from_slice(&i.to_le_bytes());
             }
+            Stored::UInt(u) => {
+                out.push(4);
+                out.extend_from_slice(&u.to_le_bytes());
+            }
             Stored::Bool(b) => out.extend([2, u8::from(*b)]),
             Stored::Text(s) => {
                 out.push(3);
@@ -90,6 +94,7 @@ impl Rec {
         let value = match tag {
             0 => Stored::Float(f64::from_le_bytes(eight()?)),
             1 => Stored::Int(i64::from_le_bytes(eight()?)),
+            4 => Stored::UInt(u64::from_le_bytes(eight()?)),
             2 if data.len() == 1 => Stored::Bool(data[0] != 0),
             3 => Stored::Text(std::str::from_utf8(data).map_err(|_| BufferError::Corrupt)?.to_string()),
             _ => return Err(BufferError::Corrupt),
@@ -394,6 +399,7 @@ mod tests {
             Rec { sensor: "X".into(), t: 1, value: Stored::Text("é".into()), quality: 2 },
             Rec { sensor: "X".into(), t: 1, value: Stored::Bool(true), quality: 1 },
             Rec { sensor: "X".into(), t: 1, value: Stored::Int(-4), quality: 0 },
+            Rec { sensor: "X".into(), t: 1, value: Stored::UInt(u64::MAX), quality: 0 },
         ] {
             assert_eq!(Rec::decode(r.t as u64, &r.encode()).unwrap(), r);
         }

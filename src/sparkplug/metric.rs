@@ -42,6 +42,7 @@ pub fn datatype_of(sensor: &Sensor, current: Option<&Stored>) -> u32 {
             Some(Stored::Bool(_)) => dt::BOOLEAN,
             Some(Stored::Text(_)) => dt::STRING,
             Some(Stored::Int(_)) => dt::INT64,
+            Some(Stored::UInt(_)) => dt::UINT64,
             _ => dt::DOUBLE,
         },
     }
@@ -52,6 +53,7 @@ pub fn value_of(sensor: &Sensor, datatype: u32, v: &Stored) -> Option<Value> {
     let number = match v {
         Stored::Float(f) => Some(*f),
         Stored::Int(i) => Some(*i as f64),
+        Stored::UInt(u) => Some(*u as f64),
         Stored::Bool(b) => Some(f64::from(u8::from(*b))),
         Stored::Text(_) => None,
     };
@@ -59,8 +61,10 @@ pub fn value_of(sensor: &Sensor, datatype: u32, v: &Stored) -> Option<Value> {
         (SensorSource::Modbus(p), Some(n)) => normalize(p, &crate::driver::RawValue::Float(n)).as_f64(),
         (_, n) => n,
     };
+    // Integers as they came, exactly (the number above is for scaled values and checks).
     let int = || match v {
         Stored::Int(i) => Some(*i),
+        Stored::UInt(u) => Some(*u as i64),
         _ => number.filter(|n| n.is_finite()).map(|n| n.round() as i64),
     };
     Some(match datatype {
@@ -155,6 +159,9 @@ mod tests {
         let s = modbus(DataType::U16, 0.1);
         assert_eq!(datatype_of(&s, None), dt::DOUBLE);
         assert_eq!(value_of(&s, dt::DOUBLE, &Stored::Int(125)), Some(Value::Double(12.5)));
+        let u = modbus(DataType::U64, 1.0);
+        assert_eq!(datatype_of(&u, None), dt::UINT64);
+        assert_eq!(value_of(&u, dt::UINT64, &Stored::UInt(u64::MAX)), Some(Value::Long(u64::MAX)));
         assert_eq!(datatype_of(&modbus(DataType::Bool, 1.0), None), dt::BOOLEAN);
         assert_eq!(value_of(&s, dt::BOOLEAN, &Stored::Bool(true)), Some(Value::Boolean(true)));
         let ua = Sensor::for_tests(SensorSource::OpcUa { node_id: "ns=2;i=1".into() }, "", None);

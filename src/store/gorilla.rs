@@ -60,6 +60,8 @@ impl BitReader<'_> {
 pub enum Stored {
     Float(f64),
     Int(i64),
+    /// An unsigned 64-bit integer (a `u64` register, an OPC UA UInt64): exact above 2^63.
+    UInt(u64),
     Bool(bool),
     Text(String),
 }
@@ -82,6 +84,8 @@ pub enum Kind {
     Int = 1,
     Bool = 2,
     Text = 3,
+    /// Unsigned integers: the `Int` encoding of the same 64 bits.
+    UInt = 4,
 }
 
 impl Kind {
@@ -89,6 +93,7 @@ impl Kind {
         match v {
             Stored::Float(_) => Kind::Float,
             Stored::Int(_) => Kind::Int,
+            Stored::UInt(_) => Kind::UInt,
             Stored::Bool(_) => Kind::Bool,
             Stored::Text(_) => Kind::Text,
         }
@@ -194,6 +199,7 @@ impl ChunkWriter {
             let value = match self.kind {
                 Kind::Float => Stored::Float(f64::NAN),
                 Kind::Int => Stored::Int(self.prev_int),
+                Kind::UInt => Stored::UInt(self.prev_int as u64),
                 Kind::Bool => Stored::Bool(false),
                 Kind::Text => Stored::Text(String::new()),
             };
@@ -245,7 +251,12 @@ impl ChunkWriter {
                 }
                 self.prev_bits = bits;
             }
-            (Stored::Int(i), Kind::Int) => {
+            (Stored::Int(_), Kind::Int) | (Stored::UInt(_), Kind::UInt) => {
+                let i = &match p.value {
+                    Stored::UInt(u) => u as i64,
+                    Stored::Int(i) => i,
+                    _ => self.prev_int,
+                };
                 if self.count == 0 {
                     w.push(*i as u64, 64);
                 } else {
@@ -301,6 +312,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Point>, Corrupt> {
         1 => Kind::Int,
         2 => Kind::Bool,
         3 => Kind::Text,
+        4 => Kind::UInt,
         _ => return Err(Corrupt),
     };
     let count = u32::from_le_bytes(bytes[1..5].try_into().map_err(|_| Corrupt)?);
@@ -335,14 +347,14 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Point>, Corrupt> {
                 }
                 Stored::Float(f64::from_bits(prev_bits))
             }
-            Kind::Int => {
+            Kind::Int | Kind::UInt => {
                 if i == 0 {
                     prev_int = r.read(64).ok_or(Corrupt)? as i64;
                 } else {
                     int_delta = int_delta.wrapping_add(get_varbits(&mut r).ok_or(Corrupt)?);
                     prev_int = prev_int.wrapping_add(int_delta);
                 }
-                Stored::Int(prev_int)
+                if kind == Kind::UInt { Stored::UInt(prev_int as u64) } else { Stored::Int(prev_int) }
             }
             Kind::Bool => Stored::Bool(r.bit().ok_or(Corrupt)?),
             Kind::Text => {
@@ -413,6 +425,12 @@ mod tests {
         fn ints_round_trip(start in any::<i32>(), gaps in prop::collection::vec(1i64..100_000, 1..300), vals in prop::collection::vec(prop_oneof![any::<i64>(), -1000i64..1000], 300)) {
             let ts = times(i64::from(start), &gaps);
             let points: Vec<Point> = ts.iter().enumerate().map(|(i, t)| Point { t: *t, value: Stored::Int(vals[i]), quality: 0 }).collect();
+            roundtrip(&points);
+        }
+
+        #[test]
+        fn unsigned_ints_round_trip_exactly(vals in prop::collection::vec(prop_oneof![any::<u64>(), Just(u64::MAX), Just(1u64 << 63), 0u64..1000], 1..300)) {
+            let points: Vec<Point> = vals.iter().enumerate().map(|(i, v)| Point { t: i as i64 * 1000, value: Stored::UInt(*v), quality: 0 }).collect();
             roundtrip(&points);
         }
 

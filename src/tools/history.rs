@@ -8,7 +8,7 @@ use super::envelope::{ErrorCode, ToolError};
 use super::validate::registered_sensor;
 use super::{Inner, when};
 use crate::driver::{RawValue, normalize};
-use crate::registry::{Sensor, SensorSource};
+use crate::registry::{DataType, Sensor, SensorSource};
 use crate::store::gorilla::{Point, Stored};
 
 /// Longest range of raw points; longer ones need a bucket.
@@ -59,15 +59,28 @@ fn value_of(sensor: &Sensor, p: &Point) -> (Option<Value>, Quality, Option<f64>)
         1 => Quality::Uncertain,
         _ => Quality::Bad,
     };
+    let point = match &sensor.source {
+        SensorSource::Modbus(m) => Some(m),
+        SensorSource::OpcUa { .. } => None,
+    };
     let raw = match &p.value {
         Stored::Float(f) => RawValue::Float(*f),
+        // A `u64` register stored before unsigned integers had a kind of their own.
+        Stored::Int(i) if point.is_some_and(|m| m.data_type == DataType::U64) => RawValue::UInt(*i as u64),
         Stored::Int(i) => RawValue::Int(*i),
+        Stored::UInt(u) => RawValue::UInt(*u),
         Stored::Bool(b) => RawValue::Bool(*b),
         Stored::Text(t) => RawValue::Text(t.clone()),
     };
-    let v = match &sensor.source {
-        SensorSource::Modbus(m) => normalize(m, &raw),
-        SensorSource::OpcUa { .. } => raw,
+    if quality != Quality::Bad
+        && let Some(i) = super::reading_json::exact_integer(point, &raw)
+    {
+        let f = i.as_f64();
+        return (Some(i), quality, f);
+    }
+    let v = match point {
+        Some(m) => normalize(m, &raw),
+        None => raw,
     };
     match v {
         _ if quality == Quality::Bad => (None, quality, None),
@@ -226,6 +239,12 @@ fn bucket_page(
             }
         }
         let (value, _, num) = value_of(sensor, p);
+        // Min and max keep the values' type: integers exact (a boolean counts as 0 or 1).
+        let ordered = match &value {
+            Some(Value::Bool(b)) => Some(Value::Number(f64::from(u8::from(*b)))),
+            Some(v @ (Value::Int(_) | Value::UInt(_) | Value::Number(_))) => Some(v.clone()),
+            _ => None,
+        };
         let c = current.get_or_insert_with(|| {
             let bucket = HistoryBucket {
                 start: rfc3339(start),
@@ -240,9 +259,16 @@ fn bucket_page(
         });
         c.1.count += 1;
         c.1.last = value;
+        if let Some(v) = ordered {
+            use std::cmp::Ordering::{Greater, Less};
+            if c.1.min.as_ref().is_none_or(|m| v.compare(m) == Some(Less)) {
+                c.1.min = Some(v.clone());
+            }
+            if c.1.max.as_ref().is_none_or(|m| v.compare(m) == Some(Greater)) {
+                c.1.max = Some(v);
+            }
+        }
         if let Some(x) = num {
-            c.1.min = Some(c.1.min.map_or(x, |m| m.min(x)));
-            c.1.max = Some(c.1.max.map_or(x, |m| m.max(x)));
             c.2 += x;
             c.3 += 1;
         }

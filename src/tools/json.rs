@@ -31,6 +31,10 @@ pub(crate) fn number(out: &mut String, v: f64) {
     out.push_str(&serde_json::to_string(&v).unwrap_or_else(|_| "null".into()));
 }
 
+pub(crate) fn signed(out: &mut String, v: i64) {
+    let _ = write!(out, "{v}");
+}
+
 pub(crate) fn unsigned(out: &mut String, v: u64) {
     let _ = write!(out, "{v}");
 }

@@ -175,8 +175,23 @@ fn decimal_exponent(a: f64) -> i32 {
     }
 }
 
+/// An integer the device sent, exact, when no scale or offset applies to it (`point`: the
+/// Modbus point whose scaling the value takes, `None` when it takes none).
+pub(crate) fn exact_integer(point: Option<&crate::registry::ModbusPoint>, raw: &RawValue) -> Option<Value> {
+    if point.is_some_and(|p| p.scale != 1.0 || p.offset != 0.0) {
+        return None;
+    }
+    match raw {
+        RawValue::Int(i) => Some(Value::Int(*i)),
+        RawValue::UInt(u) => Some(Value::unsigned(*u)),
+        _ => None,
+    }
+}
+
 /// A reading's value before it is owned: what `reading` and `write_reading` share.
 enum ValueRef<'a> {
+    /// An integer, exact ([`Value::Int`] or [`Value::UInt`]).
+    Integer(Value),
     /// The value, and the decimal it was rounded to (see [`rounded`]).
     Number(f64, Option<json::Decimal>),
     Bool(bool),
@@ -210,6 +225,7 @@ fn judge<'a>(sensor: &Sensor, sample: &'a Sample, mode: UnitMode) -> Judged<'a> 
         _ if sample.quality == crate::driver::SampleQuality::Bad => (None, Quality::Bad),
         RawValue::Bool(b) => (Some(ValueRef::Bool(*b)), Quality::Good),
         RawValue::Text(t) => (Some(ValueRef::Text(t)), Quality::Good),
+        number if let Some(i) = exact_integer(point, number) => (Some(ValueRef::Integer(i)), Quality::Good),
         number => {
             let v = number.as_f64().unwrap_or(f64::NAN);
             let v = point.map_or(v, |p| scaled(p, v));
@@ -231,6 +247,9 @@ fn judge<'a>(sensor: &Sensor, sample: &'a Sample, mode: UnitMode) -> Judged<'a> 
     };
     let in_range = match (&value, sensor.range, mode) {
         (Some(ValueRef::Number(v, _)), Some(r), UnitMode::Normalized) => Some(r.min <= *v && *v <= r.max),
+        (Some(ValueRef::Integer(i)), Some(r), UnitMode::Normalized) => {
+            i.as_f64().map(|v| r.min <= v && v <= r.max)
+        }
         _ => None,
     };
     Judged { value, quality, in_range }
@@ -249,6 +268,7 @@ pub(crate) fn reading(
     Reading {
         sensor_id: sensor.id.to_string(),
         value: j.value.map(|v| match v {
+            ValueRef::Integer(i) => i,
             ValueRef::Number(n, _) => Value::Number(n),
             ValueRef::Bool(b) => Value::Bool(b),
             ValueRef::Text(t) => Value::Text(t.to_string()),
@@ -281,6 +301,9 @@ pub(crate) fn write_reading(
     out.push_str(&parts.head);
     match j.value {
         None => out.push_str("null"),
+        Some(ValueRef::Integer(Value::Int(i))) => json::signed(out, i),
+        Some(ValueRef::Integer(Value::UInt(u))) => json::unsigned(out, u),
+        Some(ValueRef::Integer(_)) => out.push_str("null"),
         Some(ValueRef::Number(_, Some(d))) if json::decimal(out, d) => {}
         Some(ValueRef::Number(n, _)) => json::number(out, n),
         Some(ValueRef::Bool(b)) => json::boolean(out, b),

@@ -70,7 +70,25 @@ pub struct Request {
 
 /// The peer's tables: holding registers (address, value) and the coils that are on.
 /// Holding 0-1 hold the f32 12.5 (0x41480000), big-endian words.
-const HOLDING: [(u16, u16); 2] = [(0, 0x4148), (1, 0x0000)];
+/// Holding registers: an f32 of 12.5 at 0–1; 64-bit integers at 10, 20, 30 and 40 (u64::MAX,
+/// the i64 1234567890123, 2^63 as u64, the i64 2^53 + 1) and the i32 -7 at 50.
+const HOLDING: &[(u16, u16)] = &[
+    (0, 0x4148),
+    (1, 0x0000),
+    (10, 0xFFFF),
+    (11, 0xFFFF),
+    (12, 0xFFFF),
+    (13, 0xFFFF),
+    (20, 0x0000),
+    (21, 0x011F),
+    (22, 0x71FB),
+    (23, 0x04CB),
+    (30, 0x8000),
+    (40, 0x0020),
+    (43, 0x0001),
+    (50, 0xFFFF),
+    (51, 0xFFF9),
+];
 const COILS_ON: [u16; 2] = [3, 11];
 
 /// A scripted raw-socket Modbus server on 127.0.0.1, on a free port.

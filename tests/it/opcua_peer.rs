@@ -1,0 +1,128 @@
+//! node-opcua as the OPC UA server (a server fieldgate did not write, installed by
+//! `scripts/test-deps` into `target/opcua-js`), serving the variables each test names, and
+//! the real binary reading it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fieldgate::transport::client::HttpClient;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::support::{self, device_dir};
+
+const T: Duration = Duration::from_secs(60);
+
+/// A node-opcua server; it stops when this is dropped (its stdin closes, and it is killed).
+pub struct OpcuaPeer {
+    pub url: String,
+    /// The namespace index of its variables (`ns=<ns>;s=<name>`).
+    pub ns: u16,
+    _child: tokio::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+fn modules() -> PathBuf {
+    support::root().join("target/opcua-js/node_modules")
+}
+
+impl OpcuaPeer {
+    /// Serves `nodes`: `[{"name", "type", "value", "array"?}]`.
+    pub async fn start(nodes: &Value) -> OpcuaPeer {
+        assert!(
+            modules().join("node-opcua").is_dir(),
+            "node-opcua is not installed: run scripts/test-deps (npm install --prefix target/opcua-js node-opcua@2)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = tokio::process::Command::new("node")
+            .arg(support::root().join("tests/it/opcua_peer/server.js"))
+            .arg(dir.path())
+            .arg(nodes.to_string())
+            .env("NODE_PATH", modules())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node runs");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(T, async {
+            while let Ok(Some(l)) = lines.next_line().await {
+                if l.starts_with("listening ") {
+                    return Some(l);
+                }
+            }
+            None
+        })
+        .await
+        .expect("node-opcua listened within 60 s")
+        .expect("node-opcua printed where it listens");
+        let mut words = line.split(' ').skip(1);
+        let url = words.next().unwrap().to_string();
+        let ns = words.next().and_then(|w| w.strip_prefix("ns=")).and_then(|n| n.parse().ok()).unwrap();
+        OpcuaPeer { url, ns, _child: child, _dir: dir }
+    }
+
+    /// A device file reading `sensors` (sensor ID, variable name) from this server, by polling.
+    pub fn device_file(&self, sensors: &[(&str, &str)]) -> String {
+        let mut text = format!(
+            "id = \"t-peer\"\nplant = \"T\"\nzone = \"PEER\"\ndescription = \"node-opcua\"\nprotocol = \"opcua\"\n\
+             endpoint = \"{}\"\ntimeout_ms = 2000\npoll_interval_ms = 200\n\n[opcua]\nsecurity_policy = \"None\"\n\
+             security_mode = \"None\"\n",
+            self.url
+        );
+        for (id, name) in sensors {
+            text += &format!(
+                "\n[[sensors]]\nid = \"{id}\"\ndescription = \"Peer variable\"\nkind = \"count\"\nunit = \"count\"\n\
+                 node_id = \"ns={};s={name}\"\n",
+                self.ns
+            );
+        }
+        text
+    }
+}
+
+/// The `"value":…` of each reading in a body, as written.
+fn written(body: &str) -> Vec<String> {
+    body.match_indices("\"value\":")
+        .map(|(i, m)| body[i + m.len()..].chars().take_while(|c| !matches!(c, ',' | '}')).collect())
+        .collect()
+}
+
+/// 64-bit integers from an OPC UA server arrive with every digit (before: Int64 max read as
+/// 9.22337203685e+18, UInt64 max as 1.84467440737e+19, Int32 -7 as -7.0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn integers_from_node_opcua_stay_exact() {
+    let peer = OpcuaPeer::start(&json!([
+        {"name": "I64Max", "type": "Int64", "value": [0x7FFF_FFFFu32, 0xFFFF_FFFFu32]},
+        {"name": "U64Max", "type": "UInt64", "value": [0xFFFF_FFFFu32, 0xFFFF_FFFFu32]},
+        {"name": "Big", "type": "Int64", "value": [0x0020_0000u32, 1]},
+        {"name": "Minus7", "type": "Int32", "value": -7},
+        {"name": "Half", "type": "Double", "value": 0.5},
+    ]))
+    .await;
+    let sensors = [
+        ("T_PEER_001", "I64Max"),
+        ("T_PEER_002", "U64Max"),
+        ("T_PEER_003", "Big"),
+        ("T_PEER_004", "Minus7"),
+        ("T_PEER_005", "Half"),
+    ];
+    let devices = device_dir(&[("t-peer.toml", &peer.device_file(&sensors))]);
+    let data = tempfile::tempdir().unwrap();
+    let mut served = support::serve_binary(devices.path(), data.path(), &[]).await;
+    let _stderr = served.drain_stderr();
+    let mut client = HttpClient::connect(served.addr).await.unwrap();
+    let ids: Vec<&str> = sensors.iter().map(|s| s.0).collect();
+    let args = json!({"sensor_ids": ids});
+    let res = client.post("/v1/tools/get_sensor_readings", args.to_string().as_bytes()).await.unwrap();
+    let body = String::from_utf8(res.body).unwrap();
+    assert_eq!(res.status, 200, "{body}");
+    assert_eq!(
+        written(&body),
+        ["9223372036854775807", "18446744073709551615", "9007199254740993", "-7", "0.5"],
+        "{body}"
+    );
+    served.child.start_kill().unwrap();
+    let _ = served.child.wait().await;
+}

@@ -1,0 +1,50 @@
+// An OPC UA server that fieldgate did not write: node-opcua (installed by scripts/test-deps
+// into target/opcua-js), serving the variables a test names. `node server.js DIR NODES`:
+// DIR for its certificates, NODES a JSON list of {name, type, value, array?} (Int64 and UInt64 as
+// [high, low] 32-bit words, as node-opcua takes them). Anonymous, security None, any port:
+// it prints `listening opc.tcp://...` once it serves, and stops when its stdin closes.
+const opcua = require("node-opcua");
+const path = require("path");
+
+async function main() {
+  const [dir, spec] = process.argv.slice(2);
+  const nodes = JSON.parse(spec);
+  const serverCertificateManager = new opcua.OPCUACertificateManager({
+    rootFolder: path.join(dir, "pki"),
+    automaticallyAcceptUnknownCertificate: true,
+  });
+  const server = new opcua.OPCUAServer({
+    port: 0,
+    resourcePath: "/peer",
+    serverCertificateManager,
+    securityPolicies: [opcua.SecurityPolicy.None],
+    securityModes: [opcua.MessageSecurityMode.None],
+    allowAnonymous: true,
+  });
+  await server.initialize();
+  const ns = server.engine.addressSpace.getOwnNamespace();
+  const folder = ns.addFolder(server.engine.addressSpace.rootFolder.objects, { browseName: "Peer" });
+  for (const n of nodes) {
+    ns.addVariable({
+      componentOf: folder,
+      browseName: n.name,
+      nodeId: `s=${n.name}`,
+      dataType: n.type,
+      value: {
+        dataType: opcua.DataType[n.type],
+        arrayType: n.array ? opcua.VariantArrayType.Array : opcua.VariantArrayType.Scalar,
+        value: n.value,
+      },
+    });
+  }
+  await server.start();
+  const url = server.getEndpointUrl().replace(/\/\/[^:/]+:/, "//127.0.0.1:");
+  console.log(`listening ${url} ns=${ns.index}`);
+  process.stdin.on("end", () => server.shutdown(0).then(() => process.exit(0)));
+  process.stdin.resume();
+}
+
+main().catch((e) => {
+  console.error(`node-opcua server failed: ${e.message}`);
+  process.exit(1);
+});
