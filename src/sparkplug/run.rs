@@ -129,6 +129,21 @@ pub struct Node {
     /// the node goes on without commands for a while rather than flap (`oversized`).
     commands_subscribed: bool,
     commands_off_until: Option<Instant>,
+    /// Oversized messages in a row (commands, then STATE): each doubles the next pause.
+    oversized: Oversized,
+}
+
+/// How often in a row a message too large to take dropped the connection, and what waits.
+#[derive(Default)]
+struct Oversized {
+    /// On the command topics, without the commands staying subscribed for a pause since.
+    commands: u32,
+    /// Since commands were subscribed again (the streak ends after a pause without one).
+    commands_back_at: Option<Instant>,
+    /// On STATE (with commands not subscribed, nothing else is): no STATE taken since.
+    state: u32,
+    /// No connection before this (after one on STATE: a new one would take it again).
+    hold_until: Option<Instant>,
 }
 
 async fn next_event(link: &mut Option<Link>) -> Result<Event, ConnectionError> {
@@ -190,6 +205,7 @@ impl Node {
             rebirth_pending: false,
             commands_subscribed: false,
             commands_off_until: None,
+            oversized: Oversized::default(),
         }
     }
 
@@ -285,7 +301,13 @@ impl Node {
         tracing::info!(broker = %self.counters.broker(), bd_seq = self.bd_seq, "sparkplug: connected");
         let Some(l) = &self.link else { return };
         let now = Instant::now();
-        self.commands_subscribed = self.commands_off_until.is_none_or(|t| t <= now);
+        // While STATE is known to hold a message too large to take, commands stay out too, so
+        // that the next drop is known to come from STATE.
+        self.commands_subscribed =
+            self.oversized.state == 0 && self.commands_off_until.is_none_or(|t| t <= now);
+        if self.commands_subscribed && self.commands_off_until.take().is_some() {
+            self.oversized.commands_back_at = Some(now);
+        }
         let mut filters: Vec<String> =
             if self.commands_subscribed { self.edge.topics().command_filters().into() } else { Vec::new() };
         if !self.cfg.primary_host_id.is_empty() {
@@ -322,7 +344,9 @@ impl Node {
         if self.connected_at.take().is_some_and(|t| t.elapsed() >= STABLE) {
             self.backoff.reset();
         }
-        let wait = self.backoff.next_wait();
+        let held =
+            self.oversized.hold_until.map_or(Duration::ZERO, |t| t.saturating_duration_since(Instant::now()));
+        let wait = self.backoff.next_wait().max(held);
         if matches!(was, Phase::Online | Phase::AwaitingHost | Phase::Leaving) {
             tracing::warn!(reason = why, "sparkplug: broker connection lost; data goes to the buffer");
         } else if let Some(skipped) = self.throttle.allow("connect") {

@@ -77,6 +77,9 @@ impl Node {
                 return;
             }
         };
+        // A STATE taken: whatever dropped connections before came elsewhere, or is gone.
+        self.oversized.state = 0;
+        self.oversized.hold_until = None;
         if s.timestamp < self.host_ts {
             return;
         }
@@ -134,15 +137,33 @@ impl Node {
                 );
             }
         }
+        let base = Duration::from_secs(self.cfg.commands_pause_s);
         if self.commands_subscribed {
-            self.commands_off_until = Some(Instant::now() + Duration::from_secs(self.cfg.commands_pause_s));
+            // Again right after the pause: the message is still there; each time, twice as long.
+            if self.oversized.commands_back_at.is_some_and(|t| t.elapsed() >= base) {
+                self.oversized.commands = 0;
+            }
+            let pause = doubled(base, self.oversized.commands);
+            self.oversized.commands += 1;
+            self.commands_off_until = Some(Instant::now() + pause);
+        } else {
+            // On STATE, which the node cannot do without: no new connection for a pause
+            // (doubling), rather than one a backoff step later that takes it again.
+            let hold = doubled(base, self.oversized.state);
+            self.oversized.state += 1;
+            self.oversized.hold_until = Some(Instant::now() + hold);
+            tracing::error!(
+                state = topic::state(&self.cfg.primary_host_id),
+                wait_s = hold.as_secs(),
+                "sparkplug: the primary host's STATE holds a message too large to take; not connecting again before the wait is over"
+            );
         }
     }
 
     /// Once the pause after an oversized command is over, subscribes to the command topics
     /// again on the connection there is (a stable link may never reconnect by itself).
     pub(super) fn commands_back(&mut self) {
-        let over = self.commands_off_until.is_some_and(|t| t <= Instant::now());
+        let over = self.commands_off_until.is_some_and(|t| t <= Instant::now()) && self.oversized.state == 0;
         let Some(l) =
             self.link.as_ref().filter(|_| over && !self.commands_subscribed && self.connected_at.is_some())
         else {
@@ -150,6 +171,7 @@ impl Node {
         };
         self.commands_off_until = None;
         self.commands_subscribed = true;
+        self.oversized.commands_back_at = Some(Instant::now());
         for f in self.edge.topics().command_filters() {
             if let Err(error) = l.client.try_subscribe(f, QoS::AtLeastOnce) {
                 tracing::warn!(%error, "sparkplug: cannot subscribe");
@@ -157,4 +179,9 @@ impl Node {
         }
         tracing::info!("sparkplug: commands subscribed again after the pause");
     }
+}
+
+/// `base` doubled `times` times, at most a day.
+fn doubled(base: Duration, times: u32) -> Duration {
+    base.saturating_mul(1u32 << times.min(16)).min(Duration::from_secs(86_400))
 }

@@ -86,3 +86,54 @@ async fn commands_are_taken_again_after_the_pause_on_the_same_connection() {
     );
     rig.running.stop().await.unwrap();
 }
+
+/// When each of the next `n` connections was made (by the connects counter), from now.
+async fn connect_times(tools: &fieldgate::tools::ToolService, from: u64, n: u64) -> Vec<std::time::Instant> {
+    let mut at = Vec::new();
+    for k in from..from + n {
+        counter(tools, "fieldgate_sparkplug_connects_total", T, |v| v >= k).await;
+        at.push(std::time::Instant::now());
+    }
+    at
+}
+
+/// A retained oversized NCMD that is still there when commands are subscribed again after the
+/// pause: each pause is twice the last (1 s, 2 s, ...), not one drop every pause forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_stays_oversized_doubles_the_pause_each_time() {
+    let broker = Broker::start().await;
+    let rig = rig(&broker, |c| c.mqtt.commands_pause_s = 1).await;
+    let tools = rig.running.tools.clone();
+    counter(&tools, "fieldgate_sparkplug_connects_total", T, |v| v == 1).await;
+    publish_retained(broker.port, "spBv1.0/plant/NCMD/gw", vec![0u8; 2 << 20]).await;
+    let at = connect_times(&tools, 2, 3).await;
+    let gap = at[2] - at[1];
+    assert!(gap >= Duration::from_millis(1800), "the second pause is 2 s, not 1 s: {gap:?}");
+    rig.running.stop().await.unwrap();
+}
+
+/// A retained oversized STATE of the primary host: the node cannot do without STATE, so it
+/// does not connect again at once to take it again: it waits a pause, twice as long each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_state_holds_the_next_connection_for_a_doubling_pause() {
+    let broker = Broker::start().await;
+    publish_retained(broker.port, "spBv1.0/STATE/scada", vec![0u8; 2 << 20]).await;
+    let rig = rig(&broker, |c| {
+        c.mqtt.commands_pause_s = 1;
+        c.mqtt.primary_host_id = "scada".into();
+    })
+    .await;
+    let tools = rig.running.tools.clone();
+    // 1: commands and STATE (the drop is taken for a command); 2: STATE only, at once;
+    // 3: a pause (1 s) later; 4: two pauses (2 s) after that.
+    let at = connect_times(&tools, 1, 4).await;
+    let (second, third) = (at[2] - at[1], at[3] - at[2]);
+    assert!(second >= Duration::from_millis(900), "held for the pause: {second:?}");
+    assert!(third >= Duration::from_millis(1800), "then twice the pause: {third:?}");
+    assert_eq!(
+        super::broker::metric(&tools, "fieldgate_sparkplug_online"),
+        Some(0),
+        "never born without STATE"
+    );
+    rig.running.stop().await.unwrap();
+}
