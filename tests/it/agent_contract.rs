@@ -244,3 +244,21 @@ async fn a_device_failure_offers_the_cached_value_and_the_max_age_ms_that_return
     assert_eq!(err.code, ErrorCode::SensorNotFound);
     assert!(!err.hint.contains("max_age_ms"), "{}", err.hint);
 }
+
+/// What a caller sent and the service echoes back (an unknown parameter's or tool's name)
+/// carries no hidden character raw: escape sequences, overrides and invisible ones are
+/// written `\u{..}` in the parameter, message and hint.
+#[tokio::test]
+async fn echoed_names_carry_no_hidden_characters() {
+    const RAW: [char; 4] = ['\u{1b}', '\u{7}', '\u{202e}', '\u{e0041}'];
+    let hostile = "\u{1b}[2J\u{202e}key\u{7}\u{e0041}";
+    let env = call("list_sensors", serde_json::json!({hostile: 1})).await;
+    let e = env.error.expect("refused");
+    let echoed = format!("{:?} {} {}", e.parameter, e.message, e.hint);
+    assert!(!echoed.chars().any(|c| RAW.contains(&c)) && echoed.contains("\\u{202e}"), "{echoed}");
+    let Err(unknown) = service().call("list_sensors\u{202e}\u{1b}", serde_json::json!({})).await else {
+        panic!("not a tool");
+    };
+    let text = unknown.to_string();
+    assert!(!text.chars().any(|c| RAW.contains(&c)), "{text}");
+}

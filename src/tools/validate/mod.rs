@@ -144,7 +144,7 @@ impl InputValidator {
                         found.meant.push((cut(name), n.to_string()));
                     }
                     found.details.push(Detail {
-                        parameter: name.clone(),
+                        parameter: crate::tools::envelope::visible(name).into_owned(),
                         received: None,
                         expected: Some(format!("one of the parameters: {}", self.params.join(", "))),
                         message: format!("`{}` is not a parameter of this tool.", cut(name)),

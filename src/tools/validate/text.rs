@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use crate::tools::ToolError;
+use crate::tools::envelope;
 
 /// Fields that may hold several lines (a tab and line breaks allowed).
 const MULTI_LINE: [&str; 2] = ["summary", "note"];
@@ -15,9 +16,9 @@ const MULTI_LINE: [&str; 2] = ["summary", "note"];
 fn refused(c: char, multi_line: bool) -> Option<&'static str> {
     match c {
         '\t' | '\n' if multi_line => None,
-        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => Some("a control character"),
-        // Embeddings, overrides and isolates (and their ends), and the implicit marks.
-        c if crate::tools::envelope::is_hidden(c) => Some("a bidirectional formatting character"),
+        c if envelope::is_control(c) => Some("a control character"),
+        c if envelope::is_bidi(c) => Some("a bidirectional formatting character"),
+        c if envelope::is_invisible(c) => Some("an invisible formatting character"),
         _ => None,
     }
 }
@@ -44,7 +45,7 @@ pub fn check(parameter: &str, text: &str) -> Result<(), ToolError> {
         // Shown escaped (ToolError::invalid): the received text must not do on the console
         // what it was refused for.
         Some(text),
-        format!("text without control characters or bidirectional formatting characters{allowed}"),
+        format!("text without control, bidirectional or invisible formatting characters{allowed}"),
         format!("`{parameter}` holds {what} (U+{:04X}) at character {}.", c as u32, at + 1),
         format!("Remove U+{:04X} from `{parameter}` and call again; write plain text.", c as u32),
     ))
@@ -92,6 +93,21 @@ mod tests {
         assert!(check("text", "two\nlines").is_err(), "a line break only where a field is multi-line");
         assert!(check("note", "ok\r\nok").is_ok());
         assert!(check("summary", "Line one\rfake line two").is_err(), "a lone CR rewrites the line");
+        // Invisible ones: tag characters (hidden ASCII), zero-width space, BOM, soft hyphen,
+        // annotation marks, line and paragraph separators; joiners that scripts need pass.
+        for bad in [
+            "Case TAG: \u{e0041}\u{e0042}",
+            "a\u{200b}b",
+            "\u{feff}x",
+            "soft\u{ad}hyphen",
+            "\u{fff9}a",
+            "a\u{2028}b",
+        ] {
+            let e = check("summary", bad).unwrap_err();
+            assert!(e.message.contains("invisible"), "{bad:?}: {}", e.message);
+            assert!(!e.received.as_deref().unwrap_or("").chars().any(envelope::is_hidden), "{e:?}");
+        }
+        check("summary", "می\u{200c}خواهم क्\u{200d}ष").unwrap();
     }
 
     #[test]
