@@ -417,6 +417,41 @@ async fn a_burst_of_opens_from_one_token_leaves_sessions_for_the_others() {
     assert!(m.contains("fieldgate_mcp_sessions_refused_total{reason=\"caller_session_limit\"} 46\n"), "{m}");
 }
 
+/// Regression (issue 32, helper-3): two agent tokens, each within its half, took every
+/// session and the operator got 503; an eighth of the table is kept for operators.
+#[tokio::test]
+async fn agents_together_leave_sessions_for_operators() {
+    let env = [
+        ("FIELDGATE_TOKEN_A".to_string(), "agent:agent-a-token-0123456789".to_string()),
+        ("FIELDGATE_TOKEN_B".to_string(), "agent:agent-b-token-0123456789".to_string()),
+        ("FIELDGATE_TOKEN_OP".to_string(), "operator:operator-token-0123456789".to_string()),
+    ];
+    let tokens = fieldgate::transport::auth::Tokens::load(None, env).unwrap();
+    let server = Server::start(service_with(|c| c.server.mcp_max_sessions = 8), tokens).await;
+    let mut a = server.client().await.with_token("agent-a-token-0123456789");
+    let mut b = server.client().await.with_token("agent-b-token-0123456789");
+    for _ in 0..4 {
+        open_session(&mut a, "2025-06-18").await;
+    }
+    for _ in 0..3 {
+        open_session(&mut b, "2025-06-18").await;
+    }
+    let r = b.send("POST", "/mcp", &[ACCEPT], &init_body(9, "2025-06-18")).await.unwrap();
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!(
+        (&v["error"]["data"]["reason"], &v["error"]["data"]["max_sessions"]),
+        (&json!("agent_session_limit"), &json!(7)),
+        "{v}"
+    );
+    assert!(r.header("retry-after").is_some());
+    let mut op = server.client().await.with_token("operator-token-0123456789");
+    open_session(&mut op, "2025-06-18").await;
+    let m = String::from_utf8(op.get("/metrics").await.unwrap().body).unwrap();
+    assert!(m.contains("fieldgate_mcp_sessions 8\n"), "{m}");
+    assert!(m.contains("fieldgate_mcp_sessions_refused_total{reason=\"agent_session_limit\"} 1\n"), "{m}");
+}
+
 #[tokio::test]
 async fn http_sessions_are_capped() {
     let env = [

@@ -167,7 +167,7 @@ impl McpHttp {
             );
         }
         if frame.kind == Kind::Request && frame.method == "initialize" {
-            return self.initialize(parts, bytes.clone(), id, &caller.id).await;
+            return self.initialize(parts, bytes.clone(), id, caller).await;
         }
         // 2026-07-28 (the version in every request) and discovery need no session.
         if frame.method == "server/discover" || jsonrpc::meta_protocol_version(&frame).is_some() {
@@ -237,8 +237,9 @@ impl McpHttp {
 
     /// `initialize`: admitted by the session table, answered by rmcp, and a session
     /// opened when it succeeded.
-    async fn initialize(&self, parts: Parts, bytes: Bytes, id: Option<&str>, caller: &str) -> Response {
-        let reservation = match self.inner.sessions.reserve(caller) {
+    async fn initialize(&self, parts: Parts, bytes: Bytes, id: Option<&str>, caller: &Caller) -> Response {
+        let operator = caller.role == crate::tools::Role::Operator;
+        let reservation = match self.inner.sessions.reserve(&caller.id, operator) {
             Ok(r) => r,
             Err(refusal) => return refused_session(&refusal, id),
         };
@@ -561,6 +562,15 @@ fn refused_session(refusal: &Refusal, id: Option<&str>) -> Response {
                 retry_after.as_secs()
             ),
             format!("\"reason\":\"caller_session_limit\",\"held\":{held}"),
+            retry_after,
+        ),
+        Refusal::AgentsFull { max, retry_after } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "Agents hold {max} MCP sessions, all but those kept for operators (an eighth of server.mcp_max_sessions). End unused sessions with DELETE /mcp, retry after {} s, or use protocol 2026-07-28, which needs no session.",
+                retry_after.as_secs()
+            ),
+            format!("\"reason\":\"agent_session_limit\",\"max_sessions\":{max}"),
             retry_after,
         ),
         Refusal::RateLimited { retry_after } => (

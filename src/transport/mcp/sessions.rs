@@ -30,6 +30,8 @@ use crate::tools::limits::RateLimiter;
 pub struct Session {
     /// The caller (token name) that opened it; nobody else can use it.
     pub caller: Arc<str>,
+    /// Whether the caller is an operator (agents leave some sessions for operators).
+    operator: bool,
     /// The protocol version negotiated by its `initialize`.
     pub version: Arc<str>,
     last_used: Mutex<Instant>,
@@ -85,12 +87,15 @@ pub enum Refusal {
     CallerFull { held: usize, retry_after: Duration },
     /// This caller opened sessions faster than its rate.
     RateLimited { retry_after: Duration },
+    /// Agents hold `max` sessions, all but those kept for operators.
+    AgentsFull { max: usize, retry_after: Duration },
 }
 
 /// A slot reserved by an `initialize` in progress; dropped without `open`, it is freed.
 pub struct Reservation {
     sessions: Arc<Inner>,
     caller: Arc<str>,
+    operator: bool,
     done: bool,
 }
 
@@ -101,13 +106,14 @@ impl Reservation {
         let id: Arc<str> = rmcp::transport::common::server_side_http::session_id().to_string().into();
         let session = Arc::new(Session {
             caller: self.caller.clone(),
+            operator: self.operator,
             version: version.into(),
             last_used: Mutex::new(Instant::now()),
             in_flight: Mutex::new(HashMap::new()),
             ended: self.sessions.shutdown.child_token(),
         });
         let mut t = self.sessions.table();
-        t.unreserve(&self.caller);
+        t.unreserve(&self.caller, self.operator);
         t.map.insert(id.clone(), session);
         id
     }
@@ -116,7 +122,7 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if !self.done {
-            self.sessions.table().unreserve(&self.caller);
+            self.sessions.table().unreserve(&self.caller, self.operator);
         }
     }
 }
@@ -127,12 +133,17 @@ struct Table {
     reserved: usize,
     /// The same, per caller.
     reserved_by: HashMap<Arc<str>, usize>,
+    /// The same, of callers that are not operators.
+    reserved_agents: usize,
     sweeper: bool,
 }
 
 impl Table {
-    fn unreserve(&mut self, caller: &Arc<str>) {
+    fn unreserve(&mut self, caller: &Arc<str>, operator: bool) {
         self.reserved = self.reserved.saturating_sub(1);
+        if !operator {
+            self.reserved_agents = self.reserved_agents.saturating_sub(1);
+        }
         if let Some(n) = self.reserved_by.get_mut(caller) {
             *n -= 1;
             if *n == 0 {
@@ -156,8 +167,9 @@ struct Inner {
     idle: Duration,
     opens: RateLimiter,
     shutdown: CancellationToken,
-    /// Opens refused, by reason: the table full, the caller's share, the caller's rate.
-    refused: [AtomicU64; 3],
+    /// Opens refused, by reason: the table full, the caller's share, the caller's rate, the
+    /// agents' part full.
+    refused: [AtomicU64; 4],
     log: Mutex<crate::logs::Throttle<&'static str>>,
 }
 
@@ -198,6 +210,7 @@ impl Sessions {
                     map: HashMap::new(),
                     reserved: 0,
                     reserved_by: HashMap::new(),
+                    reserved_agents: 0,
                     sweeper: false,
                 }),
                 max: max.max(1),
@@ -210,10 +223,16 @@ impl Sessions {
         }
     }
 
-    /// Admits an `initialize` from `caller`: a slot is held until the answer is known.
-    /// A refusal is counted and logged.
-    pub fn reserve(&self, caller: &str) -> Result<Reservation, Refusal> {
-        self.admit(caller).inspect_err(|r| self.refused(caller, *r))
+    /// Admits an `initialize` from `caller` (an operator or not): a slot is held until the
+    /// answer is known. A refusal is counted and logged.
+    pub fn reserve(&self, caller: &str, operator: bool) -> Result<Reservation, Refusal> {
+        self.admit(caller, operator).inspect_err(|r| self.refused(caller, *r))
+    }
+
+    /// The most sessions callers that are not operators may hold together: an eighth of the
+    /// table is kept for operators (none when it holds fewer than 8).
+    fn agents_max(&self) -> usize {
+        self.inner.max - self.inner.max / 8
     }
 
     fn refused(&self, caller: &str, refusal: Refusal) {
@@ -221,6 +240,7 @@ impl Sessions {
             Refusal::Full { .. } => (0, "session_limit"),
             Refusal::CallerFull { .. } => (1, "caller_session_limit"),
             Refusal::RateLimited { .. } => (2, "rate_limited"),
+            Refusal::AgentsFull { .. } => (3, "agent_session_limit"),
         };
         self.inner.refused[i].fetch_add(1, Ordering::Relaxed);
         if let Some(left_out) = self.inner.log.lock().allow(reason) {
@@ -229,7 +249,7 @@ impl Sessions {
         }
     }
 
-    fn admit(&self, caller: &str) -> Result<Reservation, Refusal> {
+    fn admit(&self, caller: &str, operator: bool) -> Result<Reservation, Refusal> {
         let now = Instant::now();
         {
             let mut t = self.inner.table();
@@ -243,6 +263,21 @@ impl Sessions {
                     return Err(Refusal::Full { max: self.inner.max, retry_after });
                 }
             }
+            if !operator {
+                let agents = t.map.values().filter(|s| !s.operator).count() + t.reserved_agents;
+                if agents >= self.agents_max() {
+                    let first = t
+                        .map
+                        .values()
+                        .filter(|s| !s.operator)
+                        .map(|s| s.idle_since() + self.inner.idle)
+                        .min();
+                    let retry_after = first
+                        .map_or(Duration::from_secs(1), |f| f.saturating_duration_since(now))
+                        .max(Duration::from_secs(1));
+                    return Err(Refusal::AgentsFull { max: self.agents_max(), retry_after });
+                }
+            }
             let share = (self.inner.max / 2).max(1);
             let (open, first) = t.held_by(caller, self.inner.idle, now);
             // Sessions being opened count: a burst of `initialize`s gets no more than its share.
@@ -254,13 +289,16 @@ impl Sessions {
             }
             self.inner.opens.take(caller).map_err(|retry_after| Refusal::RateLimited { retry_after })?;
             t.reserved += 1;
+            if !operator {
+                t.reserved_agents += 1;
+            }
             *t.reserved_by.entry(caller.into()).or_default() += 1;
             if !t.sweeper {
                 t.sweeper = true;
                 self.spawn_sweeper();
             }
         }
-        Ok(Reservation { sessions: self.inner.clone(), caller: caller.into(), done: false })
+        Ok(Reservation { sessions: self.inner.clone(), caller: caller.into(), operator, done: false })
     }
 
     /// The session `id` of `caller`, marked used now. `None` when it does not exist, has
@@ -323,9 +361,14 @@ impl Sessions {
         let n = |i: usize| self.inner.refused[i].load(Ordering::Relaxed);
         s.counters(
             "fieldgate_mcp_sessions_refused",
-            "MCP sessions refused, by reason: the table full, the caller's share, the caller's rate.",
+            "MCP sessions refused, by reason: the table full, the caller's share, the caller's rate, the agents' part (an eighth is kept for operators).",
             "reason",
-            [("session_limit", n(0)), ("caller_session_limit", n(1)), ("rate_limited", n(2))],
+            [
+                ("session_limit", n(0)),
+                ("caller_session_limit", n(1)),
+                ("rate_limited", n(2)),
+                ("agent_session_limit", n(3)),
+            ],
         );
     }
 
@@ -365,20 +408,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_cap_counts_open_and_opening_sessions() {
         let s = sessions(2, 60_000);
-        let a = s.reserve("c").unwrap().open("2025-06-18");
-        let pending = s.reserve("d").unwrap();
-        assert!(matches!(s.reserve("e"), Err(Refusal::Full { max: 2, .. })));
+        let a = s.reserve("c", false).unwrap().open("2025-06-18");
+        let pending = s.reserve("d", false).unwrap();
+        assert!(matches!(s.reserve("e", false), Err(Refusal::Full { max: 2, .. })));
         drop(pending);
-        let _b = s.reserve("d").unwrap().open("2025-06-18");
+        let _b = s.reserve("d", false).unwrap().open("2025-06-18");
         assert!(s.close(&a, "c"));
         assert!(!s.close(&a, "c"));
-        assert!(s.reserve("c").is_ok());
+        assert!(s.reserve("c", false).is_ok());
     }
 
     #[tokio::test(start_paused = true)]
     async fn idle_sessions_expire_and_use_keeps_them() {
         let s = sessions(10, 1000);
-        let id = s.reserve("c").unwrap().open("2025-06-18");
+        let id = s.reserve("c", false).unwrap().open("2025-06-18");
         tokio::time::advance(Duration::from_millis(900)).await;
         assert!(s.get(&id, "c").is_some());
         tokio::time::advance(Duration::from_millis(900)).await;
@@ -395,7 +438,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_sweeper_ends_an_idle_session_nobody_asks_for() {
         let s = sessions(10, 1000);
-        let id = s.reserve("c").unwrap().open("2025-06-18");
+        let id = s.reserve("c", false).unwrap().open("2025-06-18");
         let session = s.get(&id, "c").unwrap();
         tokio::time::sleep(Duration::from_millis(990)).await;
         assert!(!session.ended.is_cancelled(), "not before the idle time");
@@ -408,14 +451,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_table_names_when_a_slot_frees() {
         let s = sessions(1, 10_000);
-        let _id = s.reserve("c").unwrap().open("2025-06-18");
+        let _id = s.reserve("c", false).unwrap().open("2025-06-18");
         tokio::time::advance(Duration::from_secs(4)).await;
-        match s.reserve("c") {
+        match s.reserve("c", false) {
             Err(Refusal::Full { retry_after, .. }) => assert_eq!(retry_after, Duration::from_secs(6)),
             other => panic!("{:?}", other.err()),
         }
         tokio::time::advance(Duration::from_secs(6)).await;
-        assert!(s.reserve("c").is_ok(), "the expired session is swept on demand");
+        assert!(s.reserve("c", false).is_ok(), "the expired session is swept on demand");
     }
 
     /// One caller cannot take every session: past half of them it is refused, with the
@@ -423,18 +466,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_caller_holds_at_most_half_of_the_sessions() {
         let s = sessions(4, 10_000);
-        let first = s.reserve("greedy").unwrap().open("2025-06-18");
+        let first = s.reserve("greedy", false).unwrap().open("2025-06-18");
         tokio::time::advance(Duration::from_secs(3)).await;
-        let _second = s.reserve("greedy").unwrap().open("2025-06-18");
-        match s.reserve("greedy") {
+        let _second = s.reserve("greedy", false).unwrap().open("2025-06-18");
+        match s.reserve("greedy", false) {
             Err(Refusal::CallerFull { held: 2, retry_after }) => {
                 assert_eq!(retry_after, Duration::from_secs(7))
             }
             other => panic!("{:?}", other.err()),
         }
-        let _other = s.reserve("other").unwrap().open("2025-06-18");
+        let _other = s.reserve("other", false).unwrap().open("2025-06-18");
         assert!(s.close(&first, "greedy"));
-        assert!(s.reserve("greedy").is_ok(), "a closed session gives the caller its slot back");
+        assert!(s.reserve("greedy", false).is_ok(), "a closed session gives the caller its slot back");
     }
 
     /// Regression: the share counted only sessions already open, so concurrent
@@ -442,15 +485,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn sessions_being_opened_count_against_the_callers_share() {
         let s = sessions(8, 60_000);
-        let opening: Vec<Reservation> = (0..50).filter_map(|_| s.reserve("greedy").ok()).collect();
+        let opening: Vec<Reservation> = (0..50).filter_map(|_| s.reserve("greedy", false).ok()).collect();
         assert_eq!(opening.len(), 4, "half of the table, however many are opening at once");
-        assert!(matches!(s.reserve("greedy"), Err(Refusal::CallerFull { held: 4, .. })));
-        let operator = s.reserve("operator").expect("another caller still gets a session");
+        assert!(matches!(s.reserve("greedy", false), Err(Refusal::CallerFull { held: 4, .. })));
+        let operator = s.reserve("operator", false).expect("another caller still gets a session");
         let ids: Vec<Arc<str>> = opening.into_iter().map(|r| r.open("2025-06-18")).collect();
         assert_eq!(ids.len(), 4);
         drop(operator);
         assert!(
-            matches!(s.reserve("greedy"), Err(Refusal::CallerFull { held: 4, .. })),
+            matches!(s.reserve("greedy", false), Err(Refusal::CallerFull { held: 4, .. })),
             "open ones count too"
         );
         let mut text = String::new();
@@ -468,16 +511,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn opens_are_rate_limited_per_caller() {
         let s = Sessions::new(100, Duration::from_secs(60), 2, CancellationToken::new());
-        s.reserve("a").unwrap();
-        s.reserve("a").unwrap();
-        assert!(matches!(s.reserve("a"), Err(Refusal::RateLimited { .. })));
-        assert!(s.reserve("b").is_ok());
+        s.reserve("a", false).unwrap();
+        s.reserve("a", false).unwrap();
+        assert!(matches!(s.reserve("a", false), Err(Refusal::RateLimited { .. })));
+        assert!(s.reserve("b", false).is_ok());
     }
 
     #[tokio::test(start_paused = true)]
     async fn cancel_reaches_the_request_in_flight() {
         let s = sessions(10, 60_000);
-        let id = s.reserve("c").unwrap().open("2025-06-18");
+        let id = s.reserve("c", false).unwrap().open("2025-06-18");
         let session = s.get(&id, "c").unwrap();
         let f = session.start("7");
         assert!(session.cancel("7"));
