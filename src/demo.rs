@@ -36,6 +36,8 @@ pub struct Demo {
 pub enum DemoError {
     #[error("simulator: {0}")]
     Sim(String),
+    #[error("tokens: {0}")]
+    Tokens(String),
     #[error("{0}")]
     Start(crate::app::StartError),
     #[error("{0}")]
@@ -94,8 +96,9 @@ impl Demo {
         let mut config = config;
         config.storage.data_dir = data_dir.clone();
         // The demo honours configured tokens, so an operator can approve work orders in it.
-        let tokens = Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars())
-            .map_err(|p| DemoError::Sim(p.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))?;
+        let tokens = Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars()).map_err(|p| {
+            DemoError::Tokens(p.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+        })?;
         let with_tokens = !tokens.is_empty();
         let tour_token = tokens.secret_of(Role::Agent).or_else(|| tokens.secret_of(Role::Operator));
         let options = crate::app::Options {

@@ -119,9 +119,14 @@ impl Action {
     }
 }
 
-/// `WO-000042` → 42.
+/// `WO-000042` → 42; only the form [`id_of`] writes (`WO-42` and `WO-0000042` are no IDs:
+/// one order has one name).
 pub fn number_of(id: &str) -> Option<u64> {
-    id.strip_prefix("WO-").and_then(|n| n.parse().ok())
+    let n = id.strip_prefix("WO-")?;
+    if !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok().filter(|n| id_of(*n) == id)
 }
 
 /// 42 → `WO-000042`.
@@ -259,6 +264,16 @@ fn canonical(name: &str, fields: &[(&str, Option<&str>)]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_order_has_one_name() {
+        assert_eq!(number_of("WO-000042"), Some(42));
+        assert_eq!(number_of("WO-1234567"), Some(1_234_567));
+        for other in ["WO-42", "WO-0000042", "WO-+00042", "WO-00004 2", "wo-000042"] {
+            assert_eq!(number_of(other), None, "{other}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -107,6 +107,26 @@ async fn the_demo_tour_runs_with_tokens_configured() {
     tour_with(&[("FIELDGATE_TOKEN_SHIFT", "operator:tour-test-token-0123456789abcdef")]).await;
 }
 
+/// A bad token is reported as what it is (it was prefixed "simulator:").
+#[tokio::test]
+async fn the_demo_names_a_bad_token_as_a_token_problem() {
+    let data = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["demo", "--tour", "--data-dir", data.path().to_str().unwrap()])
+        .current_dir(root())
+        .env_clear()
+        .env("FIELDGATE_TOKEN_AG1", "agent:short")
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("tokens: environment variable FIELDGATE_TOKEN_AG1") && !err.contains("simulator"),
+        "{err}"
+    );
+}
+
 async fn tour_with(env: &[(&str, &str)]) {
     let data = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
