@@ -66,6 +66,11 @@ pub enum DriverError {
     NodeRejected { status: &'static str },
     #[error("malformed reply")]
     Malformed,
+    /// The device answered for the sensor, with something that is no sensor value (an
+    /// OPC UA node holding an array, a structure, bytes, a date or nothing): the sensor's
+    /// fault, not the device's, and no retry will change it.
+    #[error("the node holds {received}, not a single value")]
+    Unreadable { received: &'static str },
     #[error("the device refused the connection: {0}")]
     Refused(Refusal),
     #[error("this protocol is not supported by this build")]

@@ -86,6 +86,18 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
                 place_of(sensor)
             ),
         ),
+        DriverError::Unreadable { received } => ToolError::new(
+            ErrorCode::DeviceRejected,
+            format!(
+                "Device {id} answered for sensor {} with {received}; a sensor reads one number, boolean or text.",
+                sensor.id
+            ),
+            format!(
+                "This is a configuration fault, not a passing failure: tell an operator that sensor {} ({}) points at a node that is not a single value. Do not retry.",
+                sensor.id,
+                place_of(sensor)
+            ),
+        ),
         DriverError::Refused(r) => refused(id, r),
         DriverError::NotSupported => ToolError::new(
             ErrorCode::DeviceRejected,

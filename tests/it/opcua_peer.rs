@@ -41,10 +41,21 @@ impl OpcuaPeer {
             .env("NODE_PATH", modules())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("node runs");
+        // Its log, drained (a full pipe would stall it): the line saying why, if it fails.
+        let mut errors = BufReader::new(child.stderr.take().unwrap()).lines();
+        let failed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let why = failed.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(l)) = errors.next_line().await {
+                if l.contains("failed") {
+                    *why.lock().unwrap() = l;
+                }
+            }
+        });
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let line = tokio::time::timeout(T, async {
             while let Ok(Some(l)) = lines.next_line().await {
@@ -55,8 +66,13 @@ impl OpcuaPeer {
             None
         })
         .await
-        .expect("node-opcua listened within 60 s")
-        .expect("node-opcua printed where it listens");
+        .expect("node-opcua listened within 60 s");
+        let Some(line) = line else {
+            let _ = child.wait().await;
+            panic!("node-opcua did not start: {}", failed.lock().unwrap());
+        };
+        // It goes on writing to stdout (node-opcua's own dumps): a closed pipe would kill it.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let mut words = line.split(' ').skip(1);
         let url = words.next().unwrap().to_string();
         let ns = words.next().and_then(|w| w.strip_prefix("ns=")).and_then(|n| n.parse().ok()).unwrap();
@@ -117,12 +133,68 @@ async fn integers_from_node_opcua_stay_exact() {
     let args = json!({"sensor_ids": ids});
     let res = client.post("/v1/tools/get_sensor_readings", args.to_string().as_bytes()).await.unwrap();
     let body = String::from_utf8(res.body).unwrap();
-    assert_eq!(res.status, 200, "{body}");
+    if res.status != 200 {
+        served.child.start_kill().unwrap();
+        let _ = served.child.wait().await;
+        panic!("{body}\n{}", _stderr.await.unwrap());
+    }
     assert_eq!(
         written(&body),
         ["9223372036854775807", "18446744073709551615", "9007199254740993", "-7", "0.5"],
         "{body}"
     );
+    served.child.start_kill().unwrap();
+    let _ = served.child.wait().await;
+}
+
+/// Nodes that cannot become a sensor value (an array, bytes, a date, nothing) beside a good
+/// one: each is DEVICE_REJECTED, not retryable, saying what it holds; reading them again and
+/// again does not open the device's breaker, and the good sensor reads on (before: a
+/// retryable DEVICE_PROTOCOL_ERROR, and the breaker opened within seconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_odd_node_is_the_sensors_fault_not_the_devices() {
+    let peer = OpcuaPeer::start(&json!([
+        {"name": "List", "type": "Double", "value": [1.0, 2.0], "array": true},
+        {"name": "Bytes", "type": "ByteString", "value": "abc"},
+        {"name": "When", "type": "DateTime", "value": "2026-01-01T00:00:00Z"},
+        {"name": "Nothing", "type": "Null", "value": null},
+        {"name": "Good", "type": "Double", "value": 21.5},
+    ]))
+    .await;
+    let sensors = [
+        ("T_PEER_001", "List"),
+        ("T_PEER_002", "Bytes"),
+        ("T_PEER_003", "When"),
+        ("T_PEER_004", "Nothing"),
+        ("T_PEER_005", "Good"),
+    ];
+    let devices = device_dir(&[("t-peer.toml", &peer.device_file(&sensors))]);
+    let data = tempfile::tempdir().unwrap();
+    let mut served = support::serve_binary(devices.path(), data.path(), &[]).await;
+    let _stderr = served.drain_stderr();
+    let mut client = HttpClient::connect(served.addr).await.unwrap();
+    let mut call = async |tool: &str, args: Value| {
+        let res = client.post(&format!("/v1/tools/{tool}"), args.to_string().as_bytes()).await.unwrap();
+        res.json()
+    };
+    for (id, holds) in [
+        ("T_PEER_001", "an array"),
+        ("T_PEER_002", "a ByteString"),
+        ("T_PEER_003", "a DateTime"),
+        ("T_PEER_004", "no value"),
+    ] {
+        for _ in 0..4 {
+            let v = call("get_sensor_reading", json!({"sensor_id": id})).await;
+            assert_eq!(v["error"]["code"], "DEVICE_REJECTED", "{id}: {v}");
+            assert_eq!(v["error"]["retryable"], false, "{id}: {v}");
+            assert!(v["error"]["message"].as_str().unwrap().contains(holds), "{id}: {v}");
+        }
+    }
+    let v = call("get_sensor_reading", json!({"sensor_id": "T_PEER_005"})).await;
+    assert_eq!(v["data"]["value"], 21.5, "the good sensor reads on: {v}");
+    let v = call("get_device_status", json!({"device_id": "t-peer"})).await;
+    assert_eq!(v["data"]["devices"][0]["state"], "up", "{v}");
+    assert_eq!(v["data"]["devices"][0]["breaker"]["state"], "closed", "{v}");
     served.child.start_kill().unwrap();
     let _ = served.child.wait().await;
 }

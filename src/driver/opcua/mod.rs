@@ -266,11 +266,33 @@ pub(crate) fn sample_of(dv: DataValue) -> Result<Sample, DriverError> {
     }
     let quality = if status.is_uncertain() { SampleQuality::Uncertain } else { SampleQuality::Good };
     let value = match dv.value {
-        Some(v) => raw_of(v).ok_or(DriverError::Malformed)?,
-        None if quality == SampleQuality::Good => return Err(DriverError::Malformed),
-        None => RawValue::Float(f64::NAN),
+        Some(Variant::Empty) | None if quality == SampleQuality::Good => {
+            return Err(DriverError::Unreadable { received: "no value (a Null variant)" });
+        }
+        Some(Variant::Empty) | None => RawValue::Float(f64::NAN),
+        Some(v) => {
+            let received = kind_of(&v);
+            raw_of(v).ok_or(DriverError::Unreadable { received })?
+        }
     };
     Ok(Sample { value, at, quality })
+}
+
+/// What a variant that is no sensor value holds, in words (for the agent's error).
+fn kind_of(v: &Variant) -> &'static str {
+    match v {
+        Variant::Array(_) => "an array",
+        Variant::ByteString(_) => "a ByteString",
+        Variant::DateTime(_) => "a DateTime",
+        Variant::ExtensionObject(_) => "a structure (ExtensionObject)",
+        Variant::Guid(_) => "a Guid",
+        Variant::NodeId(_) | Variant::ExpandedNodeId(_) => "a NodeId",
+        Variant::QualifiedName(_) => "a QualifiedName",
+        Variant::StatusCode(_) => "a StatusCode",
+        Variant::XmlElement(_) => "an XmlElement",
+        Variant::DataValue(_) | Variant::Variant(_) | Variant::DiagnosticInfo(_) => "a nested value",
+        _ => "a value of another type",
+    }
 }
 
 /// A scalar variant as a raw value; arrays and structures are not sensor readings.

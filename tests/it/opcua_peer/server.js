@@ -24,17 +24,24 @@ async function main() {
   await server.initialize();
   const ns = server.engine.addressSpace.getOwnNamespace();
   const folder = ns.addFolder(server.engine.addressSpace.rootFolder.objects, { browseName: "Peer" });
+  // Values JSON cannot carry: bytes from a string, a date from an ISO instant.
+  const valueOf = (n) =>
+    n.type === "ByteString" ? Buffer.from(n.value) : n.type === "DateTime" ? new Date(n.value) : n.value;
   for (const n of nodes) {
     ns.addVariable({
       componentOf: folder,
       browseName: n.name,
       nodeId: `s=${n.name}`,
-      dataType: n.type,
-      value: {
-        dataType: opcua.DataType[n.type],
-        arrayType: n.array ? opcua.VariantArrayType.Array : opcua.VariantArrayType.Scalar,
-        value: n.value,
-      },
+      // "Null": a variable of any type whose value is the Null variant.
+      dataType: n.type === "Null" ? "BaseDataType" : n.type,
+      value:
+        n.type === "Null"
+          ? { dataType: opcua.DataType.Null }
+          : {
+              dataType: opcua.DataType[n.type],
+              arrayType: n.array ? opcua.VariantArrayType.Array : opcua.VariantArrayType.Scalar,
+              value: valueOf(n),
+            },
     });
   }
   await server.start();
