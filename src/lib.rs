@@ -18,6 +18,7 @@ pub mod ids;
 pub mod kinds;
 pub mod logs;
 pub mod metrics;
+pub mod plain;
 pub mod poller;
 pub mod reading;
 pub mod registry;

@@ -132,33 +132,7 @@ pub struct ToolError {
 }
 
 /// Cuts what a caller sent to 100 characters for echoing it back.
-/// Whether `c` is a control, bidirectional formatting or invisible formatting character:
-/// text a person reads must not carry it as it is (`validate/text.rs` refuses it in
-/// arguments; [`visible`] shows it escaped wherever an argument is echoed).
-pub fn is_hidden(c: char) -> bool {
-    is_control(c) || is_bidi(c) || is_invisible(c)
-}
-
-pub fn is_control(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
-}
-
-/// Embeddings, overrides and isolates (and their ends), and the implicit marks.
-pub fn is_bidi(c: char) -> bool {
-    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
-}
-
-/// Format characters that show nothing (Unicode's `Cf`, but the zero-width joiner and
-/// non-joiner that some scripts need), and the line and paragraph separators: text could
-/// hide in them (the tag characters spell ASCII no one sees) or break a line unseen.
-pub fn is_invisible(c: char) -> bool {
-    matches!(c,
-        '\u{ad}' | '\u{600}'..='\u{605}' | '\u{6dd}' | '\u{70f}' | '\u{890}'..='\u{891}' | '\u{8e2}'
-        | '\u{180e}' | '\u{200b}' | '\u{2028}' | '\u{2029}' | '\u{2060}'..='\u{2064}'
-        | '\u{206a}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}' | '\u{110bd}' | '\u{110cd}'
-        | '\u{13430}'..='\u{1343f}' | '\u{1bca0}'..='\u{1bca3}' | '\u{1d173}'..='\u{1d17a}'
-        | '\u{e0001}' | '\u{e0020}'..='\u{e007f}')
-}
+pub use crate::plain::{is_bidi, is_control, is_hidden, is_invisible};
 
 /// `s` with every control and bidirectional formatting character written as `\u{..}`:
 /// what a caller sent, safe to echo to the agent, the log and the console.

@@ -198,3 +198,39 @@ async fn an_odd_node_is_the_sensors_fault_not_the_devices() {
     served.child.start_kill().unwrap();
     let _ = served.child.wait().await;
 }
+
+/// Text from the server as agents get it: control, bidirectional and invisible characters
+/// replaced by U+FFFD (they reached the agent raw; Modbus strings already replaced them);
+/// a null String is no value, quality bad (it was "" and good); a text of 100,000 characters
+/// is read like any other (it closed the connection and opened the breaker).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_from_the_server_is_shown_safely_whatever_its_size() {
+    let long = "x".repeat(100_000);
+    let peer = OpcuaPeer::start(&json!([
+        {"name": "Hostile", "type": "String", "value": "\u{1b}[31mRED\u{202e}X\u{7}\u{200b}ok"},
+        {"name": "Empty", "type": "String", "value": null},
+        {"name": "Long", "type": "String", "value": long},
+        {"name": "Good", "type": "Double", "value": 21.5},
+    ]))
+    .await;
+    let sensors =
+        [("T_PEER_001", "Hostile"), ("T_PEER_002", "Empty"), ("T_PEER_003", "Long"), ("T_PEER_004", "Good")];
+    let devices = device_dir(&[("t-peer.toml", &peer.device_file(&sensors))]);
+    let data = tempfile::tempdir().unwrap();
+    let mut served = support::serve_binary(devices.path(), data.path(), &[]).await;
+    let _stderr = served.drain_stderr();
+    let mut client = HttpClient::connect(served.addr).await.unwrap();
+    let ids: Vec<&str> = sensors.iter().map(|s| s.0).collect();
+    let res = client
+        .post("/v1/tools/get_sensor_readings", json!({"sensor_ids": ids}).to_string().as_bytes())
+        .await
+        .unwrap();
+    let v = res.json();
+    let r = &v["data"]["readings"];
+    assert_eq!(r[0]["value"], "\u{fffd}[31mRED\u{fffd}X\u{fffd}\u{fffd}ok", "{v}");
+    assert_eq!((&r[1]["value"], &r[1]["quality"]), (&Value::Null, &json!("bad")), "{v}");
+    assert_eq!(r[2]["value"].as_str().map(str::len), Some(100_000), "{}", r[2]);
+    assert_eq!(r[3]["value"], 21.5, "{v}");
+    served.child.start_kill().unwrap();
+    let _ = served.child.wait().await;
+}

@@ -266,6 +266,10 @@ pub(crate) fn sample_of(dv: DataValue) -> Result<Sample, DriverError> {
     }
     let quality = if status.is_uncertain() { SampleQuality::Uncertain } else { SampleQuality::Good };
     let value = match dv.value {
+        // A text variable without text: no value now, as a bad-quality reading.
+        Some(Variant::String(s)) if s.is_null() => {
+            return Ok(Sample { value: RawValue::Float(f64::NAN), at, quality: SampleQuality::Bad });
+        }
         Some(Variant::Empty) | None if quality == SampleQuality::Good => {
             return Err(DriverError::Unreadable { received: "no value (a Null variant)" });
         }
@@ -309,8 +313,10 @@ fn raw_of(v: Variant) -> Option<RawValue> {
         Variant::UInt64(u) => RawValue::UInt(u),
         Variant::Float(f) => RawValue::Float(f.into()),
         Variant::Double(f) => RawValue::Float(f),
-        Variant::String(s) => RawValue::Text(s.value().clone().unwrap_or_default()),
-        Variant::LocalizedText(t) => RawValue::Text(t.text.value().clone().unwrap_or_default()),
+        // Device text reaches agents and operators: nothing in it may hide or reorder what
+        // they read (control, bidirectional and invisible characters become U+FFFD).
+        Variant::String(s) => RawValue::Text(crate::plain::shown(s.as_ref())),
+        Variant::LocalizedText(t) => RawValue::Text(crate::plain::shown(t.text.as_ref())),
         _ => return None,
     })
 }

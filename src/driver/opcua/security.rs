@@ -268,7 +268,16 @@ pub fn client_builder(pki_dir: &Path, secured: bool) -> ClientBuilder {
         // async-opcua's default keeps it forever.
         .keep_alive_interval(std::time::Duration::from_secs(5))
         .max_failed_keep_alive_count(3)
+        // A text node of more than async-opcua's 65,535 bytes would fail its whole reply
+        // and close the connection: up to 1 MiB per string (and a reply of 16 MiB) is read.
+        .max_string_length(MAX_TEXT)
+        .max_byte_string_length(MAX_TEXT)
+        .max_message_size(16 << 20)
+        .max_chunk_count(0)
 }
+
+/// The longest string (and byte string) a reply may hold.
+const MAX_TEXT: usize = 1 << 20;
 
 #[cfg(test)]
 mod tests {
