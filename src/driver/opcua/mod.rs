@@ -394,10 +394,16 @@ mod tests {
             sample_of(dv(None, StatusCode::BadNotConnected)),
             Err(DriverError::Unavailable { retry_after: None })
         );
-        // A good status with no value, or a value that is no scalar, is a malformed reply.
-        assert_eq!(sample_of(dv(None, StatusCode::Good)), Err(DriverError::Malformed));
+        // A good status with no value, or a value that is no scalar: the sensor's fault.
+        assert_eq!(
+            sample_of(dv(None, StatusCode::Good)),
+            Err(DriverError::Unreadable { received: "no value (a Null variant)" })
+        );
         let array = Variant::from(vec![1.0f64, 2.0]);
-        assert_eq!(sample_of(dv(Some(array), StatusCode::Good)), Err(DriverError::Malformed));
+        assert_eq!(
+            sample_of(dv(Some(array), StatusCode::Good)),
+            Err(DriverError::Unreadable { received: "an array" })
+        );
     }
 
     #[test]
