@@ -88,7 +88,11 @@ async fn subscribe_device(
     let (registry, reader) = (&core.registry, &core.reader);
     let d = &registry.devices()[device];
     let pki = crate::driver::opcua::security::Pki::new(core.config.storage.data_dir.join("pki"));
-    let Some(target) = crate::driver::opcua::Target::of(d, &pki) else { return };
+    let Some(mut target) = crate::driver::opcua::Target::of(d, &pki) else { return };
+    // One clock per device, whether its samples come from reads or from the subscription.
+    if let Some(clock) = reader.clock(&d.id) {
+        target.clock = clock;
+    }
     let sensors: Vec<&Sensor> = registry.sensors_of_device(&d.id).collect();
     if sensors.is_empty() {
         return;

@@ -126,6 +126,19 @@ impl Core {
                 "device",
                 snapshots.iter().map(|(d, b)| (*d, i64::from(b.consecutive_failures))),
             );
+            let clocks: Vec<(&str, u64)> = registry
+                .devices()
+                .iter()
+                .filter_map(|d| reader.clock(&d.id).map(|c| (d.id.as_str(), c.corrections())))
+                .collect();
+            if !clocks.is_empty() {
+                s.counters(
+                    "fieldgate_device_clock_corrections",
+                    "Samples whose device time was off (moved by the device clock's offset, or replaced by the time received), per device.",
+                    "device",
+                    clocks,
+                );
+            }
         });
         let (history, orders) = (self.history.clone(), self.work_orders.clone());
         self.metrics.collect("storage", move |s| {

@@ -7,6 +7,7 @@
 //! say anything about a device's health ([`DriverError::blames_device`]). `Queued` (the
 //! request never had its turn before the deadline) is worth retrying but blames nobody.
 
+pub mod clock;
 mod codec;
 pub mod discover;
 pub mod modbus;
@@ -146,6 +147,11 @@ pub trait Driver: Send + Sync {
     /// otherwise keeps until it times out, counting against its session limit).
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
+    }
+
+    /// The device's clock, when its samples carry the device's own time.
+    fn clock(&self) -> Option<std::sync::Arc<clock::Clock>> {
+        None
     }
 }
 

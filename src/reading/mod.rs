@@ -149,6 +149,11 @@ impl Reader {
         self.resilience.guard(device)
     }
 
+    /// The clock of `device`, when its samples carry its own time.
+    pub fn clock(&self, device: &DeviceId) -> Option<Arc<crate::driver::clock::Clock>> {
+        self.drivers.get(device)?.clock()
+    }
+
     /// Whether `device` can be read at all (it has a driver).
     pub fn has_driver(&self, device: &DeviceId) -> bool {
         self.drivers.get(device).is_some()

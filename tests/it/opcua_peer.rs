@@ -234,3 +234,51 @@ async fn text_from_the_server_is_shown_safely_whatever_its_size() {
     served.child.start_kill().unwrap();
     let _ = served.child.wait().await;
 }
+
+/// A node stamped a year ahead by its device's clock: the reading is filed by the time it was
+/// received, marked uncertain, counted per device; history has it in the last hour (it stayed
+/// empty: the point was filed a year ahead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_clock_a_year_ahead_is_not_believed() {
+    let peer = OpcuaPeer::start(&json!([
+        {"name": "Ahead", "type": "Double", "value": 7.5, "source": "year-ahead"},
+        {"name": "Good", "type": "Double", "value": 21.5},
+    ]))
+    .await;
+    let devices =
+        device_dir(&[("t-peer.toml", &peer.device_file(&[("T_PEER_001", "Ahead"), ("T_PEER_002", "Good")]))]);
+    let data = tempfile::tempdir().unwrap();
+    let mut served = support::serve_binary(devices.path(), data.path(), &[]).await;
+    let _stderr = served.drain_stderr();
+    let mut client = HttpClient::connect(served.addr).await.unwrap();
+    let res = client
+        .post(
+            "/v1/tools/get_sensor_readings",
+            json!({"sensor_ids": ["T_PEER_001", "T_PEER_002"]}).to_string().as_bytes(),
+        )
+        .await
+        .unwrap();
+    let v = res.json();
+    let r = &v["data"]["readings"];
+    assert_eq!((&r[0]["value"], &r[0]["quality"]), (&json!(7.5), &json!("uncertain")), "{v}");
+    let t = chrono::DateTime::parse_from_rfc3339(r[0]["timestamp"].as_str().unwrap()).unwrap();
+    let off = (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds().abs();
+    assert!(off < 60, "filed by the receive time, not a year ahead: {v}");
+    assert_eq!(r[1]["quality"], "good", "{v}");
+    let m = String::from_utf8(client.get("/metrics").await.unwrap().body).unwrap();
+    let line =
+        m.lines().find(|l| l.starts_with("fieldgate_device_clock_corrections_total{device=\"t-peer\"}"));
+    assert!(line.is_some_and(|l| !l.ends_with(" 0")), "{m}");
+    support::wait_until("the point in the last hour of history", T, || {
+        let addr = served.addr;
+        async move {
+            let mut c = HttpClient::connect(addr).await.unwrap();
+            let args = json!({"sensor_id": "T_PEER_001", "from": "-1h"});
+            let h = c.post("/v1/tools/get_sensor_history", args.to_string().as_bytes()).await.unwrap().json();
+            h["data"]["points"].as_array().is_some_and(|p| !p.is_empty())
+        }
+    })
+    .await;
+    served.child.start_kill().unwrap();
+    let _ = served.child.wait().await;
+}

@@ -27,6 +27,7 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::timeout_at;
 
+use super::clock::Clock;
 use super::codec::RawValue;
 use super::{BoxFuture, Driver, DriverError, ReadOptions, Refusal, Sample, SampleQuality};
 use crate::registry::{Device, Endpoint, Protocol, Sensor, SensorSource};
@@ -62,6 +63,8 @@ pub struct Target {
     pub security: Security,
     pub pki: Pki,
     pub request_timeout: Duration,
+    /// The device's clock, which its timestamps are checked against.
+    pub clock: Arc<Clock>,
 }
 
 impl Target {
@@ -76,6 +79,7 @@ impl Target {
             security: Security::of(device.opcua.as_ref()),
             pki: pki.clone(),
             request_timeout: device.timeout.max(Duration::from_millis(100)),
+            clock: Arc::new(Clock::new(device.id.as_str())),
         })
     }
 
@@ -235,10 +239,13 @@ pub(crate) fn node_of(sensor: &Sensor) -> Option<NodeId> {
 }
 
 /// What one `DataValue` of a `Read` reply means for the sensor.
-pub(crate) fn sample_of(dv: DataValue) -> Result<Sample, DriverError> {
+pub(crate) fn sample_of(dv: DataValue, clock: &Clock) -> Result<Sample, DriverError> {
     let status = dv.status.unwrap_or(StatusCode::Good);
-    let at =
-        dv.source_timestamp.or(dv.server_timestamp).map(|t| t.as_chrono()).unwrap_or_else(chrono::Utc::now);
+    let (at, replaced) = clock.time_of(
+        dv.source_timestamp.map(|t| t.as_chrono()),
+        dv.server_timestamp.map(|t| t.as_chrono()),
+        chrono::Utc::now(),
+    );
     if status.is_bad() {
         let s = StatusCode::from(status.bits() & 0xFFFF_0000);
         if is_busy(s) {
@@ -264,7 +271,9 @@ pub(crate) fn sample_of(dv: DataValue) -> Result<Sample, DriverError> {
         // waiting for initial data, ...): a bad-quality reading, not a failed call.
         return Ok(Sample { value: RawValue::Float(f64::NAN), at, quality: SampleQuality::Bad });
     }
-    let quality = if status.is_uncertain() { SampleQuality::Uncertain } else { SampleQuality::Good };
+    // A time that had to be replaced makes the value uncertain: when it was true is unknown.
+    let quality =
+        if status.is_uncertain() || replaced { SampleQuality::Uncertain } else { SampleQuality::Good };
     let value = match dv.value {
         // A text variable without text: no value now, as a bad-quality reading.
         Some(Variant::String(s)) if s.is_null() => {
@@ -349,7 +358,9 @@ impl Driver for OpcUaDriver {
                 .iter()
                 .map(|n| match n {
                     None => Err(DriverError::NodeRejected { status: "BadNodeIdInvalid" }),
-                    Some(_) => values.next().map_or(Err(DriverError::Malformed), sample_of),
+                    Some(_) => values
+                        .next()
+                        .map_or(Err(DriverError::Malformed), |v| sample_of(v, &self.target.clock)),
                 })
                 .collect()
         })
@@ -360,6 +371,10 @@ impl Driver for OpcUaDriver {
             let Some(conn) = self.conn.lock().await.take() else { return };
             let _ = tokio::time::timeout(self.target.request_timeout, conn.session.disconnect()).await;
         })
+    }
+
+    fn clock(&self) -> Option<Arc<Clock>> {
+        Some(self.target.clock.clone())
     }
 }
 
@@ -379,29 +394,34 @@ mod tests {
 
     #[test]
     fn statuses_map_to_errors_or_qualities() {
-        let good = sample_of(dv(Some(Variant::Double(1.5)), StatusCode::Good)).unwrap();
+        let good = sample_of(dv(Some(Variant::Double(1.5)), StatusCode::Good), &Clock::new("t")).unwrap();
         assert_eq!((good.value, good.quality), (RawValue::Float(1.5), SampleQuality::Good));
-        let unc = sample_of(dv(Some(Variant::Int32(-4)), StatusCode::UncertainLastUsableValue)).unwrap();
+        let unc =
+            sample_of(dv(Some(Variant::Int32(-4)), StatusCode::UncertainLastUsableValue), &Clock::new("t"))
+                .unwrap();
         assert_eq!((unc.value, unc.quality), (RawValue::Int(-4), SampleQuality::Uncertain));
-        let bad = sample_of(dv(None, StatusCode::BadSensorFailure)).unwrap();
+        let bad = sample_of(dv(None, StatusCode::BadSensorFailure), &Clock::new("t")).unwrap();
         assert_eq!(bad.quality, SampleQuality::Bad);
         assert_eq!(
-            sample_of(dv(None, StatusCode::BadNodeIdUnknown)),
+            sample_of(dv(None, StatusCode::BadNodeIdUnknown), &Clock::new("t")),
             Err(DriverError::NodeRejected { status: "BadNodeIdUnknown" })
         );
-        assert_eq!(sample_of(dv(None, StatusCode::BadTooManyOperations)), Err(DriverError::Busy));
         assert_eq!(
-            sample_of(dv(None, StatusCode::BadNotConnected)),
+            sample_of(dv(None, StatusCode::BadTooManyOperations), &Clock::new("t")),
+            Err(DriverError::Busy)
+        );
+        assert_eq!(
+            sample_of(dv(None, StatusCode::BadNotConnected), &Clock::new("t")),
             Err(DriverError::Unavailable { retry_after: None })
         );
         // A good status with no value, or a value that is no scalar: the sensor's fault.
         assert_eq!(
-            sample_of(dv(None, StatusCode::Good)),
+            sample_of(dv(None, StatusCode::Good), &Clock::new("t")),
             Err(DriverError::Unreadable { received: "no value (a Null variant)" })
         );
         let array = Variant::from(vec![1.0f64, 2.0]);
         assert_eq!(
-            sample_of(dv(Some(array), StatusCode::Good)),
+            sample_of(dv(Some(array), StatusCode::Good), &Clock::new("t")),
             Err(DriverError::Unreadable { received: "an array" })
         );
     }

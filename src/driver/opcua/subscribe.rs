@@ -68,7 +68,7 @@ pub async fn run(
             () = stop.cancelled() => return,
         };
         let failure = match opened {
-            Ok(mut conn) => match subscribe(&conn, &sensors, interval, &tx, &counters).await {
+            Ok(mut conn) => match subscribe(&conn, &sensors, interval, &tx, &counters, &target.clock).await {
                 Ok(heard) => {
                     counters.sessions.fetch_add(1, Ordering::Relaxed);
                     counters.live.store(true, Ordering::Relaxed);
@@ -157,6 +157,7 @@ struct Notifications {
     tx: mpsc::UnboundedSender<Update>,
     counters: Arc<Counters>,
     heard: Heard,
+    clock: Arc<crate::driver::clock::Clock>,
 }
 
 impl OnSubscriptionNotificationCore for Notifications {
@@ -168,7 +169,7 @@ impl OnSubscriptionNotificationCore for Notifications {
                 self.counters.notifications.fetch_add(1, Ordering::Relaxed);
                 // Handles are 1-based: the library replaces a handle of 0 with one of its own.
                 let Some(sensor) = (change.client_handle as usize).checked_sub(1) else { continue };
-                let _ = self.tx.send(Update::Change { sensor, sample: sample_of(change.value) });
+                let _ = self.tx.send(Update::Change { sensor, sample: sample_of(change.value, &self.clock) });
             }
         }
     }
@@ -182,12 +183,18 @@ async fn subscribe(
     interval: Duration,
     tx: &mpsc::UnboundedSender<Update>,
     counters: &Arc<Counters>,
+    clock: &Arc<crate::driver::clock::Clock>,
 ) -> Result<Heard, DriverError> {
     let heard = Heard {
         at: Arc::new(parking_lot::Mutex::new(tokio::time::Instant::now())),
         keep_alive: interval * KEEP_ALIVE_COUNT,
     };
-    let callback = Notifications { tx: tx.clone(), counters: counters.clone(), heard: heard.clone() };
+    let callback = Notifications {
+        tx: tx.clone(),
+        counters: counters.clone(),
+        heard: heard.clone(),
+        clock: clock.clone(),
+    };
     let session = &conn.session;
     // Keep-alive every 10 publishing intervals; the subscription outlives 3 missed ones.
     let id = session

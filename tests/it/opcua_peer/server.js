@@ -1,6 +1,6 @@
 // An OPC UA server that fieldgate did not write: node-opcua (installed by scripts/test-deps
 // into target/opcua-js), serving the variables a test names. `node server.js DIR NODES`:
-// DIR for its certificates, NODES a JSON list of {name, type, value, array?} (Int64 and UInt64 as
+// DIR for its certificates, NODES a JSON list of {name, type, value, array?, source?} (Int64 and UInt64 as
 // [high, low] 32-bit words, as node-opcua takes them). Anonymous, security None, any port:
 // it prints `listening opc.tcp://...` once it serves, and stops when its stdin closes.
 const opcua = require("node-opcua");
@@ -34,8 +34,19 @@ async function main() {
       nodeId: `s=${n.name}`,
       // "Null": a variable of any type whose value is the Null variant.
       dataType: n.type === "Null" ? "BaseDataType" : n.type,
-      value:
-        n.type === "Null"
+      // `source`: the value stamped by a clock of the device's own (an ISO instant, or
+      // "year-ahead"), as a device with a wrong clock stamps it.
+      value: n.source
+        ? {
+            timestamped_get: () =>
+              new opcua.DataValue({
+                value: { dataType: opcua.DataType[n.type], value: valueOf(n) },
+                sourceTimestamp:
+                  n.source === "year-ahead" ? new Date(Date.now() + 365 * 86400000) : new Date(n.source),
+                serverTimestamp: new Date(),
+              }),
+          }
+        : n.type === "Null"
           ? { dataType: opcua.DataType.Null }
           : {
               dataType: opcua.DataType[n.type],

@@ -1,0 +1,102 @@
+//! A device's clock, checked: the time a sample is filed at comes from the device (an OPC UA
+//! source or server timestamp) only while that time is believable. A server whose own
+//! timestamp is off from ours by more than `SKEW_MS` has its timestamps moved by the same
+//! offset (a clock 40 days behind would file every point 40 days back); a time still ahead of
+//! ours, or before 2000 (a server stuck at 1601), is replaced by the time it was received,
+//! and the sample marked uncertain. Each correction is counted per device
+//! (`fieldgate_device_clock_corrections_total`); the first is logged once.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+/// A device timestamp this far from ours says the device's clock is off.
+const SKEW_MS: i64 = 5_000;
+/// The earliest time a sample may have (2000-01-01T00:00:00Z).
+const FLOOR_MS: i64 = 946_684_800_000;
+
+/// One device's clock: how often its times were corrected.
+#[derive(Debug)]
+pub struct Clock {
+    device: String,
+    corrected: AtomicU64,
+    warned: AtomicBool,
+}
+
+impl Clock {
+    pub fn new(device: &str) -> Clock {
+        Clock { device: device.to_string(), corrected: AtomicU64::new(0), warned: AtomicBool::new(false) }
+    }
+
+    /// Samples whose time was corrected or replaced.
+    pub fn corrections(&self) -> u64 {
+        self.corrected.load(Ordering::Relaxed)
+    }
+
+    /// The time to file a sample at, received `now`, from the device's `source` and
+    /// `server` timestamps; and whether the device's time was replaced by `now` (the sample
+    /// is then uncertain).
+    pub fn time_of(
+        &self,
+        source: Option<DateTime<Utc>>,
+        server: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> (DateTime<Utc>, bool) {
+        let Some(device) = source.or(server) else { return (now, false) };
+        let offset = server
+            .map(|s| now.signed_duration_since(s))
+            .filter(|o| o.num_milliseconds().abs() > SKEW_MS)
+            .unwrap_or_default();
+        let moved = device.checked_add_signed(offset);
+        let ahead = now + TimeDelta::milliseconds(SKEW_MS);
+        let (t, replaced) = match moved {
+            Some(t) if t.timestamp_millis() >= FLOOR_MS && t <= ahead => (t, false),
+            _ => (now, true),
+        };
+        if replaced || !offset.is_zero() {
+            self.corrected.fetch_add(1, Ordering::Relaxed);
+            if !self.warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    device = %self.device,
+                    device_time = %device.to_rfc3339(),
+                    offset_ms = offset.num_milliseconds(),
+                    "device clock is off: its samples are filed by fieldgate's clock (counted in fieldgate_device_clock_corrections_total; logged once)"
+                );
+            }
+        }
+        (t, replaced)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(ms).unwrap()
+    }
+
+    #[test]
+    fn believable_times_are_kept_and_others_moved_or_replaced() {
+        let now = at(1_790_000_000_000);
+        let c = Clock::new("d");
+        // A value changed an hour ago, from a server whose clock is right: kept.
+        assert_eq!(
+            c.time_of(Some(at(now.timestamp_millis() - 3_600_000)), Some(now), now),
+            (at(now.timestamp_millis() - 3_600_000), false)
+        );
+        assert_eq!(c.time_of(None, None, now), (now, false));
+        assert_eq!(c.corrections(), 0);
+        // A server 40 days behind: its times move forward by the same 40 days.
+        let behind = TimeDelta::days(40);
+        let t = now - behind - TimeDelta::seconds(2);
+        assert_eq!(c.time_of(Some(t), Some(now - behind), now), (now - TimeDelta::seconds(2), false));
+        // A year ahead with no server time, or stuck at 1601: the receive time, uncertain.
+        assert_eq!(c.time_of(Some(now + TimeDelta::days(365)), None, now), (now, true));
+        assert_eq!(c.time_of(Some(at(-11_644_473_600_000)), None, now), (now, true));
+        assert_eq!(c.corrections(), 3);
+        // Absurd times do not overflow: a server stuck at the first instant is moved to ours.
+        assert_eq!(c.time_of(Some(DateTime::<Utc>::MIN_UTC), Some(DateTime::<Utc>::MIN_UTC), now).0, now);
+        assert_eq!(c.time_of(Some(DateTime::<Utc>::MAX_UTC), Some(now), now), (now, true));
+    }
+}
