@@ -457,6 +457,7 @@ async fn http_sessions_are_capped() {
     let env = [
         ("FIELDGATE_TOKEN_A".to_string(), "agent:agent-a-token-0123456789".to_string()),
         ("FIELDGATE_TOKEN_B".to_string(), "agent:agent-b-token-0123456789".to_string()),
+        ("FIELDGATE_TOKEN_OP".to_string(), "operator:operator-token-0123456789".to_string()),
     ];
     let tokens = fieldgate::transport::auth::Tokens::load(None, env).unwrap();
     let server = Server::start(service_with(|c| c.server.mcp_max_sessions = 4), tokens).await;
@@ -475,9 +476,18 @@ async fn http_sessions_are_capped() {
     );
     assert!(r.header("retry-after").is_some());
     open_session(&mut other, "2025-06-18").await;
-    open_session(&mut other, "2025-06-18").await;
+    // Agents hold all but the session kept for operators.
+    let r = other.send("POST", "/mcp", &[ACCEPT], &init_body(9, "2025-06-18")).await.unwrap();
+    assert_eq!(
+        r.json()["error"]["data"]["reason"],
+        "agent_session_limit",
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let mut op = server.client().await.with_token("operator-token-0123456789");
+    open_session(&mut op, "2025-06-18").await;
     // The table is full now.
-    let r = other.send("POST", "/mcp", &[ACCEPT], &init_body(7, "2025-06-18")).await.unwrap();
+    let r = op.send("POST", "/mcp", &[ACCEPT], &init_body(7, "2025-06-18")).await.unwrap();
     assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
     let v = r.json();
     assert_eq!((&v["error"]["code"], &v["id"]), (&json!(-32000), &json!(7)), "{v}");
@@ -675,4 +685,33 @@ async fn http_tools_call_answers_as_rmcp_does() {
         }
         assert_eq!(answers[0], answers[1], "{params}");
     }
+}
+
+/// What MCP echoes of a request (an unknown method's name, a header that does not match the
+/// body) carries no hidden character raw (helper-4: both were echoed as sent).
+#[tokio::test]
+async fn echoed_methods_and_headers_are_escaped() {
+    const RAW: [char; 3] = ['\u{202e}', '\u{1b}', '\u{200b}'];
+    let server = Server::start(service_with(|_| {}), fieldgate::transport::auth::Tokens::default()).await;
+    let mut c = server.client().await;
+    let (sid, _) = open_session(&mut c, "2025-06-18").await;
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "a\u{202e}b\u{1b}[31m\u{200b}"}).to_string();
+    let r = c.send("POST", "/mcp", &[ACCEPT, ("mcp-session-id", &sid)], body.as_bytes()).await.unwrap();
+    let text = String::from_utf8(r.body.clone()).unwrap();
+    assert!(text.contains("-32601") && !text.chars().any(|ch| RAW.contains(&ch)), "{text}");
+    let stateless = json!({"jsonrpc": "2.0", "id": 3, "method": "x\u{202e}y\u{1b}", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    let r = c
+        .send(
+            "POST",
+            "/mcp",
+            &[ACCEPT, ("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")],
+            stateless.as_bytes(),
+        )
+        .await
+        .unwrap();
+    let text = String::from_utf8(r.body.clone()).unwrap();
+    assert_eq!(r.status, 400, "{text}");
+    assert!(text.contains("does not match") && !text.chars().any(|ch| RAW.contains(&ch)), "{text}");
 }

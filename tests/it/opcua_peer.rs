@@ -98,6 +98,51 @@ impl OpcuaPeer {
     }
 }
 
+/// The real binary reading every variable of a node-opcua server, as sensors `T_PEER_001`,
+/// `T_PEER_002`, ... in the order of `nodes`.
+struct Rig {
+    served: support::Served,
+    client: HttpClient,
+    ids: Vec<String>,
+    _stderr: tokio::task::JoinHandle<String>,
+    _peer: OpcuaPeer,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl Rig {
+    async fn start(nodes: Value) -> Rig {
+        let peer = OpcuaPeer::start(&nodes).await;
+        let ids: Vec<String> =
+            (1..=nodes.as_array().unwrap().len()).map(|i| format!("T_PEER_{i:03}")).collect();
+        let names: Vec<&str> =
+            nodes.as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
+        let sensors: Vec<(&str, &str)> = ids.iter().map(String::as_str).zip(names).collect();
+        let devices = device_dir(&[("t-peer.toml", &peer.device_file(&sensors))]);
+        let data = tempfile::tempdir().unwrap();
+        let mut served = support::serve_binary(devices.path(), data.path(), &[]).await;
+        let _stderr = served.drain_stderr();
+        let client = HttpClient::connect(served.addr).await.unwrap();
+        Rig { served, client, ids, _stderr, _peer: peer, _dirs: (devices, data) }
+    }
+
+    /// A tool's answer, as written.
+    async fn call(&mut self, tool: &str, args: Value) -> String {
+        let res = self.client.post(&format!("/v1/tools/{tool}"), args.to_string().as_bytes()).await.unwrap();
+        String::from_utf8(res.body).unwrap()
+    }
+
+    /// Every sensor's reading, in one call.
+    async fn readings(&mut self) -> String {
+        let args = json!({"sensor_ids": self.ids.clone()});
+        self.call("get_sensor_readings", args).await
+    }
+
+    async fn stop(mut self) {
+        self.served.child.start_kill().unwrap();
+        let _ = self.served.child.wait().await;
+    }
+}
+
 /// The `"value":…` of each reading in a body, as written.
 fn written(body: &str) -> Vec<String> {
     body.match_indices("\"value\":")
@@ -109,7 +154,7 @@ fn written(body: &str) -> Vec<String> {
 /// 9.22337203685e+18, UInt64 max as 1.84467440737e+19, Int32 -7 as -7.0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn integers_from_node_opcua_stay_exact() {
-    let peer = OpcuaPeer::start(&json!([
+    let mut rig = Rig::start(json!([
         {"name": "I64Max", "type": "Int64", "value": [0x7FFF_FFFFu32, 0xFFFF_FFFFu32]},
         {"name": "U64Max", "type": "UInt64", "value": [0xFFFF_FFFFu32, 0xFFFF_FFFFu32]},
         {"name": "Big", "type": "Int64", "value": [0x0020_0000u32, 1]},
@@ -117,34 +162,13 @@ async fn integers_from_node_opcua_stay_exact() {
         {"name": "Half", "type": "Double", "value": 0.5},
     ]))
     .await;
-    let sensors = [
-        ("T_PEER_001", "I64Max"),
-        ("T_PEER_002", "U64Max"),
-        ("T_PEER_003", "Big"),
-        ("T_PEER_004", "Minus7"),
-        ("T_PEER_005", "Half"),
-    ];
-    let devices = device_dir(&[("t-peer.toml", &peer.device_file(&sensors))]);
-    let data = tempfile::tempdir().unwrap();
-    let mut served = support::serve_binary(devices.path(), data.path(), &[]).await;
-    let _stderr = served.drain_stderr();
-    let mut client = HttpClient::connect(served.addr).await.unwrap();
-    let ids: Vec<&str> = sensors.iter().map(|s| s.0).collect();
-    let args = json!({"sensor_ids": ids});
-    let res = client.post("/v1/tools/get_sensor_readings", args.to_string().as_bytes()).await.unwrap();
-    let body = String::from_utf8(res.body).unwrap();
-    if res.status != 200 {
-        served.child.start_kill().unwrap();
-        let _ = served.child.wait().await;
-        panic!("{body}\n{}", _stderr.await.unwrap());
-    }
+    let body = rig.readings().await;
     assert_eq!(
         written(&body),
         ["9223372036854775807", "18446744073709551615", "9007199254740993", "-7", "0.5"],
         "{body}"
     );
-    served.child.start_kill().unwrap();
-    let _ = served.child.wait().await;
+    rig.stop().await;
 }
 
 /// Nodes that cannot become a sensor value (an array, bytes, a date, nothing) beside a good
@@ -153,7 +177,7 @@ async fn integers_from_node_opcua_stay_exact() {
 /// retryable DEVICE_PROTOCOL_ERROR, and the breaker opened within seconds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_odd_node_is_the_sensors_fault_not_the_devices() {
-    let peer = OpcuaPeer::start(&json!([
+    let mut rig = Rig::start(json!([
         {"name": "List", "type": "Double", "value": [1.0, 2.0], "array": true},
         {"name": "Bytes", "type": "ByteString", "value": "abc"},
         {"name": "When", "type": "DateTime", "value": "2026-01-01T00:00:00Z"},
@@ -161,42 +185,31 @@ async fn an_odd_node_is_the_sensors_fault_not_the_devices() {
         {"name": "Good", "type": "Double", "value": 21.5},
     ]))
     .await;
-    let sensors = [
-        ("T_PEER_001", "List"),
-        ("T_PEER_002", "Bytes"),
-        ("T_PEER_003", "When"),
-        ("T_PEER_004", "Nothing"),
-        ("T_PEER_005", "Good"),
-    ];
-    let devices = device_dir(&[("t-peer.toml", &peer.device_file(&sensors))]);
-    let data = tempfile::tempdir().unwrap();
-    let mut served = support::serve_binary(devices.path(), data.path(), &[]).await;
-    let _stderr = served.drain_stderr();
-    let mut client = HttpClient::connect(served.addr).await.unwrap();
-    let mut call = async |tool: &str, args: Value| {
-        let res = client.post(&format!("/v1/tools/{tool}"), args.to_string().as_bytes()).await.unwrap();
-        res.json()
-    };
-    for (id, holds) in [
+    let odd = [
         ("T_PEER_001", "an array"),
         ("T_PEER_002", "a ByteString"),
         ("T_PEER_003", "a DateTime"),
         ("T_PEER_004", "no value"),
-    ] {
+    ];
+    for (id, holds) in odd {
         for _ in 0..4 {
-            let v = call("get_sensor_reading", json!({"sensor_id": id})).await;
+            let v: Value =
+                serde_json::from_str(&rig.call("get_sensor_reading", json!({"sensor_id": id})).await)
+                    .unwrap();
             assert_eq!(v["error"]["code"], "DEVICE_REJECTED", "{id}: {v}");
             assert_eq!(v["error"]["retryable"], false, "{id}: {v}");
             assert!(v["error"]["message"].as_str().unwrap().contains(holds), "{id}: {v}");
         }
     }
-    let v = call("get_sensor_reading", json!({"sensor_id": "T_PEER_005"})).await;
+    let v: Value =
+        serde_json::from_str(&rig.call("get_sensor_reading", json!({"sensor_id": "T_PEER_005"})).await)
+            .unwrap();
     assert_eq!(v["data"]["value"], 21.5, "the good sensor reads on: {v}");
-    let v = call("get_device_status", json!({"device_id": "t-peer"})).await;
+    let v: Value =
+        serde_json::from_str(&rig.call("get_device_status", json!({"device_id": "t-peer"})).await).unwrap();
     assert_eq!(v["data"]["devices"][0]["state"], "up", "{v}");
     assert_eq!(v["data"]["devices"][0]["breaker"]["state"], "closed", "{v}");
-    served.child.start_kill().unwrap();
-    let _ = served.child.wait().await;
+    rig.stop().await;
 }
 
 /// Text from the server as agents get it: control, bidirectional and invisible characters
@@ -205,34 +218,20 @@ async fn an_odd_node_is_the_sensors_fault_not_the_devices() {
 /// is read like any other (it closed the connection and opened the breaker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_from_the_server_is_shown_safely_whatever_its_size() {
-    let long = "x".repeat(100_000);
-    let peer = OpcuaPeer::start(&json!([
+    let mut rig = Rig::start(json!([
         {"name": "Hostile", "type": "String", "value": "\u{1b}[31mRED\u{202e}X\u{7}\u{200b}ok"},
         {"name": "Empty", "type": "String", "value": null},
-        {"name": "Long", "type": "String", "value": long},
+        {"name": "Long", "type": "String", "value": "x".repeat(100_000)},
         {"name": "Good", "type": "Double", "value": 21.5},
     ]))
     .await;
-    let sensors =
-        [("T_PEER_001", "Hostile"), ("T_PEER_002", "Empty"), ("T_PEER_003", "Long"), ("T_PEER_004", "Good")];
-    let devices = device_dir(&[("t-peer.toml", &peer.device_file(&sensors))]);
-    let data = tempfile::tempdir().unwrap();
-    let mut served = support::serve_binary(devices.path(), data.path(), &[]).await;
-    let _stderr = served.drain_stderr();
-    let mut client = HttpClient::connect(served.addr).await.unwrap();
-    let ids: Vec<&str> = sensors.iter().map(|s| s.0).collect();
-    let res = client
-        .post("/v1/tools/get_sensor_readings", json!({"sensor_ids": ids}).to_string().as_bytes())
-        .await
-        .unwrap();
-    let v = res.json();
+    let v: Value = serde_json::from_str(&rig.readings().await).unwrap();
     let r = &v["data"]["readings"];
     assert_eq!(r[0]["value"], "\u{fffd}[31mRED\u{fffd}X\u{fffd}\u{fffd}ok", "{v}");
     assert_eq!((&r[1]["value"], &r[1]["quality"]), (&Value::Null, &json!("bad")), "{v}");
     assert_eq!(r[2]["value"].as_str().map(str::len), Some(100_000), "{}", r[2]);
     assert_eq!(r[3]["value"], 21.5, "{v}");
-    served.child.start_kill().unwrap();
-    let _ = served.child.wait().await;
+    rig.stop().await;
 }
 
 /// A node stamped a year ahead by its device's clock: the reading is filed by the time it was
@@ -240,45 +239,29 @@ async fn text_from_the_server_is_shown_safely_whatever_its_size() {
 /// empty: the point was filed a year ahead).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_clock_a_year_ahead_is_not_believed() {
-    let peer = OpcuaPeer::start(&json!([
+    let mut rig = Rig::start(json!([
         {"name": "Ahead", "type": "Double", "value": 7.5, "source": "year-ahead"},
         {"name": "Good", "type": "Double", "value": 21.5},
     ]))
     .await;
-    let devices =
-        device_dir(&[("t-peer.toml", &peer.device_file(&[("T_PEER_001", "Ahead"), ("T_PEER_002", "Good")]))]);
-    let data = tempfile::tempdir().unwrap();
-    let mut served = support::serve_binary(devices.path(), data.path(), &[]).await;
-    let _stderr = served.drain_stderr();
-    let mut client = HttpClient::connect(served.addr).await.unwrap();
-    let res = client
-        .post(
-            "/v1/tools/get_sensor_readings",
-            json!({"sensor_ids": ["T_PEER_001", "T_PEER_002"]}).to_string().as_bytes(),
-        )
-        .await
-        .unwrap();
-    let v = res.json();
+    let v: Value = serde_json::from_str(&rig.readings().await).unwrap();
     let r = &v["data"]["readings"];
     assert_eq!((&r[0]["value"], &r[0]["quality"]), (&json!(7.5), &json!("uncertain")), "{v}");
     let t = chrono::DateTime::parse_from_rfc3339(r[0]["timestamp"].as_str().unwrap()).unwrap();
     let off = (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds().abs();
     assert!(off < 60, "filed by the receive time, not a year ahead: {v}");
     assert_eq!(r[1]["quality"], "good", "{v}");
-    let m = String::from_utf8(client.get("/metrics").await.unwrap().body).unwrap();
+    let m = String::from_utf8(rig.client.get("/metrics").await.unwrap().body).unwrap();
     let line =
         m.lines().find(|l| l.starts_with("fieldgate_device_clock_corrections_total{device=\"t-peer\"}"));
     assert!(line.is_some_and(|l| !l.ends_with(" 0")), "{m}");
-    support::wait_until("the point in the last hour of history", T, || {
-        let addr = served.addr;
-        async move {
-            let mut c = HttpClient::connect(addr).await.unwrap();
-            let args = json!({"sensor_id": "T_PEER_001", "from": "-1h"});
-            let h = c.post("/v1/tools/get_sensor_history", args.to_string().as_bytes()).await.unwrap().json();
-            h["data"]["points"].as_array().is_some_and(|p| !p.is_empty())
-        }
+    let addr = rig.served.addr;
+    support::wait_until("the point in the last hour of history", T, || async move {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        let args = json!({"sensor_id": "T_PEER_001", "from": "-1h"});
+        let h = c.post("/v1/tools/get_sensor_history", args.to_string().as_bytes()).await.unwrap().json();
+        h["data"]["points"].as_array().is_some_and(|p| !p.is_empty())
     })
     .await;
-    served.child.start_kill().unwrap();
-    let _ = served.child.wait().await;
+    rig.stop().await;
 }

@@ -102,12 +102,17 @@ mod tests {
             "soft\u{ad}hyphen",
             "\u{fff9}a",
             "a\u{2028}b",
+            "byte\u{e0100}x",
+            "vs\u{fe00}x",
+            "\u{3164}filler",
+            "non\u{ffff}char",
+            "cgj\u{34f}x",
         ] {
             let e = check("summary", bad).unwrap_err();
             assert!(e.message.contains("invisible"), "{bad:?}: {}", e.message);
             assert!(!e.received.as_deref().unwrap_or("").chars().any(envelope::is_hidden), "{e:?}");
         }
-        check("summary", "می\u{200c}خواهم क्\u{200d}ष").unwrap();
+        check("summary", "می\u{200c}خواهم क्\u{200d}ष, pump ok ❤\u{fe0f} 👍\u{fe0e}").unwrap();
     }
 
     #[test]

@@ -278,6 +278,9 @@ impl McpHttp {
     /// rmcp's stateless service; a plain-text refusal of its becomes a JSON-RPC error.
     async fn forward(&self, parts: Parts, bytes: Bytes, id: Option<&str>) -> Response {
         let res = self.inner.rmcp.handle(Request::from_parts(parts, Body::from(bytes))).await.map(Body::new);
+        if !res.status().is_success() && has_type(res.headers(), "application/json") {
+            return escaped_error(res).await;
+        }
         if res.status().is_success()
             || has_type(res.headers(), "application/json")
             || has_type(res.headers(), EVENT_STREAM)
@@ -298,6 +301,7 @@ impl McpHttp {
             Some(why) => format!("Invalid Request: not a valid MCP message: {why}"),
             None => text.trim().to_string(),
         };
+        let message = crate::tools::envelope::visible(&message);
         rpc_error(status, code, &message, id, None)
     }
 
@@ -544,6 +548,25 @@ async fn as_one_event(res: Response) -> Response {
 
 /// The answer to an `initialize` the session table refused: its status, a JSON-RPC error
 /// saying why and what to do, the reason in `data`, and `Retry-After`.
+/// rmcp's own JSON-RPC error, with what it echoes of the request (a method name, a header
+/// or body value that did not match) escaped like every other echo.
+async fn escaped_error(res: Response) -> Response {
+    let (mut head, body) = res.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 << 10).await.unwrap_or_default();
+    let mut json: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(_) => return Response::from_parts(head, Body::from(bytes)),
+    };
+    if let Some(m) = json.pointer_mut("/error/message")
+        && let Some(text) = m.as_str()
+    {
+        *m = serde_json::Value::String(crate::tools::envelope::visible(text).into_owned());
+    }
+    let out = serde_json::to_vec(&json).unwrap_or_else(|_| bytes.to_vec());
+    head.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(head, Body::from(out))
+}
+
 fn refused_session(refusal: &Refusal, id: Option<&str>) -> Response {
     let (status, message, data, retry_after) = match *refusal {
         Refusal::Full { max, retry_after } => (

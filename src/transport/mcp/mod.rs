@@ -138,7 +138,8 @@ impl ServerHandler for McpServer {
         if let Some(expected) = expected {
             return Err(ErrorData::invalid_params(format!("{method} needs params {expected}"), None));
         }
-        let shown: String = method.chars().take(100).collect();
+        // Echoed escaped and cut: the caller's text may hide or reorder what a person reads.
+        let shown = crate::tools::envelope::cut(method);
         Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("Method not found: {shown}"), None))
     }
 

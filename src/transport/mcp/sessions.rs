@@ -230,9 +230,10 @@ impl Sessions {
     }
 
     /// The most sessions callers that are not operators may hold together: an eighth of the
-    /// table is kept for operators (none when it holds fewer than 8).
+    /// table is kept for operators, at least one (none only when the table holds one).
     fn agents_max(&self) -> usize {
-        self.inner.max - self.inner.max / 8
+        let max = self.inner.max;
+        if max < 2 { max } else { max - (max / 8).max(1) }
     }
 
     fn refused(&self, caller: &str, refusal: Refusal) {
