@@ -121,9 +121,7 @@ impl Chart {
         if let Some((a, b)) = self.range.filter(|(a, b)| a.is_finite() && b.is_finite()) {
             (lo, hi) = (lo.min(a).min(b), hi.max(a).max(b));
         }
-        if hi - lo < 1e-9 {
-            (lo, hi) = (lo - 1.0, hi + 1.0);
-        }
+        (lo, hi) = spread(lo, hi);
         let pad = (hi - lo) * 0.05;
         (lo, hi) = (lo - pad, hi + pad);
         let x = |t: i64| LEFT + (t - self.from) as f64 / span as f64 * (W - LEFT - RIGHT);
@@ -185,6 +183,18 @@ impl Chart {
     }
 }
 
+/// A scale from `lo` to `hi` that has a height: constant values get room around them, as
+/// much as a float that large can show (±1 around 21.5; ±1.8e16 around 2^64, where ±1 is
+/// lost in the rounding and the chart divided by zero).
+fn spread(lo: f64, hi: f64) -> (f64, f64) {
+    let room = lo.abs().max(hi.abs()).max(1.0) * 1e-9;
+    if hi - lo >= room {
+        return (lo, hi);
+    }
+    let d = (lo.abs().max(hi.abs()) * 1e-3).max(1.0);
+    (lo - d, hi + d)
+}
+
 /// A sparkline of averages (no axes), or a dash when there is nothing to draw.
 pub fn sparkline(buckets: &[HistoryBucket], from: i64, to: i64) -> Markup {
     let data = usable(buckets);
@@ -193,7 +203,7 @@ pub fn sparkline(buckets: &[HistoryBucket], from: i64, to: i64) -> Markup {
     }
     let (lo, hi) =
         data.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), b| (lo.min(b.avg), hi.max(b.avg)));
-    let (lo, hi) = if hi - lo < 1e-9 { (lo - 1.0, hi + 1.0) } else { (lo, hi) };
+    let (lo, hi) = spread(lo, hi);
     let span = (to - from).max(1) as f64;
     let pts: Vec<String> = data
         .iter()
@@ -273,6 +283,25 @@ mod tests {
             gaps: Vec::new(),
         };
         assert_eq!(c.render(&b).into_string().matches("<polyline").count(), 1);
+    }
+
+    /// Regression (helper-4): a constant 2^64 − 1 drew NaN and inf (±1 is lost at that size).
+    #[test]
+    fn constant_huge_values_are_drawn() {
+        let v = u64::MAX as f64;
+        let b = [bucket("2026-01-01T00:00:00Z", v, v, v), bucket("2026-01-01T00:01:00Z", v, v, v)];
+        let from = ms("2026-01-01T00:00:00Z").unwrap();
+        let c = Chart {
+            from,
+            to: from + 3_600_000,
+            bucket_ms: 60_000,
+            range: None,
+            unit: "".into(),
+            gaps: Vec::new(),
+        };
+        let svg = c.render(&b).into_string() + &sparkline(&b, from, from + 3_600_000).into_string();
+        assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
+        assert_eq!(spread(21.5, 21.5), (20.5, 22.5), "small constants as before");
     }
 
     #[test]

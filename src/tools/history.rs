@@ -345,7 +345,16 @@ pub fn history(inner: &Inner, args: &GetSensorHistoryArgs) -> Result<HistoryData
 /// The average, once the bucket is complete: over its numeric values only.
 fn finish(sensor: &Sensor, mut b: HistoryBucket, sum: f64, numeric: u64) -> HistoryBucket {
     if numeric > 0 {
-        b.avg = Some(super::reading_json::significant(sensor, sum / numeric as f64));
+        let mean = sum / numeric as f64;
+        // Integers exact: their mean is not rounded to a scaled type's digits; and a mean
+        // never lies outside min and max (as the rounding of large values could put it).
+        let exact = matches!(b.min, Some(Value::Int(_) | Value::UInt(_)));
+        let mean = if exact { mean } else { super::reading_json::significant(sensor, mean) };
+        let (lo, hi) = (b.min.as_ref().and_then(Value::as_f64), b.max.as_ref().and_then(Value::as_f64));
+        b.avg = Some(match (lo, hi) {
+            (Some(lo), Some(hi)) if lo <= hi => mean.clamp(lo, hi),
+            _ => mean,
+        });
     }
     b
 }

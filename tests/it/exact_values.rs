@@ -95,6 +95,12 @@ async fn integers_stay_exact_in_readings_history_and_buckets() {
             let got = written(&buckets, key);
             assert!(!got.is_empty() && got.iter().all(|v| v == exact), "{id} {key}: {buckets}");
         }
+        // The mean of a constant is that constant, as near as a float gets (it was rounded
+        // to 12 digits, outside min and max).
+        let want: f64 = exact.parse().unwrap();
+        for avg in written(&buckets, "avg") {
+            assert_eq!(avg.parse::<f64>().unwrap(), want, "{id} avg: {buckets}");
+        }
     }
     served.child.start_kill().unwrap();
     let _ = served.child.wait().await;
