@@ -1,8 +1,10 @@
 //! The one cursor codec of the paging tools (`list_sensors`, `get_sensor_history`,
 //! `list_work_orders`). A cursor is URL-safe base64 of a JSON object: the tool's own
 //! position fields plus `f`, a fingerprint of the query it was issued for, so a cursor is
-//! refused by any other query. Cursors are opaque to agents and not signed: a forged
-//! cursor can only page the caller's own query differently.
+//! refused by any other query; then `.` and a tag of those bytes, keyed with a secret this
+//! process drew at start (SipHash), so a cursor edited by hand (another range, another
+//! position) is refused as not issued here. Cursors of an earlier process are refused the
+//! same way: the agent starts the query over.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -23,9 +25,19 @@ struct Wrapped<T> {
     at: T,
 }
 
+/// This process's key for cursor tags.
+static KEY: std::sync::LazyLock<std::hash::RandomState> =
+    std::sync::LazyLock::new(std::hash::RandomState::new);
+
+fn tag(bytes: &[u8]) -> String {
+    use std::hash::BuildHasher;
+    URL_SAFE_NO_PAD.encode(KEY.hash_one(bytes).to_le_bytes())
+}
+
 /// The cursor for position `at` in the query with fingerprint `f`.
 pub(crate) fn encode<T: Serialize>(at: T, f: u64) -> String {
-    URL_SAFE_NO_PAD.encode(serde_json::to_vec(&Wrapped { f, at }).unwrap_or_default())
+    let body = serde_json::to_vec(&Wrapped { f, at }).unwrap_or_default();
+    format!("{}.{}", URL_SAFE_NO_PAD.encode(&body), tag(&body))
 }
 
 /// How a tool names what it pages, in its refusals.
@@ -49,9 +61,9 @@ pub(crate) fn decode<T: DeserializeOwned>(cursor: &str, f: u64, paging: &Paging)
             "Pass next_cursor from the previous page unchanged with the same arguments, or omit cursor to start over.",
         )
     };
-    let wrapped: Wrapped<T> = URL_SAFE_NO_PAD
-        .decode(cursor)
-        .ok()
+    let wrapped: Wrapped<T> = cursor
+        .split_once('.')
+        .and_then(|(body, t)| URL_SAFE_NO_PAD.decode(body).ok().filter(|b| tag(b) == t))
         .and_then(|b| serde_json::from_slice(&b).ok())
         .ok_or_else(|| refuse("`cursor` is not a cursor this service issued."))?;
     if wrapped.f != f {
@@ -78,7 +90,12 @@ mod tests {
         let other = decode::<At>(&c, fingerprint("other"), &P).unwrap_err();
         assert_eq!(other.message, "`cursor` belongs to another query.");
         assert_eq!(other.expected.as_deref(), Some("the next_cursor of the previous page of this query"));
-        for garbage in ["", "!!", "e30", &URL_SAFE_NO_PAD.encode(b"{\"f\":1}")] {
+        // Edited by hand: the same query's cursor at another position.
+        let (_, t) = c.split_once('.').unwrap();
+        let edited = format!("{}.{t}", URL_SAFE_NO_PAD.encode(br#"{"f":0,"t":7}"#));
+        let forged =
+            format!("{}.{t}", URL_SAFE_NO_PAD.encode(format!(r#"{{"f":{},"t":7}}"#, fingerprint("q"))));
+        for garbage in ["", "!!", "e30", "e30.", &URL_SAFE_NO_PAD.encode(b"{\"f\":1}"), &edited, &forged] {
             let e = decode::<At>(garbage, fingerprint("q"), &P).unwrap_err();
             assert!(e.message.contains("not a cursor this service issued"), "{garbage}: {}", e.message);
         }

@@ -29,7 +29,8 @@ fn with_points(points: &[(i64, f64)]) -> ToolService {
 }
 
 /// A cursor of the query `from` (sensor A_LINE1_001, no `to`, no bucket) whose pinned range
-/// starts at `range_from`: what someone editing a cursor by hand could send.
+/// starts at `range_from`, with the right query fingerprint but no tag of this service: what
+/// someone editing a cursor by hand could send.
 fn forged_cursor(from: &str, range_from: i64) -> String {
     use base64::Engine;
     let query = format!("A_LINE1_001|{from}|None|None");

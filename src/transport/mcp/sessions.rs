@@ -408,15 +408,16 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_cap_counts_open_and_opening_sessions() {
+        // Operators: the whole table is theirs (agents leave one session to them).
         let s = sessions(2, 60_000);
-        let a = s.reserve("c", false).unwrap().open("2025-06-18");
-        let pending = s.reserve("d", false).unwrap();
-        assert!(matches!(s.reserve("e", false), Err(Refusal::Full { max: 2, .. })));
+        let a = s.reserve("c", true).unwrap().open("2025-06-18");
+        let pending = s.reserve("d", true).unwrap();
+        assert!(matches!(s.reserve("e", true), Err(Refusal::Full { max: 2, .. })));
         drop(pending);
-        let _b = s.reserve("d", false).unwrap().open("2025-06-18");
+        let _b = s.reserve("d", true).unwrap().open("2025-06-18");
         assert!(s.close(&a, "c"));
         assert!(!s.close(&a, "c"));
-        assert!(s.reserve("c", false).is_ok());
+        assert!(s.reserve("c", true).is_ok());
     }
 
     #[tokio::test(start_paused = true)]
