@@ -171,6 +171,9 @@ impl Value {
 
     /// How two numbers compare: integers exactly, a float with anything as floats.
     pub fn compare(&self, other: &Value) -> Option<std::cmp::Ordering> {
+        if let (Value::Number(a), Value::Number(b)) = (self, other) {
+            return a.partial_cmp(b);
+        }
         let int = |v: &Value| match v {
             Value::Int(i) => Some(i128::from(*i)),
             Value::UInt(u) => Some(i128::from(*u)),

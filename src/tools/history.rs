@@ -239,12 +239,6 @@ fn bucket_page(
             }
         }
         let (value, _, num) = value_of(sensor, p);
-        // Min and max keep the values' type: integers exact (a boolean counts as 0 or 1).
-        let ordered = match &value {
-            Some(Value::Bool(b)) => Some(Value::Number(f64::from(u8::from(*b)))),
-            Some(v @ (Value::Int(_) | Value::UInt(_) | Value::Number(_))) => Some(v.clone()),
-            _ => None,
-        };
         let c = current.get_or_insert_with(|| {
             let bucket = HistoryBucket {
                 start: rfc3339(start),
@@ -258,16 +252,27 @@ fn bucket_page(
             (start, bucket, 0.0, 0)
         });
         c.1.count += 1;
-        c.1.last = value;
+        // Min and max keep the values' type: integers exact (a boolean counts as 0 or 1).
+        // Compared in place; a value is copied only when it becomes the new min or max.
+        let as_number;
+        let ordered = match &value {
+            Some(Value::Bool(b)) => {
+                as_number = Value::Number(f64::from(u8::from(*b)));
+                Some(&as_number)
+            }
+            Some(v @ (Value::Int(_) | Value::UInt(_) | Value::Number(_))) => Some(v),
+            _ => None,
+        };
         if let Some(v) = ordered {
             use std::cmp::Ordering::{Greater, Less};
             if c.1.min.as_ref().is_none_or(|m| v.compare(m) == Some(Less)) {
                 c.1.min = Some(v.clone());
             }
             if c.1.max.as_ref().is_none_or(|m| v.compare(m) == Some(Greater)) {
-                c.1.max = Some(v);
+                c.1.max = Some(v.clone());
             }
         }
+        c.1.last = value;
         if let Some(x) = num {
             c.2 += x;
             c.3 += 1;
