@@ -195,14 +195,12 @@ async fn every_edge_node_statement_holds_on_what_crossed_the_broker() {
     let ids: Vec<String> = support::demo_registry().devices().iter().map(|d| d.id.to_string()).collect();
     let data = tempfile::tempdir().unwrap();
     let brokers = format!("[\"{}\"]", broker.url());
-    let env = [
-        ("FIELDGATE_MQTT_BROKERS", brokers.as_str()),
-        ("FIELDGATE_MQTT_EDGE_NODE_ID", "gw"),
-        ("FIELDGATE_MQTT_GROUP_ID", "plant"),
+    let mut env = super::edge::node_env(&brokers);
+    env.extend([
         ("FIELDGATE_BREAKER_FAILURE_THRESHOLD", "2"),
         ("FIELDGATE_BREAKER_OPEN_MS", "200"),
         ("FIELDGATE_BREAKER_MAX_OPEN_MS", "400"),
-    ];
+    ]);
     let born = |rec: &Recorder, from: usize, id: &str| {
         rec.seen[from..].iter().any(|s| s.kind() == "DBIRTH" && s.device() == Some(id))
     };

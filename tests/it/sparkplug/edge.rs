@@ -64,6 +64,16 @@ pub async fn rig_with(config: Config, sim: Simulator, data: tempfile::TempDir) -
     Rig { sim, running, devices, data }
 }
 
+/// The environment that makes a spawned `fieldgate serve` the edge node `plant/gw` on `brokers`
+/// (a JSON list of broker URLs).
+pub fn node_env(brokers: &str) -> Vec<(&'static str, &str)> {
+    vec![
+        ("FIELDGATE_MQTT_BROKERS", brokers),
+        ("FIELDGATE_MQTT_EDGE_NODE_ID", "gw"),
+        ("FIELDGATE_MQTT_GROUP_ID", "plant"),
+    ]
+}
+
 pub async fn demo_sim() -> Simulator {
     let mut scenario = Scenario::load(&support::root().join("simulator/scenarios/demo.toml")).unwrap();
     scenario.faults.clear();

@@ -18,11 +18,7 @@ async fn kill_9_leaves_the_will_ndeath_and_a_restart_births_with_a_new_bd_seq() 
     let devices = support::demo_devices_for(&sim);
     let data = tempfile::tempdir().unwrap();
     let brokers = format!("[\"{}\"]", broker.url());
-    let env = [
-        ("FIELDGATE_MQTT_BROKERS", brokers.as_str()),
-        ("FIELDGATE_MQTT_EDGE_NODE_ID", "gw"),
-        ("FIELDGATE_MQTT_GROUP_ID", "plant"),
-    ];
+    let env = super::edge::node_env(&brokers);
     let mut served = support::serve_binary(devices.path(), data.path(), &env).await;
     let _stderr = served.drain_stderr();
     let birth = host.until("NBIRTH", T, |m| m.kind() == "NBIRTH").await;
