@@ -199,7 +199,7 @@ impl Value {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Reading {
     pub sensor_id: String,
-    /// Null when quality is bad and the device gave no value.
+    /// Null when the device gave no value (quality bad, or uncertain when it said so).
     pub value: Option<Value>,
     /// Engineering unit, or "raw".
     pub unit: String,

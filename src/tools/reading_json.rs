@@ -236,6 +236,11 @@ fn judge<'a>(sensor: &Sensor, sample: &'a Sample, mode: UnitMode) -> Judged<'a> 
             };
             match v.is_finite() {
                 true => (Some(ValueRef::Number(v, decimal)), Quality::Good),
+                // The device vouched for nothing better than "uncertain" and sent no value
+                // (an OPC UA Uncertain status with a Null): uncertain, without a value.
+                false if sample.quality == crate::driver::SampleQuality::Uncertain && v.is_nan() => {
+                    (None, Quality::Uncertain)
+                }
                 false => (None, Quality::Bad),
             }
         }

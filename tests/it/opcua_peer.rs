@@ -265,3 +265,19 @@ async fn a_device_clock_a_year_ahead_is_not_believed() {
     .await;
     rig.stop().await;
 }
+
+/// An Uncertain status without a value is an uncertain reading without a value (it was a
+/// protocol error, then a bad reading); with a value, that value, uncertain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncertain_node_without_a_value_is_uncertain() {
+    let mut rig = Rig::start(json!([
+        {"name": "NoValue", "type": "Null", "value": null, "status": "UncertainLastUsableValue"},
+        {"name": "Stale", "type": "Double", "value": 3.5, "status": "UncertainLastUsableValue"},
+    ]))
+    .await;
+    let v: Value = serde_json::from_str(&rig.readings().await).unwrap();
+    let r = &v["data"]["readings"];
+    assert_eq!((&r[0]["value"], &r[0]["quality"]), (&Value::Null, &json!("uncertain")), "{v}");
+    assert_eq!((&r[1]["value"], &r[1]["quality"]), (&json!(3.5), &json!("uncertain")), "{v}");
+    rig.stop().await;
+}

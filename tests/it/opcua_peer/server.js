@@ -1,6 +1,6 @@
 // An OPC UA server that fieldgate did not write: node-opcua (installed by scripts/test-deps
 // into target/opcua-js), serving the variables a test names. `node server.js DIR NODES`:
-// DIR for its certificates, NODES a JSON list of {name, type, value, array?, source?} (Int64 and UInt64 as
+// DIR for its certificates, NODES a JSON list of {name, type, value, array?, source?, status?} (Int64 and UInt64 as
 // [high, low] 32-bit words, as node-opcua takes them). Anonymous, security None, any port:
 // it prints `listening opc.tcp://...` once it serves, and stops when its stdin closes.
 const opcua = require("node-opcua");
@@ -36,7 +36,16 @@ async function main() {
       dataType: n.type === "Null" ? "BaseDataType" : n.type,
       // `source`: the value stamped by a clock of the device's own (an ISO instant, or
       // "year-ahead"), as a device with a wrong clock stamps it.
-      value: n.source
+      value: n.status
+        ? {
+            // `status`: the node's value comes with this status code (e.g. an Uncertain one).
+            timestamped_get: () =>
+              new opcua.DataValue({
+                value: n.type === "Null" ? { dataType: opcua.DataType.Null } : { dataType: opcua.DataType[n.type], value: valueOf(n) },
+                statusCode: opcua.StatusCodes[n.status],
+              }),
+          }
+        : n.source
         ? {
             timestamped_get: () =>
               new opcua.DataValue({
