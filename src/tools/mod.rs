@@ -18,6 +18,7 @@ mod readings;
 mod resources;
 mod status;
 pub mod validate;
+mod value;
 pub(crate) mod when;
 pub(crate) mod work_orders;
 

@@ -155,7 +155,7 @@ impl Msg<'_> {
 }
 
 /// An NCMD asking for a rebirth, as Eclipse Tahu's encoder writes it: the file it is in.
-fn tahu_rebirth(dir: &Path) -> std::path::PathBuf {
+pub(super) fn tahu_rebirth(dir: &Path) -> std::path::PathBuf {
     let file = dir.join("ncmd.bin");
     let asked = json!({"timestamp": now_ms(), "metrics": [{"name": "Node Control/Rebirth", "type": "Boolean", "value": true}]});
     let out = std::process::Command::new("node")

@@ -55,7 +55,6 @@ async fn a_retained_oversized_command_costs_one_reconnect_and_data_keeps_flowing
 /// done on the same connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_are_taken_again_after_the_pause_on_the_same_connection() {
-    use fieldgate::sparkplug::payload::{Metric, Payload, Value, datatype};
     let broker = Broker::start().await;
     let rig = rig(&broker, |c| c.mqtt.commands_pause_s = 1).await;
     let tools = rig.running.tools.clone();
@@ -64,17 +63,9 @@ async fn commands_are_taken_again_after_the_pause_on_the_same_connection() {
     publish_retained(broker.port, ncmd, vec![0u8; 2 << 20]).await;
     counter(&tools, "fieldgate_sparkplug_connects_total", T, |v| v >= 2).await;
     counter(&tools, "fieldgate_sparkplug_online", T, |v| v == 1).await;
-    let rebirth = Payload {
-        timestamp: Some(1),
-        metrics: vec![Metric::new(
-            Some("Node Control/Rebirth"),
-            None,
-            datatype::BOOLEAN,
-            Some(Value::Boolean(true)),
-        )],
-        ..Payload::default()
-    }
-    .encode_to_bytes();
+    // As Eclipse Tahu encodes it.
+    let scratch = tempfile::tempdir().unwrap();
+    let rebirth = std::fs::read(super::conformance::tahu_rebirth(scratch.path())).unwrap();
     // Retained (replacing the oversized one), so that it reaches the node as soon as its
     // command subscription is back.
     publish_retained(broker.port, ncmd, rebirth).await;
