@@ -144,7 +144,10 @@ async fn subscribe_device(
             },
             _ = tick.tick() => {
                 if subscription.live.load(Ordering::Relaxed) {
-                    recorder.still(&sensors, chrono::Utc::now().timestamp_millis());
+                    // Unchanged values are known to hold until the server last spoke, not
+                    // now: a subscription silently dead leaves a gap, not repeated values.
+                    let heard = subscription.heard_ms.load(Ordering::Relaxed);
+                    recorder.still(&sensors, heard.min(chrono::Utc::now().timestamp_millis()));
                     if cut.len() == sensors.len() {
                         reader.observe(&d.id, Err(&unreachable));
                     }

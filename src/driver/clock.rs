@@ -2,11 +2,15 @@
 //! source or server timestamp) only while that time is believable. A server whose own
 //! timestamp is off from ours by more than `SKEW_MS` has its timestamps moved by the same
 //! offset (a clock 40 days behind would file every point 40 days back); a time still ahead of
-//! ours, or before 2000 (a server stuck at 1601), is replaced by the time it was received,
-//! and the sample marked uncertain. Each correction is counted per device
+//! ours, before 2000 (a server stuck at 1601), or older than the same sensor's previous
+//! sample by more than the device's poll interval (its clock jumped back), is replaced by
+//! the time it was received, and the sample marked uncertain: a sensor's samples are never
+//! filed going back in time. Each correction is counted per device
 //! (`fieldgate_device_clock_corrections_total`); the first is logged once.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -19,13 +23,24 @@ const FLOOR_MS: i64 = 946_684_800_000;
 #[derive(Debug)]
 pub struct Clock {
     device: String,
+    /// How far back a sensor's sample may be from its previous one (the poll interval).
+    back_ms: i64,
+    /// The time each sensor's last sample was filed at.
+    last: parking_lot::Mutex<HashMap<String, i64>>,
     corrected: AtomicU64,
     warned: AtomicBool,
 }
 
 impl Clock {
-    pub fn new(device: &str) -> Clock {
-        Clock { device: device.to_string(), corrected: AtomicU64::new(0), warned: AtomicBool::new(false) }
+    /// The clock of `device`, polled every `poll` (none: it is not polled).
+    pub fn new(device: &str, poll: Option<Duration>) -> Clock {
+        Clock {
+            device: device.to_string(),
+            back_ms: poll.map_or(SKEW_MS, |p| p.as_millis().min(i64::MAX as u128) as i64),
+            last: parking_lot::Mutex::new(HashMap::new()),
+            corrected: AtomicU64::new(0),
+            warned: AtomicBool::new(false),
+        }
     }
 
     /// Samples whose time was corrected or replaced.
@@ -33,11 +48,12 @@ impl Clock {
         self.corrected.load(Ordering::Relaxed)
     }
 
-    /// The time to file a sample at, received `now`, from the device's `source` and
-    /// `server` timestamps; and whether the device's time was replaced by `now` (the sample
-    /// is then uncertain).
+    /// The time to file a sample of `sensor` at, received `now`, from the device's `source`
+    /// and `server` timestamps; and whether the device's time was replaced by `now` (the
+    /// sample is then uncertain).
     pub fn time_of(
         &self,
+        sensor: &str,
         source: Option<DateTime<Utc>>,
         server: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
@@ -49,10 +65,24 @@ impl Clock {
             .unwrap_or_default();
         let moved = device.checked_add_signed(offset);
         let ahead = now + TimeDelta::milliseconds(SKEW_MS);
-        let (t, replaced) = match moved {
+        let (mut t, mut replaced) = match moved {
             Some(t) if t.timestamp_millis() >= FLOOR_MS && t <= ahead => (t, false),
             _ => (now, true),
         };
+        {
+            let mut last = self.last.lock();
+            let ms = t.timestamp_millis();
+            match last.get_mut(sensor) {
+                Some(prev) if ms < prev.saturating_sub(self.back_ms) => {
+                    (t, replaced) = (now, true);
+                    *prev = now.timestamp_millis();
+                }
+                Some(prev) => *prev = ms,
+                None => {
+                    last.insert(sensor.to_string(), ms);
+                }
+            }
+        }
         if replaced || !offset.is_zero() {
             self.corrected.fetch_add(1, Ordering::Relaxed);
             if !self.warned.swap(true, Ordering::Relaxed) {
@@ -79,24 +109,49 @@ mod tests {
     #[test]
     fn believable_times_are_kept_and_others_moved_or_replaced() {
         let now = at(1_790_000_000_000);
-        let c = Clock::new("d");
+        let c = Clock::new("d", None);
         // A value changed an hour ago, from a server whose clock is right: kept.
         assert_eq!(
-            c.time_of(Some(at(now.timestamp_millis() - 3_600_000)), Some(now), now),
+            c.time_of("s", Some(at(now.timestamp_millis() - 3_600_000)), Some(now), now),
             (at(now.timestamp_millis() - 3_600_000), false)
         );
-        assert_eq!(c.time_of(None, None, now), (now, false));
+        assert_eq!(c.time_of("s", None, None, now), (now, false));
         assert_eq!(c.corrections(), 0);
         // A server 40 days behind: its times move forward by the same 40 days.
         let behind = TimeDelta::days(40);
         let t = now - behind - TimeDelta::seconds(2);
-        assert_eq!(c.time_of(Some(t), Some(now - behind), now), (now - TimeDelta::seconds(2), false));
+        assert_eq!(c.time_of("s", Some(t), Some(now - behind), now), (now - TimeDelta::seconds(2), false));
         // A year ahead with no server time, or stuck at 1601: the receive time, uncertain.
-        assert_eq!(c.time_of(Some(now + TimeDelta::days(365)), None, now), (now, true));
-        assert_eq!(c.time_of(Some(at(-11_644_473_600_000)), None, now), (now, true));
+        assert_eq!(c.time_of("s", Some(now + TimeDelta::days(365)), None, now), (now, true));
+        assert_eq!(c.time_of("s", Some(at(-11_644_473_600_000)), None, now), (now, true));
         assert_eq!(c.corrections(), 3);
         // Absurd times do not overflow: a server stuck at the first instant is moved to ours.
-        assert_eq!(c.time_of(Some(DateTime::<Utc>::MIN_UTC), Some(DateTime::<Utc>::MIN_UTC), now).0, now);
-        assert_eq!(c.time_of(Some(DateTime::<Utc>::MAX_UTC), Some(now), now), (now, true));
+        assert_eq!(
+            c.time_of("s", Some(DateTime::<Utc>::MIN_UTC), Some(DateTime::<Utc>::MIN_UTC), now).0,
+            now
+        );
+        assert_eq!(c.time_of("s", Some(DateTime::<Utc>::MAX_UTC), Some(now), now), (now, true));
+    }
+
+    #[test]
+    fn a_sensors_samples_never_go_back_by_more_than_the_poll_interval() {
+        let now = at(1_790_000_000_000);
+        let c = Clock::new("d", Some(Duration::from_secs(1)));
+        let ms = |t: DateTime<Utc>| t.timestamp_millis();
+        assert_eq!(c.time_of("a", Some(now), None, now), (now, false));
+        // Unchanged value, same source time; or back by less than a poll: kept.
+        assert_eq!(c.time_of("a", Some(now), None, now + TimeDelta::seconds(1)), (now, false));
+        let back = at(ms(now) - 900);
+        assert_eq!(c.time_of("a", Some(back), None, now + TimeDelta::seconds(2)), (back, false));
+        // The device's clock jumps back an hour (no server time to tell): the receive time,
+        // uncertain, until its time passes the last filed one.
+        let later = now + TimeDelta::seconds(3);
+        assert_eq!(c.time_of("a", Some(now - TimeDelta::hours(1)), None, later), (later, true));
+        let again = later + TimeDelta::seconds(1);
+        assert_eq!(c.time_of("a", Some(now - TimeDelta::hours(1)), None, again), (again, true));
+        // Another sensor of the same device has its own past.
+        let old = now - TimeDelta::hours(1);
+        assert_eq!(c.time_of("b", Some(old), None, now), (old, false));
+        assert_eq!(c.corrections(), 2);
     }
 }

@@ -58,10 +58,13 @@ impl Health {
             }
             Some(e) => {
                 i.last_error = Some((e.clone(), now));
-                // A device that answered "no" is alive: only its silence makes it failing.
+                // A device that answered "no" is alive: only its silence makes it failing,
+                // or its refusing us altogether (a session refused: nothing can be read).
                 if e.blames_device() {
-                    i.failing_since.get_or_insert((now, Instant::now()));
                     i.failures += 1;
+                }
+                if e.blames_device() || matches!(e, DriverError::Refused(_)) {
+                    i.failing_since.get_or_insert((now, Instant::now()));
                 }
             }
         }

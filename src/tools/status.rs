@@ -9,6 +9,7 @@ use super::defs::{
 };
 use super::device_error::device_error;
 use super::{Inner, ToolError, ToolResult, to_data};
+use crate::driver::DriverError;
 use crate::ids::DeviceId;
 use crate::registry::Device;
 use crate::resilience::breaker::SnapshotState;
@@ -23,10 +24,15 @@ fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
     let (state, breaker) = match breaker {
         Some(b) => {
             // Evidence, not a default: a device never heard from is unknown, one that
-            // never answered but failed is down, one whose last word was a failure is
-            // degraded (its breaker still closed).
+            // never answered but failed is down, as is one refusing our session since its
+            // last success (a changed server certificate: nothing can be read, though it
+            // answers); one whose last word was a failure is degraded (its breaker still
+            // closed).
+            let refused = health.failing_since.is_some()
+                && matches!(health.last_error, Some((DriverError::Refused(_), _)));
             let state = match b.state {
                 SnapshotState::Open | SnapshotState::HalfOpen => DeviceState::Down,
+                SnapshotState::Closed if refused => DeviceState::Down,
                 SnapshotState::Closed if health.last_success.is_none() && health.last_error.is_none() => {
                     DeviceState::Unknown
                 }

@@ -264,6 +264,62 @@ async fn stalled_deliveries_go_in_parallel_and_never_hold_up_a_stop() {
     }
 }
 
+/// Through the real binary: six approved orders whose webhook stalls, then SIGTERM: the
+/// process exits well within its 10 s grace period (it took 57.6 s: deliveries went one at a
+/// time, each waiting out its 10 s timeout), and the next start sends the six again, with
+/// the same idempotency keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_stalled_deliveries_stops_within_the_grace_period_and_the_next_start_delivers() {
+    let hook = Webhook::start(&[Answer::Hang; 6]).await;
+    let closed = ClosedPort::new();
+    let devices = demo_devices_unreachable(&closed);
+    let data = tempfile::tempdir().unwrap();
+    let env = [
+        ("FIELDGATE_WORK_ORDERS_AUTO_APPROVE", r#"["inspection:medium"]"#),
+        ("FIELDGATE_WORK_ORDERS_WEBHOOK_URL", hook.url.as_str()),
+    ];
+    let mut served = serve_binary(devices.path(), data.path(), &env).await;
+    let _stderr = served.drain_stderr();
+    let mut client = fieldgate::transport::client::HttpClient::connect(served.addr).await.unwrap();
+    for i in 0..6 {
+        let args = json!({"sensor_id": format!("A_UTIL_{:03}", i + 4), "type": "inspection", "priority": "medium",
+            "summary": format!("Voltage dips on feeder {i}; inspect the meter."), "idempotency_key": format!("sigterm-{i:04}")});
+        let r = client.post("/v1/tools/create_work_order", args.to_string().as_bytes()).await.unwrap();
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    }
+    let t = std::time::Duration::from_secs(30);
+    wait_until("six deliveries in flight, none answered", t, || {
+        let n = hook.requests().len();
+        async move { n == 6 }
+    })
+    .await;
+    let pid = served.child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = tokio::time::timeout(std::time::Duration::from_secs(10), served.child.wait())
+        .await
+        .expect("the process exits within its 10 s grace period, stalled deliveries or not")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+
+    // The next start: the six are still due and go out again, same keys.
+    let mut again = serve_binary(devices.path(), data.path(), &env).await;
+    let _stderr = again.drain_stderr();
+    wait_until("the six sent again after the restart", t, || {
+        let n = hook.requests().len();
+        async move { n == 12 }
+    })
+    .await;
+    let keys = |r: &[Request]| {
+        let mut k: Vec<String> = r.iter().map(|r| r.idempotency_key.clone()).collect();
+        k.sort();
+        k
+    };
+    let all = hook.requests();
+    assert_eq!(keys(&all[..6]), keys(&all[6..]), "the same deliveries, by key");
+    again.child.start_kill().unwrap();
+    let _ = again.child.wait().await;
+}
+
 #[test]
 fn webhook_urls_are_parsed_by_hand_written_cases() {
     for (url, accepted) in [

@@ -29,6 +29,11 @@ fn modules() -> PathBuf {
 impl OpcuaPeer {
     /// Serves `nodes`: `[{"name", "type", "value", "array"?}]`.
     pub async fn start(nodes: &Value) -> OpcuaPeer {
+        OpcuaPeer::start_with(nodes, &[]).await
+    }
+
+    /// As [`OpcuaPeer::start`], with `env` (`PEER_SECURE`, `PEER_PORT`: see server.js).
+    pub async fn start_with(nodes: &Value, env: &[(&str, &str)]) -> OpcuaPeer {
         assert!(
             modules().join("node-opcua").is_dir(),
             "node-opcua is not installed: run scripts/test-deps (npm install --prefix target/opcua-js node-opcua@2)"
@@ -39,6 +44,7 @@ impl OpcuaPeer {
             .arg(dir.path())
             .arg(nodes.to_string())
             .env("NODE_PATH", modules())
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -79,6 +85,14 @@ impl OpcuaPeer {
         OpcuaPeer { url, ns, _child: child, _dir: dir }
     }
 
+    /// Freezes the server (SIGSTOP: its sockets stay open, it sends nothing) or thaws it.
+    pub fn freeze(&self, frozen: bool) {
+        let pid = self._child.id().expect("node-opcua runs").to_string();
+        let signal = if frozen { "-STOP" } else { "-CONT" };
+        let status = std::process::Command::new("kill").args([signal, &pid]).status().expect("kill runs");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     /// A device file reading `sensors` (sensor ID, variable name) from this server, by polling.
     pub fn device_file(&self, sensors: &[(&str, &str)]) -> String {
         let mut text = format!(
@@ -105,24 +119,29 @@ struct Rig {
     client: HttpClient,
     ids: Vec<String>,
     _stderr: tokio::task::JoinHandle<String>,
-    _peer: OpcuaPeer,
+    peer: OpcuaPeer,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
 impl Rig {
     async fn start(nodes: Value) -> Rig {
+        Rig::start_with(nodes, |file| file, &[]).await
+    }
+
+    /// As [`Rig::start`], with the device file edited and the process given `env`.
+    async fn start_with(nodes: Value, edit: impl Fn(String) -> String, env: &[(&str, &str)]) -> Rig {
         let peer = OpcuaPeer::start(&nodes).await;
         let ids: Vec<String> =
             (1..=nodes.as_array().unwrap().len()).map(|i| format!("T_PEER_{i:03}")).collect();
         let names: Vec<&str> =
             nodes.as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
         let sensors: Vec<(&str, &str)> = ids.iter().map(String::as_str).zip(names).collect();
-        let devices = device_dir(&[("t-peer.toml", &peer.device_file(&sensors))]);
+        let devices = device_dir(&[("t-peer.toml", &edit(peer.device_file(&sensors)))]);
         let data = tempfile::tempdir().unwrap();
-        let mut served = support::serve_binary(devices.path(), data.path(), &[]).await;
+        let mut served = support::serve_binary(devices.path(), data.path(), env).await;
         let _stderr = served.drain_stderr();
         let client = HttpClient::connect(served.addr).await.unwrap();
-        Rig { served, client, ids, _stderr, _peer: peer, _dirs: (devices, data) }
+        Rig { served, client, ids, _stderr, peer, _dirs: (devices, data) }
     }
 
     /// A tool's answer, as written.
@@ -135,6 +154,14 @@ impl Rig {
     async fn readings(&mut self) -> String {
         let args = json!({"sensor_ids": self.ids.clone()});
         self.call("get_sensor_readings", args).await
+    }
+
+    /// The device's state in `get_device_status`.
+    async fn state(&mut self) -> String {
+        let v: Value =
+            serde_json::from_str(&self.call("get_device_status", json!({"device_id": "t-peer"})).await)
+                .unwrap();
+        v["data"]["devices"][0]["state"].as_str().unwrap_or_default().to_string()
     }
 
     async fn stop(mut self) {
@@ -280,4 +307,140 @@ async fn an_uncertain_node_without_a_value_is_uncertain() {
     assert_eq!((&r[0]["value"], &r[0]["quality"]), (&Value::Null, &json!("uncertain")), "{v}");
     assert_eq!((&r[1]["value"], &r[1]["quality"]), (&json!(3.5), &json!("uncertain")), "{v}");
     rig.stop().await;
+}
+
+/// A subscription whose server goes silent (frozen: its socket open, nothing sent, as when
+/// it aborts its channels) is lost after one keep-alive period: the device is no longer up,
+/// and history has a gap where nothing was heard (before: lost after three periods, and the
+/// last value was stored again all the while, so history showed no gap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_subscription_is_lost_after_one_keep_alive_and_leaves_a_gap() {
+    let subscribe = |f: String| {
+        f.replace("security_mode = \"None\"\n", "security_mode = \"None\"\nmode = \"subscribe\"\n")
+    };
+    let nodes = json!([{"name": "Level", "type": "Double", "value": 4.5}]);
+    let mut rig = Rig::start_with(nodes, subscribe, &[("FIELDGATE_HISTORY_MAX_SILENCE_S", "1")]).await;
+    let addr = rig.served.addr;
+    let history = move || async move {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        let args = json!({"sensor_id": "T_PEER_001", "from": "-1h"});
+        c.post("/v1/tools/get_sensor_history", args.to_string().as_bytes()).await.unwrap().json()
+    };
+    support::wait_until("the value stored again while the subscription is live", T, || async {
+        history().await["data"]["points"].as_array().is_some_and(|p| p.len() >= 3)
+    })
+    .await;
+    assert_eq!(rig.state().await, "up");
+
+    let frozen_at = chrono::Utc::now();
+    rig.peer.freeze(true);
+    // Keep-alive every 5 x 200 ms: lost 2 s after the last message (1 s for the wire; it took 6 s:
+    // three periods of 10).
+    let lost = Duration::from_secs(4);
+    let client = std::sync::Arc::new(tokio::sync::Mutex::new(HttpClient::connect(addr).await.unwrap()));
+    support::wait_until("the device no longer up within 4 s of its server going silent", lost, || {
+        let client = client.clone();
+        async move {
+            let args = json!({"device_id": "t-peer"});
+            let res =
+                client.lock().await.post("/v1/tools/get_device_status", args.to_string().as_bytes()).await;
+            res.is_ok_and(|r| r.json()["data"]["devices"][0]["state"] != "up")
+        }
+    })
+    .await;
+    // Silent longer than history's gap threshold (max_silence 1 s + 3 polls of at least 1 s).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    rig.peer.freeze(false);
+    let thawed_at = chrono::Utc::now();
+    support::wait_until("the subscription recreated and the value stored after the thaw", T, || async {
+        let h = history().await;
+        h["data"]["points"].as_array().is_some_and(|p| {
+            p.last()
+                .and_then(|p| p["t"].as_str())
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .is_some_and(|t| t > thawed_at)
+        })
+    })
+    .await;
+    let h = history().await;
+    let gaps = h["data"]["gaps"].as_array().cloned().unwrap_or_default();
+    let spans = |g: &Value| {
+        let at = |k: &str| chrono::DateTime::parse_from_rfc3339(g[k].as_str().unwrap()).unwrap();
+        // (A message on the wire as the server froze may be heard just after.)
+        at("from") <= frozen_at + chrono::TimeDelta::milliseconds(500) && at("to") >= thawed_at
+    };
+    assert!(gaps.iter().any(spans), "a gap from before the freeze to after the thaw: {h}");
+    assert_eq!(rig.state().await, "up", "up again");
+    rig.stop().await;
+}
+
+/// A secured server whose certificate changes (a new one after a restart): every read is
+/// DEVICE_REJECTED naming the new certificate, and `get_device_status` says the device is down
+/// with that error (it said `up`, from the last success before the change, while nothing
+/// could be read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_certificate_changed_is_down_not_up() {
+    let nodes = json!([{"name": "Level", "type": "Double", "value": 4.5}]);
+    let secure = [("PEER_SECURE", "1")];
+    let first = OpcuaPeer::start_with(&nodes, &secure).await;
+    let port = first.url.rsplit(':').next().and_then(|p| p.split('/').next()).unwrap().to_string();
+    let file = first.device_file(&[("T_PEER_001", "Level")]).replace(
+        "security_policy = \"None\"\nsecurity_mode = \"None\"",
+        "security_policy = \"Basic256Sha256\"\nsecurity_mode = \"SignAndEncrypt\"",
+    );
+    let devices = device_dir(&[("t-peer.toml", &file)]);
+    let data = tempfile::tempdir().unwrap();
+    let mut served = support::serve_binary(devices.path(), data.path(), &[]).await;
+    let _stderr = served.drain_stderr();
+    let mut client = HttpClient::connect(served.addr).await.unwrap();
+    let mut call = async |tool: &str, args: Value| -> Value {
+        client.post(&format!("/v1/tools/{tool}"), args.to_string().as_bytes()).await.unwrap().json()
+    };
+    let read = json!({"sensor_id": "T_PEER_001"});
+    let status = json!({"device_id": "t-peer"});
+    // Trusted the way an operator does it: the refused certificate moved to trusted/.
+    let v = call("get_sensor_reading", read.clone()).await;
+    assert_eq!(v["error"]["code"], "DEVICE_REJECTED", "untrusted at first: {v}");
+    let pki = data.path().join("pki");
+    let trust = || {
+        let rejected =
+            std::fs::read_dir(pki.join("rejected")).unwrap().map(|f| f.unwrap().path()).collect::<Vec<_>>();
+        for r in rejected {
+            std::fs::rename(&r, pki.join("trusted").join(r.file_name().unwrap())).unwrap();
+        }
+    };
+    trust();
+    let v = call("get_sensor_reading", read.clone()).await;
+    assert_eq!(v["data"]["value"], 4.5, "read once trusted: {v}");
+    assert_eq!(call("get_device_status", status.clone()).await["data"]["devices"][0]["state"], "up");
+
+    // The server comes back on the same port with a new certificate.
+    drop(first);
+    let second = OpcuaPeer::start_with(&nodes, &[("PEER_SECURE", "1"), ("PEER_PORT", &port)]).await;
+    // The poller meets the new certificate (while the server was away the device failed
+    // and its breaker may have opened: its probe does).
+    let addr = served.addr;
+    support::wait_until("the poller to meet the new certificate", T, || async move {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        let args = json!({"device_id": "t-peer"});
+        let s = c.post("/v1/tools/get_device_status", args.to_string().as_bytes()).await.unwrap().json();
+        s["data"]["devices"][0]["last_error"]["code"] == "DEVICE_REJECTED"
+    })
+    .await;
+    let v = call("get_sensor_reading", read.clone()).await;
+    assert_eq!(v["error"]["code"], "DEVICE_REJECTED", "the new certificate is not trusted: {v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("not trusted"), "{v}");
+    let s = call("get_device_status", status.clone()).await;
+    let d = &s["data"]["devices"][0];
+    assert_eq!(d["state"], "down", "nothing can be read: {s}");
+    assert_eq!(d["last_error"]["code"], "DEVICE_REJECTED", "{s}");
+    assert!(d["down_since"].is_string(), "{s}");
+    // Trusted again: up again.
+    trust();
+    let v = call("get_sensor_reading", read.clone()).await;
+    assert_eq!(v["data"]["value"], 4.5, "read once the new certificate is trusted: {v}");
+    assert_eq!(call("get_device_status", status).await["data"]["devices"][0]["state"], "up");
+    drop(second);
+    served.child.start_kill().unwrap();
+    let _ = served.child.wait().await;
 }

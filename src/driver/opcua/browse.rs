@@ -54,7 +54,7 @@ pub async fn discover_opcua(p: &UaProbe) -> Result<String, DiscoverError> {
         security: Security::of(None),
         pki: Pki::new(std::env::temp_dir().join("fieldgate-opcua-none")),
         request_timeout: p.timeout,
-        clock: std::sync::Arc::new(crate::driver::clock::Clock::new("discovery")),
+        clock: std::sync::Arc::new(crate::driver::clock::Clock::new("discovery", None)),
     };
     let unreachable = || DiscoverError::Connect(p.url.clone());
     let conn = match tokio::time::timeout(p.timeout * 5, target.connect()).await {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opcua::client::{Client, Session};
+use opcua::crypto::X509;
 use opcua::types::{
     AttributeId, ByteString, DataValue, NodeId, ReadValueId, StatusCode, TimestampsToReturn, Variant,
 };
@@ -79,7 +80,7 @@ impl Target {
             security: Security::of(device.opcua.as_ref()),
             pki: pki.clone(),
             request_timeout: device.timeout.max(Duration::from_millis(100)),
-            clock: Arc::new(Clock::new(device.id.as_str())),
+            clock: Arc::new(Clock::new(device.id.as_str(), device.poll_interval)),
         })
     }
 
@@ -111,6 +112,21 @@ impl Target {
             return Err(DriverError::Refused(Refusal::NoMatchingEndpoint { policy, mode }));
         };
         let server_cert = endpoint.server_certificate.clone();
+        if secured && self.pki.trusts(&server_cert) {
+            let host = url::Url::parse(self.url.as_str()).ok().and_then(|u| u.host_str().map(str::to_string));
+            let fit = security::unfit(
+                server_cert.as_ref(),
+                host.as_deref().unwrap_or_default(),
+                endpoint.server.application_uri.as_ref(),
+                chrono::Utc::now(),
+            );
+            if let Some(reason) = fit {
+                let thumbprint = X509::from_byte_string(&server_cert)
+                    .map(|c| c.thumbprint().as_hex_string())
+                    .unwrap_or_default();
+                return Err(DriverError::Refused(Refusal::UnfitServerCertificate { thumbprint, reason }));
+            }
+        }
         let (session, event_loop) =
             client.connect_to_endpoint_directly(endpoint, identity).map_err(|e| lost(e.status()))?;
         let mut conn = Connection { session, event_loop: event_loop.spawn() };
@@ -239,9 +255,10 @@ pub(crate) fn node_of(sensor: &Sensor) -> Option<NodeId> {
 }
 
 /// What one `DataValue` of a `Read` reply means for the sensor.
-pub(crate) fn sample_of(dv: DataValue, clock: &Clock) -> Result<Sample, DriverError> {
+pub(crate) fn sample_of(dv: DataValue, clock: &Clock, sensor: &str) -> Result<Sample, DriverError> {
     let status = dv.status.unwrap_or(StatusCode::Good);
     let (at, replaced) = clock.time_of(
+        sensor,
         dv.source_timestamp.map(|t| t.as_chrono()),
         dv.server_timestamp.map(|t| t.as_chrono()),
         chrono::Utc::now(),
@@ -356,11 +373,12 @@ impl Driver for OpcUaDriver {
             };
             nodes
                 .iter()
-                .map(|n| match n {
+                .zip(sensors)
+                .map(|(n, s)| match n {
                     None => Err(DriverError::NodeRejected { status: "BadNodeIdInvalid" }),
-                    Some(_) => values
-                        .next()
-                        .map_or(Err(DriverError::Malformed), |v| sample_of(v, &self.target.clock)),
+                    Some(_) => values.next().map_or(Err(DriverError::Malformed), |v| {
+                        sample_of(v, &self.target.clock, s.id.as_str())
+                    }),
                 })
                 .collect()
         })
@@ -394,34 +412,38 @@ mod tests {
 
     #[test]
     fn statuses_map_to_errors_or_qualities() {
-        let good = sample_of(dv(Some(Variant::Double(1.5)), StatusCode::Good), &Clock::new("t")).unwrap();
+        let good =
+            sample_of(dv(Some(Variant::Double(1.5)), StatusCode::Good), &Clock::new("t", None), "s").unwrap();
         assert_eq!((good.value, good.quality), (RawValue::Float(1.5), SampleQuality::Good));
-        let unc =
-            sample_of(dv(Some(Variant::Int32(-4)), StatusCode::UncertainLastUsableValue), &Clock::new("t"))
-                .unwrap();
+        let unc = sample_of(
+            dv(Some(Variant::Int32(-4)), StatusCode::UncertainLastUsableValue),
+            &Clock::new("t", None),
+            "s",
+        )
+        .unwrap();
         assert_eq!((unc.value, unc.quality), (RawValue::Int(-4), SampleQuality::Uncertain));
-        let bad = sample_of(dv(None, StatusCode::BadSensorFailure), &Clock::new("t")).unwrap();
+        let bad = sample_of(dv(None, StatusCode::BadSensorFailure), &Clock::new("t", None), "s").unwrap();
         assert_eq!(bad.quality, SampleQuality::Bad);
         assert_eq!(
-            sample_of(dv(None, StatusCode::BadNodeIdUnknown), &Clock::new("t")),
+            sample_of(dv(None, StatusCode::BadNodeIdUnknown), &Clock::new("t", None), "s"),
             Err(DriverError::NodeRejected { status: "BadNodeIdUnknown" })
         );
         assert_eq!(
-            sample_of(dv(None, StatusCode::BadTooManyOperations), &Clock::new("t")),
+            sample_of(dv(None, StatusCode::BadTooManyOperations), &Clock::new("t", None), "s"),
             Err(DriverError::Busy)
         );
         assert_eq!(
-            sample_of(dv(None, StatusCode::BadNotConnected), &Clock::new("t")),
+            sample_of(dv(None, StatusCode::BadNotConnected), &Clock::new("t", None), "s"),
             Err(DriverError::Unavailable { retry_after: None })
         );
         // A good status with no value, or a value that is no scalar: the sensor's fault.
         assert_eq!(
-            sample_of(dv(None, StatusCode::Good), &Clock::new("t")),
+            sample_of(dv(None, StatusCode::Good), &Clock::new("t", None), "s"),
             Err(DriverError::Unreadable { received: "no value (a Null variant)" })
         );
         let array = Variant::from(vec![1.0f64, 2.0]);
         assert_eq!(
-            sample_of(dv(Some(array), StatusCode::Good), &Clock::new("t")),
+            sample_of(dv(Some(array), StatusCode::Good), &Clock::new("t", None), "s"),
             Err(DriverError::Unreadable { received: "an array" })
         );
     }

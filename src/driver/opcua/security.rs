@@ -245,6 +245,62 @@ impl Pki {
     }
 }
 
+impl Pki {
+    /// Whether the server certificate in `der` is one an operator trusted.
+    pub fn trusts(&self, der: &ByteString) -> bool {
+        X509::from_byte_string(der).is_ok_and(|c| self.trusted_dir().join(file_name_of(&c)).is_file())
+    }
+}
+
+/// Why a trusted server certificate does not fit the server at `host` whose application URI
+/// is `application_uri`, at `now`; `None` when it fits. The checks async-opcua makes, but as
+/// the specification has them: the URI and the host may be any of the certificate's
+/// alternative names (async-opcua takes the first name for the URI and skips it for the host,
+/// so it refuses node-opcua's certificates, which list the host names first).
+pub fn unfit(
+    der: &[u8],
+    host: &str,
+    application_uri: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<&'static str> {
+    use x509_cert::der::Decode;
+    use x509_cert::ext::pkix::{SubjectAltName, name::GeneralName};
+    const MALFORMED: &str = "it is malformed or its key does not fit the security policy";
+    let Ok(cert) = X509::from_der(der) else { return Some(MALFORMED) };
+    if cert.is_time_valid(&now).is_err() {
+        return Some("it has expired or is not valid yet");
+    }
+    let Ok(parsed) = x509_cert::Certificate::from_der(der) else { return Some(MALFORMED) };
+    let names = match parsed.tbs_certificate.get::<SubjectAltName>() {
+        Ok(Some((_, SubjectAltName(names)))) => names,
+        _ => Vec::new(),
+    };
+    let ip: Option<std::net::IpAddr> = host.trim_start_matches('[').trim_end_matches(']').parse().ok();
+    let host_fits = names.iter().any(|n| match n {
+        GeneralName::DnsName(d) => d.as_str().eq_ignore_ascii_case(host),
+        GeneralName::IpAddress(o) => {
+            let b = o.as_bytes();
+            let named = match b.len() {
+                4 => <[u8; 4]>::try_from(b).ok().map(std::net::IpAddr::from),
+                16 => <[u8; 16]>::try_from(b).ok().map(std::net::IpAddr::from),
+                _ => None,
+            };
+            named.is_some() && named == ip
+        }
+        _ => false,
+    });
+    if !host_fits {
+        return Some("its host names do not include the endpoint's host");
+    }
+    let uri_fits = names
+        .iter()
+        .any(|n| matches!(n, GeneralName::UniformResourceIdentifier(u) if u.as_str() == application_uri));
+    if !uri_fits {
+        return Some("its application URI is not the server's");
+    }
+    None
+}
+
 /// The file name async-opcua's certificate store gives a certificate.
 fn file_name_of(cert: &X509) -> String {
     opcua::crypto::CertificateStore::cert_file_name(cert)
@@ -258,9 +314,13 @@ pub fn client_builder(pki_dir: &Path, secured: bool) -> ClientBuilder {
         .product_uri("urn:fieldgate")
         // Security policy None needs no key pair; do not write one for it.
         .create_sample_keypair(secured)
-        // Servers are trusted by an operator moving their certificate, never automatically.
+        // Servers are trusted by an operator moving their certificate, never automatically
+        // (async-opcua checks the trust list and the key length whatever the next setting
+        // says); whether a trusted certificate fits the server is checked by `unfit` before
+        // connecting, since async-opcua's own check refuses certificates the specification
+        // allows.
         .trust_server_certs(false)
-        .verify_server_certs(true)
+        .verify_server_certs(false)
         .pki_dir(pki_dir.to_path_buf())
         .session_retry_limit(0)
         // A session whose server stopped answering (powered off, cable pulled: no reset
@@ -316,5 +376,43 @@ mod tests {
             s.token().err(),
             Some(Refusal::CredentialsMissing { var: "FG_TEST_UNSET_USER_VAR_1".into() })
         );
+    }
+
+    /// A self-signed certificate with these alternative names, valid from `from` to `to`.
+    fn cert(names: Vec<rcgen::SanType>, from: (i32, u8, u8), to: (i32, u8, u8)) -> Vec<u8> {
+        let mut p = rcgen::CertificateParams::default();
+        p.subject_alt_names = names;
+        p.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
+        p.not_after = rcgen::date_time_ymd(to.0, to.1, to.2);
+        let key = rcgen::KeyPair::generate().unwrap();
+        p.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn a_certificate_fits_by_any_of_its_names_whatever_their_order() {
+        use rcgen::SanType::{DnsName, IpAddress, URI};
+        let now = chrono::DateTime::parse_from_rfc3339("2026-12-02T00:00:00Z").unwrap().to_utc();
+        let ip = |s: &str| IpAddress(s.parse().unwrap());
+        let uri = |s: &str| URI(s.try_into().unwrap());
+        let dns = |s: &str| DnsName(s.try_into().unwrap());
+        let year = ((2026, 1, 1), (2027, 1, 1));
+        // node-opcua's order: host names first, the URI last (async-opcua refused it).
+        let node = cert(vec![dns("vm"), ip("127.0.0.1"), uri("urn:vm:Server")], year.0, year.1);
+        assert_eq!(unfit(&node, "127.0.0.1", "urn:vm:Server", now), None);
+        assert_eq!(unfit(&node, "VM", "urn:vm:Server", now), None);
+        let v6 = cert(vec![uri("urn:x"), ip("::1")], year.0, year.1);
+        assert_eq!(unfit(&v6, "[::1]", "urn:x", now), None);
+        let host = Some("its host names do not include the endpoint's host");
+        assert_eq!(unfit(&node, "10.0.0.9", "urn:vm:Server", now), host);
+        assert_eq!(unfit(&node, "plc.local", "urn:vm:Server", now), host);
+        assert_eq!(
+            unfit(&node, "127.0.0.1", "urn:other", now),
+            Some("its application URI is not the server's")
+        );
+        let old = cert(vec![ip("127.0.0.1"), uri("urn:x")], (2020, 1, 1), (2021, 1, 1));
+        assert_eq!(unfit(&old, "127.0.0.1", "urn:x", now), Some("it has expired or is not valid yet"));
+        let none = cert(vec![], year.0, year.1);
+        assert_eq!(unfit(&none, "127.0.0.1", "urn:x", now), host);
+        assert!(unfit(b"not a certificate", "127.0.0.1", "urn:x", now).is_some());
     }
 }

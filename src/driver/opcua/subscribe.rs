@@ -10,7 +10,7 @@
 //! subscription IDs receive nothing after a server restart; this is the failure it avoids.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use opcua::client::{MonitoredItemMap, OnSubscriptionNotificationCore};
@@ -46,6 +46,9 @@ pub struct Counters {
     pub notifications: AtomicU64,
     /// Whether a session with its subscription is up now.
     pub live: AtomicBool,
+    /// When the subscription last heard from its server (data or keep-alive), in Unix
+    /// milliseconds: values unchanged since are known to hold until then, not later.
+    pub heard_ms: AtomicI64,
 }
 
 /// Subscribes to `sensors` on `target` until `stop`, sending every change to `tx`.
@@ -80,7 +83,7 @@ pub async fn run(
                     warned = false;
                     let lost = tokio::select! {
                         s = conn.closed() => format!("session lost ({})", s.sub_code().name()),
-                        () = heard.silent(SILENT_KEEP_ALIVES) => {
+                        () = heard.silent(interval.max(WIRE)) => {
                             // The server stopped publishing (hung, or the library reconnected
                             // the session without its publish requests): start afresh.
                             let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
@@ -119,11 +122,11 @@ pub async fn run(
     }
 }
 
-/// Keep-alive periods without any message on a live subscription after which it counts as
-/// lost (the specification's own rule for a client is "after several").
-const SILENT_KEEP_ALIVES: u32 = 3;
-/// Keep-alive every this many publishing intervals when nothing changes.
-const KEEP_ALIVE_COUNT: u32 = 10;
+/// Keep-alive every this many publishing intervals when nothing changes: a subscription
+/// silent for longer (plus one interval, at least `WIRE`, for the message on its way) is lost.
+const KEEP_ALIVE_COUNT: u32 = 5;
+/// The least time allowed for a message on its way (a loaded server or network).
+const WIRE: Duration = Duration::from_secs(1);
 
 /// When the subscription last heard from its server (data or keep-alive), and how often
 /// it must hear at least.
@@ -131,16 +134,19 @@ const KEEP_ALIVE_COUNT: u32 = 10;
 struct Heard {
     at: Arc<parking_lot::Mutex<tokio::time::Instant>>,
     keep_alive: Duration,
+    counters: Arc<Counters>,
 }
 
 impl Heard {
     fn touch(&self) {
         *self.at.lock() = tokio::time::Instant::now();
+        self.counters.heard_ms.store(chrono::Utc::now().timestamp_millis(), Ordering::Relaxed);
     }
 
-    /// Completes once `periods` keep-alive periods have passed without a message.
-    async fn silent(&self, periods: u32) {
-        let limit = self.keep_alive * periods;
+    /// Completes once one keep-alive period, and `grace` for the message on the wire, has
+    /// passed without a message: the server owed one by then.
+    async fn silent(&self, grace: Duration) {
+        let limit = self.keep_alive + grace;
         loop {
             let last = *self.at.lock();
             if last.elapsed() >= limit {
@@ -158,6 +164,8 @@ struct Notifications {
     counters: Arc<Counters>,
     heard: Heard,
     clock: Arc<crate::driver::clock::Clock>,
+    /// The sensors' IDs, by index (the clock keeps each sensor's last time).
+    ids: Vec<String>,
 }
 
 impl OnSubscriptionNotificationCore for Notifications {
@@ -169,7 +177,9 @@ impl OnSubscriptionNotificationCore for Notifications {
                 self.counters.notifications.fetch_add(1, Ordering::Relaxed);
                 // Handles are 1-based: the library replaces a handle of 0 with one of its own.
                 let Some(sensor) = (change.client_handle as usize).checked_sub(1) else { continue };
-                let _ = self.tx.send(Update::Change { sensor, sample: sample_of(change.value, &self.clock) });
+                let Some(id) = self.ids.get(sensor) else { continue };
+                let sample = sample_of(change.value, &self.clock, id);
+                let _ = self.tx.send(Update::Change { sensor, sample });
             }
         }
     }
@@ -188,15 +198,18 @@ async fn subscribe(
     let heard = Heard {
         at: Arc::new(parking_lot::Mutex::new(tokio::time::Instant::now())),
         keep_alive: interval * KEEP_ALIVE_COUNT,
+        counters: counters.clone(),
     };
     let callback = Notifications {
         tx: tx.clone(),
         counters: counters.clone(),
         heard: heard.clone(),
         clock: clock.clone(),
+        ids: sensors.iter().map(|s| s.id.to_string()).collect(),
     };
     let session = &conn.session;
-    // Keep-alive every 10 publishing intervals; the subscription outlives 3 missed ones.
+    // A keep-alive every KEEP_ALIVE_COUNT publishing intervals; the server keeps the
+    // subscription through 3 missed ones of ours.
     let id = session
         .create_subscription(interval, 3 * KEEP_ALIVE_COUNT, KEEP_ALIVE_COUNT, 0, 0, true, callback)
         .await

@@ -3,6 +3,8 @@
 // DIR for its certificates, NODES a JSON list of {name, type, value, array?, source?, status?} (Int64 and UInt64 as
 // [high, low] 32-bit words, as node-opcua takes them). Anonymous, security None, any port:
 // it prints `listening opc.tcp://...` once it serves, and stops when its stdin closes.
+// PEER_SECURE=1 also offers Basic256Sha256 Sign and SignAndEncrypt (its own certificate
+// made on first start in DIR/pki); PEER_PORT=N listens on port N.
 const opcua = require("node-opcua");
 const path = require("path");
 
@@ -13,12 +15,19 @@ async function main() {
     rootFolder: path.join(dir, "pki"),
     automaticallyAcceptUnknownCertificate: true,
   });
+  const secure = process.env.PEER_SECURE === "1";
   const server = new opcua.OPCUAServer({
-    port: 0,
+    port: Number(process.env.PEER_PORT || 0),
     resourcePath: "/peer",
     serverCertificateManager,
-    securityPolicies: [opcua.SecurityPolicy.None],
-    securityModes: [opcua.MessageSecurityMode.None],
+    securityPolicies: secure
+      ? [opcua.SecurityPolicy.None, opcua.SecurityPolicy.Basic256Sha256]
+      : [opcua.SecurityPolicy.None],
+    securityModes: secure
+      ? [opcua.MessageSecurityMode.None, opcua.MessageSecurityMode.Sign, opcua.MessageSecurityMode.SignAndEncrypt]
+      : [opcua.MessageSecurityMode.None],
+    // Its own certificate names the address the tests connect to.
+    alternateHostname: ["127.0.0.1"],
     allowAnonymous: true,
   });
   await server.initialize();
