@@ -132,7 +132,12 @@ async fn subscribe_device(
                             }
                             bad_now()
                         }
-                        Err(_) => continue,
+                        // The node no longer holds a value (it became an array, a Null, ...):
+                        // the last value is not current either; the device is not to blame.
+                        Err(_) => {
+                            cut.remove(&sensor);
+                            bad_now()
+                        }
                     };
                     reader.cache().put(s, &sample);
                     recorder.record(s, &sample);

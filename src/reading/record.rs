@@ -49,7 +49,8 @@ pub fn stored_of(sample: &Sample) -> (Stored, u8) {
     let (value, quality) = stored_value(sample);
     let quality = match sample.quality {
         crate::driver::SampleQuality::Good => quality,
-        crate::driver::SampleQuality::Uncertain => quality.max(1),
+        // Uncertain without a value (an OPC UA Uncertain status with a Null) stays uncertain.
+        crate::driver::SampleQuality::Uncertain => 1,
         crate::driver::SampleQuality::Bad => 2,
     };
     (value, quality)

@@ -58,6 +58,8 @@ pub struct Guard {
     pub id: DeviceId,
     pub breaker: Breaker,
     pub health: Health,
+    /// Whether the device's refusal of fieldgate's session has been logged (until it is read).
+    pub refusal_logged: std::sync::atomic::AtomicBool,
 }
 
 /// Retry settings of calls.
@@ -107,8 +109,12 @@ impl Resilience {
     ) -> Resilience {
         let guards = devices
             .map(|(id, settings)| {
-                let guard =
-                    Guard { id: id.clone(), breaker: Breaker::new(settings), health: Health::default() };
+                let guard = Guard {
+                    id: id.clone(),
+                    breaker: Breaker::new(settings),
+                    health: Health::default(),
+                    refusal_logged: Default::default(),
+                };
                 (id, guard)
             })
             .collect();
@@ -316,6 +322,19 @@ impl Resilience {
 /// outcome, so calls failing together log it once.
 fn log_change(guard: &Guard, change: Option<breaker::Change>, failing: Option<(DateTime<Utc>, Duration)>) {
     let device = guard.id.as_str();
+    // A device that answers but refuses fieldgate's session (a server certificate no longer
+    // trusted, a user refused) is not up, though its breaker closes: said once, when it starts.
+    use std::sync::atomic::Ordering::Relaxed;
+    let health = guard.health.snapshot();
+    if let (Some((e @ DriverError::Refused(_), _)), Some(_)) = (&health.last_error, health.failing_since) {
+        if !guard.refusal_logged.swap(true, Relaxed) {
+            tracing::warn!(device, reason = %e, "device refuses fieldgate's session: nothing can be read until an operator acts");
+        }
+        return;
+    }
+    if health.failing_since.is_none() && guard.refusal_logged.swap(false, Relaxed) {
+        tracing::info!(device, "device accepts fieldgate's session again");
+    }
     match change {
         Some(breaker::Change::Opened) => {
             let reason = guard.health.snapshot().last_error.map(|(e, _)| e.to_string()).unwrap_or_default();

@@ -45,7 +45,12 @@ mod tests {
             open: Duration::from_secs(5),
             max_open: Duration::from_secs(60),
         };
-        Guard { id: "d1".parse().unwrap(), breaker: Breaker::new(settings), health: Health::default() }
+        Guard {
+            id: "d1".parse().unwrap(),
+            breaker: Breaker::new(settings),
+            health: Health::default(),
+            refusal_logged: Default::default(),
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -92,6 +92,8 @@ fn value_of(sensor: &Sensor, p: &Point) -> (Option<Value>, Quality, Option<f64>)
                 let f = super::reading_json::significant(sensor, f);
                 (Some(Value::Number(f)), quality, Some(f))
             }
+            // Uncertain without a value, as the reading was.
+            None if quality == Quality::Uncertain => (None, quality, None),
             None => (None, Quality::Bad, None),
         },
     }
@@ -221,7 +223,7 @@ fn bucket_page(
     after: Option<i64>,
     limit: usize,
 ) -> (Vec<HistoryBucket>, Option<i64>) {
-    let mut current: Option<(i64, HistoryBucket, f64, u64)> = None;
+    let mut current: Option<Acc> = None;
     let mut done: Vec<(i64, HistoryBucket)> = Vec::new();
     let mut more = false;
     for p in points {
@@ -229,9 +231,9 @@ fn bucket_page(
         if after.is_some_and(|a| start <= a) {
             continue;
         }
-        if current.as_ref().is_some_and(|c| c.0 != start) {
-            if let Some((s, b, sum, n)) = current.take() {
-                done.push((s, finish(sensor, b, sum, n)));
+        if current.as_ref().is_some_and(|c| c.start != start) {
+            if let Some(acc) = current.take() {
+                done.push((acc.start, acc.finish(sensor)));
             }
             if done.len() == limit {
                 more = true;
@@ -239,50 +241,93 @@ fn bucket_page(
             }
         }
         let (value, _, num) = value_of(sensor, p);
-        let c = current.get_or_insert_with(|| {
-            let bucket = HistoryBucket {
-                start: rfc3339(start),
-                count: 0,
-                min: None,
-                max: None,
-                avg: None,
-                first: value.clone(),
-                last: None,
-            };
-            (start, bucket, 0.0, 0)
-        });
-        c.1.count += 1;
-        // Min and max keep the values' type: integers exact (a boolean counts as 0 or 1).
-        // Compared in place; a value is copied only when it becomes the new min or max.
-        let as_number;
-        let ordered = match &value {
-            Some(Value::Bool(b)) => {
-                as_number = Value::Number(f64::from(u8::from(*b)));
-                Some(&as_number)
-            }
-            Some(v @ (Value::Int(_) | Value::UInt(_) | Value::Number(_))) => Some(v),
-            _ => None,
-        };
-        if let Some(v) = ordered {
-            use std::cmp::Ordering::{Greater, Less};
-            if c.1.min.as_ref().is_none_or(|m| v.compare(m) == Some(Less)) {
-                c.1.min = Some(v.clone());
-            }
-            if c.1.max.as_ref().is_none_or(|m| v.compare(m) == Some(Greater)) {
-                c.1.max = Some(v.clone());
-            }
-        }
-        c.1.last = value;
-        if let Some(x) = num {
-            c.2 += x;
-            c.3 += 1;
-        }
+        let c = current.get_or_insert_with(|| Acc::new(start, value.clone()));
+        c.add(value, num);
     }
-    if !more && let Some((s, b, sum, n)) = current.take() {
-        done.push((s, finish(sensor, b, sum, n)));
+    if !more && let Some(acc) = current.take() {
+        done.push((acc.start, acc.finish(sensor)));
     }
     let last = done.last().map(|(s, _)| *s).filter(|_| more);
     (done.into_iter().map(|(_, b)| b).collect(), last)
+}
+
+/// One bucket being filled.
+struct Acc {
+    start: i64,
+    bucket: HistoryBucket,
+    /// Sum of the float (and boolean) values, sum of the integers (exact: a float sum of
+    /// 64-bit extremes loses the small ones), and the count of both, for the mean.
+    sum: f64,
+    ints: i128,
+    numeric: u64,
+    /// The least and greatest float (or boolean as 0/1) value, kept as plain numbers.
+    lo: f64,
+    hi: f64,
+}
+
+impl Acc {
+    fn new(start: i64, first: Option<Value>) -> Acc {
+        let bucket = HistoryBucket {
+            start: rfc3339(start),
+            count: 0,
+            min: None,
+            max: None,
+            avg: None,
+            first,
+            last: None,
+        };
+        Acc { start, bucket, sum: 0.0, ints: 0, numeric: 0, lo: f64::INFINITY, hi: f64::NEG_INFINITY }
+    }
+
+    fn add(&mut self, value: Option<Value>, num: Option<f64>) {
+        self.bucket.count += 1;
+        // Min and max keep the values' type: integers exact, compared as integers (and
+        // copied only when one becomes the new min or max); floats and booleans as numbers.
+        match &value {
+            Some(v @ (Value::Int(_) | Value::UInt(_))) => {
+                use std::cmp::Ordering::{Greater, Less};
+                self.ints += match v {
+                    Value::Int(i) => i128::from(*i),
+                    Value::UInt(u) => i128::from(*u),
+                    _ => 0,
+                };
+                self.numeric += 1;
+                let b = &mut self.bucket;
+                if b.min.as_ref().is_none_or(|m| v.compare(m) == Some(Less)) {
+                    b.min = Some(v.clone());
+                }
+                if b.max.as_ref().is_none_or(|m| v.compare(m) == Some(Greater)) {
+                    b.max = Some(v.clone());
+                }
+            }
+            Some(Value::Number(_) | Value::Bool(_)) => {
+                if let Some(x) = num {
+                    self.lo = self.lo.min(x);
+                    self.hi = self.hi.max(x);
+                    self.sum += x;
+                    self.numeric += 1;
+                }
+            }
+            _ => {}
+        }
+        self.bucket.last = value;
+    }
+
+    fn finish(self, sensor: &Sensor) -> HistoryBucket {
+        let mut b = self.bucket;
+        // Floats and integers in one bucket (a sensor whose type changed): the lesser wins.
+        if self.lo <= self.hi {
+            let (lo, hi) = (Value::Number(self.lo), Value::Number(self.hi));
+            use std::cmp::Ordering::{Greater, Less};
+            if b.min.as_ref().is_none_or(|m| lo.compare(m) == Some(Less)) {
+                b.min = Some(lo);
+            }
+            if b.max.as_ref().is_none_or(|m| hi.compare(m) == Some(Greater)) {
+                b.max = Some(hi);
+            }
+        }
+        finish(sensor, b, self.ints as f64 + self.sum, self.numeric)
+    }
 }
 
 /// `get_sensor_history`, typed.
@@ -362,4 +407,32 @@ fn finish(sensor: &Sensor, mut b: HistoryBucket, sum: f64, numeric: u64) -> Hist
         });
     }
     b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Acc, Value};
+
+    /// 64-bit extremes in one bucket: their sum is exact (a float sum gave a mean of
+    /// -0.0588 for values whose mean is -0.4706), min and max keep their type.
+    #[test]
+    fn a_buckets_integers_are_summed_exactly() {
+        let mut a = Acc::new(0, None);
+        let values = [i64::MIN, i64::MAX, -1, 0, i64::MIN, i64::MAX, -1, 0, -7];
+        for v in values {
+            a.add(Some(Value::Int(v)), Some(v as f64));
+        }
+        assert_eq!((a.ints, a.numeric), (-11, 9));
+        assert_eq!((a.bucket.min, a.bucket.max), (Some(Value::Int(i64::MIN)), Some(Value::Int(i64::MAX))));
+        let mut u = Acc::new(0, None);
+        for v in [u64::MAX, 0, u64::MAX, 1] {
+            u.add(Some(Value::UInt(v)), Some(v as f64));
+        }
+        assert_eq!(u.ints, 2 * i128::from(u64::MAX) + 1);
+        // Floats and booleans go the float way.
+        let mut f = Acc::new(0, None);
+        f.add(Some(Value::Number(0.5)), Some(0.5));
+        f.add(Some(Value::Bool(true)), Some(1.0));
+        assert_eq!((f.sum, f.numeric, f.lo, f.hi), (1.5, 2, 0.5, 1.0));
+    }
 }

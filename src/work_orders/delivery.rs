@@ -3,6 +3,7 @@
 //! is written in the same transaction as the approval). The work order ID is sent as the
 //! `Idempotency-Key`, so the receiver can drop repeats. Also expires pending orders.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,8 @@ use chrono::Utc;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::store::WorkOrderStore;
+use super::model::WorkOrder;
+use super::store::{OutboxEntry, WorkOrderStore};
 use super::webhook::Webhook;
 
 /// Deliveries in flight at once, at most.
@@ -36,15 +38,41 @@ pub async fn pass(store: &Arc<WorkOrderStore>, webhook: Option<&Webhook>, ttl: c
     pass_at(store, webhook, ttl, Utc::now()).await
 }
 
-/// One pass as of `now_at` (tests move time forward through backoffs with it).
+/// One pass as of `now_at` (tests move time forward through backoffs with it): every due
+/// order is sent, up to `PARALLEL` at once, and the pass ends when all have answered.
 pub async fn pass_at(
     store: &Arc<WorkOrderStore>,
     webhook: Option<&Webhook>,
     ttl: chrono::Duration,
     now_at: chrono::DateTime<Utc>,
 ) -> usize {
+    expire(store, now_at - ttl).await;
+    let Some(webhook) = webhook else { return 0 };
+    let started = tokio::time::Instant::now();
+    let now = now_at.timestamp_millis();
+    let Some(due) = due(store, now) else { return 0 };
+    let mut delivered = 0;
+    let mut posts = futures_util::stream::iter(due)
+        .map(|(order, entry)| async move {
+            let failure = post(webhook, &order).await;
+            (order, entry, failure)
+        })
+        .buffer_unordered(PARALLEL);
+    while let Some((order, entry, failure)) = posts.next().await {
+        let at = now + started.elapsed().as_millis() as i64;
+        match record(store, &order, &entry, failure, at).await {
+            Some(true) => delivered += 1,
+            Some(false) => {}
+            // Stop this pass rather than hammer a failing disk.
+            None => return delivered,
+        }
+    }
+    delivered
+}
+
+/// Expires the pending orders created before `cutoff`.
+async fn expire(store: &Arc<WorkOrderStore>, cutoff: chrono::DateTime<Utc>) {
     let s = store.clone();
-    let cutoff = now_at - ttl;
     match tokio::task::spawn_blocking(move || s.expire(cutoff)).await {
         Ok(Ok(expired)) if !expired.is_empty() => {
             tracing::info!(count = expired.len(), "work orders expired")
@@ -52,57 +80,59 @@ pub async fn pass_at(
         Ok(Err(error)) => tracing::error!(%error, "work order expiry failed"),
         _ => {}
     }
-    let Some(webhook) = webhook else { return 0 };
-    let now = now_at.timestamp_millis();
-    let due = match store.due(now) {
-        Ok(d) => d,
-        Err(error) => {
-            tracing::error!(%error, "reading the outbox failed");
-            return 0;
-        }
-    };
-    let mut delivered = 0;
-    // Up to `PARALLEL` at once, each recorded as it ends: one stalled request does not hold
-    // back the others for its timeout.
-    let mut posts = futures_util::stream::iter(due)
-        .map(|(order, entry)| async move {
-            let body = serde_json::to_vec(&order).unwrap_or_default();
-            let failure = webhook.post(&order.id, body).await.err();
-            (order, entry, failure)
-        })
-        .buffer_unordered(PARALLEL);
-    while let Some((order, entry, failure)) = posts.next().await {
-        let ok = failure.is_none();
-        let backoff = backoff_ms(entry.attempts);
-        let s = store.clone();
-        let id = order.id.clone();
-        match tokio::task::spawn_blocking(move || s.delivered(&id, ok, now + backoff)).await {
-            Ok(Ok(())) => {}
-            // Not recorded: the order stays due, and is sent again (same Idempotency-Key)
-            // once the store writes again. Stop this pass rather than hammer a failing disk.
-            Ok(Err(error)) => {
-                tracing::error!(work_order = %order.id, %error, delivered = ok, "cannot record the delivery attempt; it will be repeated");
-                return delivered;
-            }
-            Err(error) => {
-                tracing::error!(work_order = %order.id, %error, "delivery bookkeeping failed");
-                return delivered;
-            }
-        }
-        if ok {
-            delivered += 1;
-            tracing::info!(work_order = %order.id, attempts = entry.attempts + 1, "work order delivered");
-        } else {
-            let error = failure.map(|f| f.to_string()).unwrap_or_default();
-            tracing::warn!(work_order = %order.id, attempts = entry.attempts + 1, retry_in_ms = backoff, %error, "work order delivery failed");
-        }
-    }
-    delivered
 }
 
-/// Runs `pass` every second until `stop`, which also ends a pass in the middle: deliveries
-/// in flight are dropped and stay due in the outbox (sent again, with the same
-/// `Idempotency-Key`, by the next start), so a stalled webhook never holds up a shutdown.
+/// The orders due at `now` (none when the outbox cannot be read, logged).
+fn due(store: &WorkOrderStore, now: i64) -> Option<Vec<(WorkOrder, OutboxEntry)>> {
+    store.due(now).map_err(|error| tracing::error!(%error, "reading the outbox failed")).ok()
+}
+
+/// Sends one order: why it failed, if it did.
+async fn post(webhook: &Webhook, order: &WorkOrder) -> Option<super::webhook::Failure> {
+    let body = serde_json::to_vec(order).unwrap_or_default();
+    webhook.post(&order.id, body).await.err()
+}
+
+/// Records one attempt that ended at `at` (Unix ms): delivered, or due again after its
+/// backoff from then. `Some(delivered)`, or `None` when the outbox could not be written
+/// (the order stays due and is sent again, with the same Idempotency-Key, once it can).
+async fn record(
+    store: &Arc<WorkOrderStore>,
+    order: &WorkOrder,
+    entry: &OutboxEntry,
+    failure: Option<super::webhook::Failure>,
+    at: i64,
+) -> Option<bool> {
+    let ok = failure.is_none();
+    let backoff = backoff_ms(entry.attempts);
+    let s = store.clone();
+    let id = order.id.clone();
+    match tokio::task::spawn_blocking(move || s.delivered(&id, ok, at + backoff)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::error!(work_order = %order.id, %error, delivered = ok, "cannot record the delivery attempt; it will be repeated");
+            return None;
+        }
+        Err(error) => {
+            tracing::error!(work_order = %order.id, %error, "delivery bookkeeping failed");
+            return None;
+        }
+    }
+    if ok {
+        tracing::info!(work_order = %order.id, attempts = entry.attempts + 1, "work order delivered");
+    } else {
+        let error = failure.map(|f| f.to_string()).unwrap_or_default();
+        tracing::warn!(work_order = %order.id, attempts = entry.attempts + 1, retry_in_ms = backoff, %error, "work order delivery failed");
+    }
+    Some(ok)
+}
+
+/// Delivers until `stop`: every second it expires overdue orders and starts sending the
+/// orders that have come due, up to `PARALLEL` in flight at once, without waiting for the
+/// ones still in flight (a stalled request holds back neither the others nor newly
+/// approved orders). `stop` ends it at once: deliveries in flight are dropped and stay due
+/// in the outbox (sent again, with the same `Idempotency-Key`, by the next start), so a
+/// stalled webhook never holds up a shutdown.
 pub fn start(
     store: Arc<WorkOrderStore>,
     webhook: Option<Webhook>,
@@ -111,13 +141,42 @@ pub fn start(
 ) -> tokio::task::JoinHandle<()> {
     let ttl = chrono::Duration::hours(ttl_hours as i64);
     tokio::spawn(async move {
+        let webhook = webhook.map(Arc::new);
+        let mut in_flight = futures_util::stream::FuturesUnordered::new();
+        let mut sending: HashSet<String> = HashSet::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 _ = tick.tick() => {
                     store.recheck();
                     tokio::select! {
-                        _ = pass(&store, webhook.as_ref(), ttl) => {}
+                        () = expire(&store, Utc::now() - ttl) => {}
+                        () = stop.cancelled() => return,
+                    }
+                    let Some(webhook) = &webhook else { continue };
+                    if in_flight.len() >= PARALLEL {
+                        continue;
+                    }
+                    let due = due(&store, Utc::now().timestamp_millis()).unwrap_or_default();
+                    for (order, entry) in due {
+                        if in_flight.len() >= PARALLEL {
+                            break;
+                        }
+                        if !sending.insert(order.id.clone()) {
+                            continue;
+                        }
+                        let webhook = webhook.clone();
+                        in_flight.push(async move {
+                            let failure = post(&webhook, &order).await;
+                            (order, entry, failure)
+                        });
+                    }
+                }
+                Some((order, entry, failure)) = in_flight.next(), if !in_flight.is_empty() => {
+                    sending.remove(&order.id);
+                    let at = Utc::now().timestamp_millis();
+                    tokio::select! {
+                        _ = record(&store, &order, &entry, failure, at) => {}
                         () = stop.cancelled() => return,
                     }
                 }

@@ -112,11 +112,17 @@ async fn approved_order(dir: &std::path::Path) -> (Arc<WorkOrderStore>, String) 
 /// A store in `dir` with `n` approved orders; their IDs.
 async fn approved_orders(dir: &std::path::Path, n: usize) -> (Arc<WorkOrderStore>, Vec<String>) {
     let store = Arc::new(WorkOrderStore::open_in(dir).unwrap());
+    let ids = approve(&store, 0, n).await;
+    (store, ids)
+}
+
+/// Creates and approves orders `first..first + n` in `store`; their IDs.
+async fn approve(store: &Arc<WorkOrderStore>, first: usize, n: usize) -> Vec<String> {
     let svc = service_with_orders(store.clone());
     let lead = Caller { id: "lead".into(), role: Role::Operator };
     let mut ids = Vec::new();
-    for i in 0..n {
-        let args = json!({"sensor_id": format!("A_UTIL_{:03}", i + 4), "type": "inspection", "priority": "medium",
+    for i in first..first + n {
+        let args = json!({"sensor_id": format!("A_UTIL_{:03}", i % 8 + 4), "type": "inspection", "priority": "medium",
             "summary": format!("Voltage dips on feeder {i}; inspect the meter."), "idempotency_key": format!("delivery-{i:04}")});
         let created = svc.call("create_work_order", args).await.unwrap();
         let id = created.json()["work_order"]["id"].as_str().unwrap().to_string();
@@ -124,7 +130,7 @@ async fn approved_orders(dir: &std::path::Path, n: usize) -> (Arc<WorkOrderStore
         assert!(approved.ok, "{:?}", approved.error);
         ids.push(id);
     }
-    (store, ids)
+    ids
 }
 
 /// (state, attempts) of the order's delivery.
@@ -223,10 +229,18 @@ async fn a_webhook_that_hangs_is_given_up_on_and_the_order_sent_again() {
         .expect("the client gives up on a webhook that never answers within a minute");
     assert_eq!(first, 0);
     assert_eq!(delivery(&store, &id), ("failing".to_string(), 1));
+    // Its backoff (up to 1 s) counts from when the attempt ended, 10 s in, not from when it
+    // began (it was due again at once, and was sent every 10 s).
+    assert_eq!(pass(&store, &hook.url, t0 + Duration::seconds(2)).await, 0);
+    assert_eq!(
+        (delivery(&store, &id), hook.requests().len()),
+        (("failing".to_string(), 1), 1),
+        "not due yet"
+    );
     // Closed without an answer: failed again.
-    assert_eq!(pass(&store, &hook.url, t0 + Duration::seconds(1)).await, 0);
+    assert_eq!(pass(&store, &hook.url, t0 + Duration::seconds(11)).await, 0);
     assert_eq!(delivery(&store, &id), ("failing".to_string(), 2));
-    assert_eq!(pass(&store, &hook.url, t0 + Duration::seconds(3)).await, 1);
+    assert_eq!(pass(&store, &hook.url, t0 + Duration::seconds(13)).await, 1);
     assert_eq!(delivery(&store, &id), ("delivered".to_string(), 3));
     assert!(hook.script.lock().unwrap().is_empty(), "every scripted answer was used");
     assert_eq!(hook.requests().len(), 3);
@@ -262,6 +276,39 @@ async fn stalled_deliveries_go_in_parallel_and_never_hold_up_a_stop() {
     for id in &ids {
         assert_eq!(delivery(&store, id), ("pending".to_string(), 0), "{id} stays due for the next start");
     }
+}
+
+/// An order approved while another's request hangs goes out at once: the delivery task does
+/// not wait for the requests in flight before sending what has come due (it did: the new
+/// order waited for the hanging one's 10 s timeout).
+#[tokio::test]
+async fn an_order_approved_while_another_hangs_goes_out_at_once() {
+    let hook = Webhook::start(&[Answer::Hang]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, first) = approved_orders(dir.path(), 1).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = fieldgate::work_orders::delivery::start(
+        store.clone(),
+        parse_webhook(&hook.url),
+        TTL_HOURS as u64,
+        stop.clone(),
+    );
+    let t = std::time::Duration::from_secs(5);
+    crate::support::wait_until("the first order's request, left hanging", t, || {
+        let n = hook.requests().len();
+        async move { n == 1 }
+    })
+    .await;
+    let second = approve(&store, 1, 1).await;
+    // Well inside the hanging request's 10 s timeout.
+    crate::support::wait_until("the second order delivered while the first hangs", t, || {
+        let state = delivery(&store, &second[0]).0;
+        async move { state == "delivered" }
+    })
+    .await;
+    assert_eq!(delivery(&store, &first[0]), ("pending".to_string(), 0), "the first still in flight");
+    stop.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(2), task).await.expect("stops at once").unwrap();
 }
 
 /// Through the real binary: six approved orders whose webhook stalls, then SIGTERM: the

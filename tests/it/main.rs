@@ -22,6 +22,7 @@ mod mcp;
 mod mcp_faults;
 mod modbus;
 mod modbus_queue;
+mod modbus_table;
 mod opcua;
 mod opcua_peer;
 mod poller;

@@ -18,7 +18,7 @@ pub struct OpcuaPeer {
     pub url: String,
     /// The namespace index of its variables (`ns=<ns>;s=<name>`).
     pub ns: u16,
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
     _dir: tempfile::TempDir,
 }
 
@@ -82,12 +82,22 @@ impl OpcuaPeer {
         let mut words = line.split(' ').skip(1);
         let url = words.next().unwrap().to_string();
         let ns = words.next().and_then(|w| w.strip_prefix("ns=")).and_then(|n| n.parse().ok()).unwrap();
-        OpcuaPeer { url, ns, _child: child, _dir: dir }
+        OpcuaPeer { url, ns, child, _dir: dir }
+    }
+
+    /// Gives variable `name` a new value from now on: `{"type", "value", "array"?}`.
+    pub async fn set(&mut self, name: &str, value: Value) {
+        use tokio::io::AsyncWriteExt;
+        let mut change = value;
+        change["set"] = json!(name);
+        let stdin = self.child.stdin.as_mut().expect("stdin piped");
+        stdin.write_all(format!("{change}\n").as_bytes()).await.unwrap();
+        stdin.flush().await.unwrap();
     }
 
     /// Freezes the server (SIGSTOP: its sockets stay open, it sends nothing) or thaws it.
     pub fn freeze(&self, frozen: bool) {
-        let pid = self._child.id().expect("node-opcua runs").to_string();
+        let pid = self.child.id().expect("node-opcua runs").to_string();
         let signal = if frozen { "-STOP" } else { "-CONT" };
         let status = std::process::Command::new("kill").args([signal, &pid]).status().expect("kill runs");
         assert!(status.success(), "kill {signal} {pid}");
@@ -198,6 +208,53 @@ async fn integers_from_node_opcua_stay_exact() {
     rig.stop().await;
 }
 
+/// Every built-in scalar type node-opcua serves, as an agent gets it: booleans as booleans,
+/// integers as JSON integers with every digit at both ends of their range, a Float as the
+/// number it holds (0.1, not 0.10000000149011612: it was widened with its binary noise),
+/// text as text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scalar_type_from_node_opcua_keeps_its_type() {
+    let mut rig = Rig::start(json!([
+        {"name": "B", "type": "Boolean", "value": true},
+        {"name": "SB", "type": "SByte", "value": -128},
+        {"name": "U8", "type": "Byte", "value": 255},
+        {"name": "I16", "type": "Int16", "value": -32768},
+        {"name": "U16", "type": "UInt16", "value": 65535},
+        {"name": "I32", "type": "Int32", "value": -2147483648i64},
+        {"name": "U32", "type": "UInt32", "value": 4294967295u32},
+        {"name": "I64Min", "type": "Int64", "value": [0x8000_0000u32, 0]},
+        {"name": "U64Max", "type": "UInt64", "value": [0xFFFF_FFFFu32, 0xFFFF_FFFFu32]},
+        {"name": "F", "type": "Float", "value": 0.1},
+        {"name": "FBig", "type": "Float", "value": -3.4e38},
+        {"name": "D", "type": "Double", "value": 0.1},
+        {"name": "S", "type": "String", "value": "ok"},
+        {"name": "LT", "type": "LocalizedText", "value": {"text": "Ofen", "locale": "de"}},
+    ]))
+    .await;
+    let body = rig.readings().await;
+    assert_eq!(
+        written(&body),
+        [
+            "true",
+            "-128",
+            "255",
+            "-32768",
+            "65535",
+            "-2147483648",
+            "4294967295",
+            "-9223372036854775808",
+            "18446744073709551615",
+            "0.1",
+            "-3.4e+38",
+            "0.1",
+            "\"ok\"",
+            "\"Ofen\""
+        ],
+        "{body}"
+    );
+    rig.stop().await;
+}
+
 /// Nodes that cannot become a sensor value (an array, bytes, a date, nothing) beside a good
 /// one: each is DEVICE_REJECTED, not retryable, saying what it holds; reading them again and
 /// again does not open the device's breaker, and the good sensor reads on (before: a
@@ -261,6 +318,41 @@ async fn text_from_the_server_is_shown_safely_whatever_its_size() {
     rig.stop().await;
 }
 
+/// A text longer than the 1 MiB a sensor may hold is that sensor's fault: DEVICE_REJECTED
+/// saying so, the device's other sensor reads on and the device stays up (it closed the
+/// connection and took the whole device down).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_over_a_mebibyte_fails_only_its_sensor() {
+    let mut rig = Rig::start(json!([
+        {"name": "Huge", "type": "String", "value": "x"},
+        {"name": "Good", "type": "Double", "value": 21.5},
+    ]))
+    .await;
+    // (Too long for the server's command line: given on its stdin.)
+    rig.peer.set("Huge", json!({"type": "String", "value": "x".repeat((1 << 20) + 1)})).await;
+    let addr = rig.served.addr;
+    support::wait_until("the long text served", T, || async move {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        let args = json!({"sensor_id": "T_PEER_001"});
+        let v = c.post("/v1/tools/get_sensor_reading", args.to_string().as_bytes()).await.unwrap().json();
+        v["error"]["code"] == "DEVICE_REJECTED"
+    })
+    .await;
+    for _ in 0..4 {
+        let v: Value =
+            serde_json::from_str(&rig.call("get_sensor_reading", json!({"sensor_id": "T_PEER_001"})).await)
+                .unwrap();
+        assert_eq!(v["error"]["code"], "DEVICE_REJECTED", "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("longer than 1 MiB"), "{v}");
+    }
+    let v: Value =
+        serde_json::from_str(&rig.call("get_sensor_reading", json!({"sensor_id": "T_PEER_002"})).await)
+            .unwrap();
+    assert_eq!(v["data"]["value"], 21.5, "{v}");
+    assert_eq!(rig.state().await, "up");
+    rig.stop().await;
+}
+
 /// A node stamped a year ahead by its device's clock: the reading is filed by the time it was
 /// received, marked uncertain, counted per device; history has it in the last hour (it stayed
 /// empty: the point was filed a year ahead).
@@ -306,6 +398,47 @@ async fn an_uncertain_node_without_a_value_is_uncertain() {
     let r = &v["data"]["readings"];
     assert_eq!((&r[0]["value"], &r[0]["quality"]), (&Value::Null, &json!("uncertain")), "{v}");
     assert_eq!((&r[1]["value"], &r[1]["quality"]), (&json!(3.5), &json!("uncertain")), "{v}");
+    // History keeps it as it was read: uncertain, no value (it was stored as bad).
+    let addr = rig.served.addr;
+    let point = support::wait_for("a stored point of the uncertain node", T, || async move {
+        let mut c = HttpClient::connect(addr).await.ok()?;
+        let args = json!({"sensor_id": "T_PEER_001", "from": "-1h"});
+        let h = c.post("/v1/tools/get_sensor_history", args.to_string().as_bytes()).await.ok()?.json();
+        h["data"]["points"].as_array().and_then(|p| p.first().cloned())
+    })
+    .await;
+    assert_eq!((&point["value"], &point["quality"]), (&Value::Null, &json!("uncertain")), "{point}");
+    rig.stop().await;
+}
+
+/// A subscribed node that stops being a value (it turns into an array) is no longer given as
+/// its last good value from the cache, nor stored again as that value: its reading turns bad,
+/// the device stays up and its other sensor reads on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribed_node_that_turns_odd_is_not_its_last_value_any_more() {
+    let subscribe = |f: String| {
+        f.replace("security_mode = \"None\"\n", "security_mode = \"None\"\nmode = \"subscribe\"\n")
+    };
+    let nodes = json!([{"name": "Odd", "type": "Double", "value": 1.5}, {"name": "Good", "type": "Double", "value": 2.5}]);
+    let mut rig = Rig::start_with(nodes, subscribe, &[]).await;
+    let addr = rig.served.addr;
+    let cached = move |id: &'static str| async move {
+        let mut c = HttpClient::connect(addr).await.unwrap();
+        let args = json!({"sensor_id": id, "max_age_ms": 60000});
+        c.post("/v1/tools/get_sensor_reading", args.to_string().as_bytes()).await.unwrap().json()
+    };
+    support::wait_until("the odd node's value in the cache", T, || async {
+        cached("T_PEER_001").await["data"]["value"] == 1.5
+    })
+    .await;
+    rig.peer.set("Odd", json!({"type": "Double", "value": [1.0, 2.0], "array": true})).await;
+    support::wait_until("the odd node's reading bad, without its last value", T, || async {
+        let v = cached("T_PEER_001").await;
+        v["data"]["quality"] == "bad" && v["data"]["value"].is_null()
+    })
+    .await;
+    assert_eq!(cached("T_PEER_002").await["data"]["value"], 2.5);
+    assert_eq!(rig.state().await, "up");
     rig.stop().await;
 }
 

@@ -320,9 +320,19 @@ fn kind_of(v: &Variant) -> &'static str {
         Variant::QualifiedName(_) => "a QualifiedName",
         Variant::StatusCode(_) => "a StatusCode",
         Variant::XmlElement(_) => "an XmlElement",
+        Variant::String(_) | Variant::LocalizedText(_) => "a text longer than 1 MiB",
         Variant::DataValue(_) | Variant::Variant(_) | Variant::DiagnosticInfo(_) => "a nested value",
         _ => "a value of another type",
     }
+}
+
+/// An f32 as the f64 of its shortest decimal form: 0.1 stays 0.1 (not 0.10000000149011612,
+/// the binary noise of widening it), the number the device holds.
+fn widened(f: f32) -> f64 {
+    if !f.is_finite() {
+        return f.into();
+    }
+    f.to_string().parse().unwrap_or(f.into())
 }
 
 /// A scalar variant as a raw value; arrays and structures are not sensor readings.
@@ -337,12 +347,17 @@ fn raw_of(v: Variant) -> Option<RawValue> {
         Variant::UInt16(u) => RawValue::UInt(u.into()),
         Variant::UInt32(u) => RawValue::UInt(u.into()),
         Variant::UInt64(u) => RawValue::UInt(u),
-        Variant::Float(f) => RawValue::Float(f.into()),
+        Variant::Float(f) => RawValue::Float(widened(f)),
         Variant::Double(f) => RawValue::Float(f),
         // Device text reaches agents and operators: nothing in it may hide or reorder what
         // they read (control, bidirectional and invisible characters become U+FFFD).
-        Variant::String(s) => RawValue::Text(crate::plain::shown(s.as_ref())),
-        Variant::LocalizedText(t) => RawValue::Text(crate::plain::shown(t.text.as_ref())),
+        // (Longer ones are decoded, up to a reply's size, so that they fail only their sensor.)
+        Variant::String(s) if s.as_ref().len() <= security::MAX_TEXT => {
+            RawValue::Text(crate::plain::shown(s.as_ref()))
+        }
+        Variant::LocalizedText(t) if t.text.as_ref().len() <= security::MAX_TEXT => {
+            RawValue::Text(crate::plain::shown(t.text.as_ref()))
+        }
         _ => return None,
     })
 }
@@ -454,6 +469,8 @@ mod tests {
         assert_eq!(raw_of(Variant::UInt16(65535)), Some(RawValue::UInt(65535)));
         assert_eq!(raw_of(Variant::Int64(i64::MIN)), Some(RawValue::Int(i64::MIN)));
         assert_eq!(raw_of(Variant::Float(0.25)), Some(RawValue::Float(0.25)));
+        assert_eq!(raw_of(Variant::Float(0.1)), Some(RawValue::Float(0.1)));
+        assert_eq!(raw_of(Variant::Float(-3.4e38)), Some(RawValue::Float(-3.4e38)));
         assert_eq!(raw_of(Variant::from("RYE")), Some(RawValue::Text("RYE".into())));
     }
 }

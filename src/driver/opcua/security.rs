@@ -328,16 +328,19 @@ pub fn client_builder(pki_dir: &Path, secured: bool) -> ClientBuilder {
         // async-opcua's default keeps it forever.
         .keep_alive_interval(std::time::Duration::from_secs(5))
         .max_failed_keep_alive_count(3)
-        // A text node of more than async-opcua's 65,535 bytes would fail its whole reply
-        // and close the connection: up to 1 MiB per string (and a reply of 16 MiB) is read.
-        .max_string_length(MAX_TEXT)
-        .max_byte_string_length(MAX_TEXT)
-        .max_message_size(16 << 20)
+        // A string longer than async-opcua's limit fails its whole reply and closes the
+        // connection (the device's fault for every sensor): strings are decoded up to a
+        // reply's size, 16 MiB, and one longer than MAX_TEXT fails only its own sensor.
+        .max_string_length(MAX_MESSAGE)
+        .max_byte_string_length(MAX_MESSAGE)
+        .max_message_size(MAX_MESSAGE)
         .max_chunk_count(0)
 }
 
-/// The longest string (and byte string) a reply may hold.
-const MAX_TEXT: usize = 1 << 20;
+/// The longest text a sensor's value may be.
+pub const MAX_TEXT: usize = 1 << 20;
+/// The largest reply read (and so the longest string decoded).
+const MAX_MESSAGE: usize = 16 << 20;
 
 #[cfg(test)]
 mod tests {

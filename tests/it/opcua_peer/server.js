@@ -76,8 +76,26 @@ async function main() {
   await server.start();
   const url = server.getEndpointUrl().replace(/\/\/[^:/]+:/, "//127.0.0.1:");
   console.log(`listening ${url} ns=${ns.index}`);
-  process.stdin.on("end", () => server.shutdown(0).then(() => process.exit(0)));
-  process.stdin.resume();
+  // Each line on stdin is a change: {"set": NAME, "type", "value", "array"?} gives the
+  // variable NAME that value from now on (a "Null" type: the Null variant).
+  const variables = new Map();
+  for (const n of nodes) variables.set(n.name, ns.findNode(`ns=${ns.index};s=${n.name}`));
+  require("readline")
+    .createInterface({ input: process.stdin })
+    .on("line", (line) => {
+      const c = JSON.parse(line);
+      const variant =
+        c.type === "Null"
+          ? { dataType: opcua.DataType.Null }
+          : {
+              dataType: opcua.DataType[c.type],
+              arrayType: c.array ? opcua.VariantArrayType.Array : opcua.VariantArrayType.Scalar,
+              value: valueOf(c),
+            };
+      variables.get(c.set).setValueFromSource(variant);
+      console.log(`set ${c.set}`);
+    })
+    .on("close", () => server.shutdown(0).then(() => process.exit(0)));
 }
 
 main().catch((e) => {

@@ -2,7 +2,7 @@
 //! unit, PDU and CRC-16/MODBUS for RTU over TCP) and answers with the reply [`Shape`] the
 //! test scripted, built byte by byte here, without tokio-modbus or fieldgate's framing.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -101,7 +101,11 @@ pub struct Peer {
     requests: Arc<Mutex<Vec<Request>>>,
     /// When each request arrived and when each reply was written, in order.
     events: Events,
+    /// Holding and input registers by address (both tables hold the same).
+    registers: Registers,
 }
+
+type Registers = Arc<Mutex<HashMap<u16, u16>>>;
 
 /// When each request arrived (`true`) and each reply was written (`false`).
 type Events = Arc<Mutex<Vec<(bool, std::time::Instant)>>>;
@@ -118,17 +122,35 @@ impl Peer {
             connections: Arc::default(),
             requests: Arc::default(),
             events: Arc::default(),
+            registers: Arc::new(Mutex::new(HOLDING.iter().copied().collect())),
         };
-        let (script, connections, requests, events) =
-            (peer.script.clone(), peer.connections.clone(), peer.requests.clone(), peer.events.clone());
+        let (script, connections, requests, events, registers) = (
+            peer.script.clone(),
+            peer.connections.clone(),
+            peer.requests.clone(),
+            peer.events.clone(),
+            peer.registers.clone(),
+        );
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 connections.fetch_add(1, Ordering::SeqCst);
                 let log = (requests.clone(), events.clone());
-                tokio::spawn(serve(framing, stream, script.clone(), log, released.clone()));
+                tokio::spawn(serve(
+                    framing,
+                    stream,
+                    script.clone(),
+                    log,
+                    released.clone(),
+                    registers.clone(),
+                ));
             }
         });
         peer
+    }
+
+    /// Serves these registers (address, value) instead of the built-in ones.
+    pub fn set_registers(&self, registers: &[(u16, u16)]) {
+        *self.registers.lock().unwrap() = registers.iter().copied().collect();
     }
 
     /// The shape of the next reply; replies after the scripted ones are right.
@@ -166,9 +188,12 @@ async fn serve(
     script: Arc<Mutex<VecDeque<Shape>>>,
     (requests, events): (Arc<Mutex<Vec<Request>>>, Events),
     released: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<oneshot::Sender<()>>>>,
+    registers: Registers,
 ) {
     let _ = stream.set_nodelay(true);
     while let Some(req) = read_request(framing, &mut stream).await {
+        let reply =
+            |framing, req, shape, other| reply(framing, req, shape, other, &registers.lock().unwrap());
         events.lock().unwrap().push((true, std::time::Instant::now()));
         requests.lock().unwrap().push(req);
         let shape = script.lock().unwrap().pop_front().unwrap_or(Shape::Good);
@@ -232,7 +257,7 @@ fn request(tid: u16, unit: u8, pdu: &[u8]) -> Request {
 
 /// The data bytes of the right reply to `req`: registers big-endian, bits packed from
 /// the least significant bit of the first byte. `other` inverts every bit.
-fn data(req: Request, other: bool) -> Vec<u8> {
+fn data(req: Request, other: bool, registers: &HashMap<u16, u16>) -> Vec<u8> {
     let flip = if other { 0xFF } else { 0 };
     match req.function {
         1 | 2 => {
@@ -245,16 +270,22 @@ fn data(req: Request, other: bool) -> Vec<u8> {
             bytes.iter().map(|b| b ^ flip).collect()
         }
         _ => (req.start..req.start + req.count)
-            .flat_map(|a| HOLDING.iter().find(|(r, _)| *r == a).map_or(0, |(_, v)| *v).to_be_bytes())
+            .flat_map(|a| registers.get(&a).copied().unwrap_or(0).to_be_bytes())
             .map(|b| b ^ flip)
             .collect(),
     }
 }
 
 /// The reply frame of `shape` to `req`.
-fn reply(framing: Framing, req: Request, shape: Shape, other: bool) -> Vec<u8> {
+fn reply(
+    framing: Framing,
+    req: Request,
+    shape: Shape,
+    other: bool,
+    registers: &HashMap<u16, u16>,
+) -> Vec<u8> {
     let (mut tid, mut unit, mut function) = (req.tid, req.unit, req.function);
-    let mut data = data(req, other);
+    let mut data = data(req, other, registers);
     // The size of one register, or one byte of bits.
     let item = if req.function <= 2 { 1 } else { 2 };
     let mut byte_count_delta = 0i8;
