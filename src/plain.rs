@@ -6,6 +6,9 @@
 /// text a person reads must not carry it as it is (tools refuse it in arguments and
 /// escape it when echoing; drivers replace it in device text: [`shown`]).
 pub fn is_hidden(c: char) -> bool {
+    if c.is_ascii() {
+        return is_control(c);
+    }
     is_control(c) || is_bidi(c) || is_invisible(c)
 }
 
@@ -41,5 +44,8 @@ pub fn is_invisible(c: char) -> bool {
 
 /// Device text as an agent may read it: every hidden character replaced by U+FFFD.
 pub fn shown(s: &str) -> String {
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return s.to_string();
+    }
     s.chars().map(|c| if is_hidden(c) { '\u{fffd}' } else { c }).collect()
 }

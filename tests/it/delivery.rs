@@ -109,6 +109,21 @@ async fn approved_order(dir: &std::path::Path) -> (Arc<WorkOrderStore>, String) 
     (store, ids[0].clone())
 }
 
+/// The delivery task over `store` and `hook`, and what stops it.
+fn delivering(
+    store: &Arc<WorkOrderStore>,
+    hook: &Webhook,
+) -> (tokio_util::sync::CancellationToken, tokio::task::JoinHandle<()>) {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = fieldgate::work_orders::delivery::start(
+        store.clone(),
+        parse_webhook(&hook.url),
+        TTL_HOURS as u64,
+        stop.clone(),
+    );
+    (stop, task)
+}
+
 /// A store in `dir` with `n` approved orders; their IDs.
 async fn approved_orders(dir: &std::path::Path, n: usize) -> (Arc<WorkOrderStore>, Vec<String>) {
     let store = Arc::new(WorkOrderStore::open_in(dir).unwrap());
@@ -255,13 +270,7 @@ async fn stalled_deliveries_go_in_parallel_and_never_hold_up_a_stop() {
     let hook = Webhook::start(&[Answer::Hang; 6]).await;
     let dir = tempfile::tempdir().unwrap();
     let (store, ids) = approved_orders(dir.path(), 6).await;
-    let stop = tokio_util::sync::CancellationToken::new();
-    let task = fieldgate::work_orders::delivery::start(
-        store.clone(),
-        parse_webhook(&hook.url),
-        TTL_HOURS as u64,
-        stop.clone(),
-    );
+    let (stop, task) = delivering(&store, &hook);
     // Well inside the client's 10 s timeout: one at a time, only the first would be here.
     crate::support::wait_until("six deliveries in flight at once", std::time::Duration::from_secs(5), || {
         let n = hook.requests().len();
@@ -286,13 +295,7 @@ async fn an_order_approved_while_another_hangs_goes_out_at_once() {
     let hook = Webhook::start(&[Answer::Hang]).await;
     let dir = tempfile::tempdir().unwrap();
     let (store, first) = approved_orders(dir.path(), 1).await;
-    let stop = tokio_util::sync::CancellationToken::new();
-    let task = fieldgate::work_orders::delivery::start(
-        store.clone(),
-        parse_webhook(&hook.url),
-        TTL_HOURS as u64,
-        stop.clone(),
-    );
+    let (stop, task) = delivering(&store, &hook);
     let t = std::time::Duration::from_secs(5);
     crate::support::wait_until("the first order's request, left hanging", t, || {
         let n = hook.requests().len();

@@ -25,6 +25,10 @@ fn refused(c: char, multi_line: bool) -> Option<&'static str> {
 
 /// Checks one text argument.
 pub fn check(parameter: &str, text: &str) -> Result<(), ToolError> {
+    // Printable ASCII (sensor IDs, most arguments) holds nothing to refuse: one pass over bytes.
+    if text.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Ok(());
+    }
     let multi_line = MULTI_LINE.contains(&parameter);
     // A CRLF line break is one line feed; a lone CR is refused below.
     let joined;
