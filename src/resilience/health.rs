@@ -93,6 +93,21 @@ impl Health {
         i.failing_since.get_or_insert((now, Instant::now()));
     }
 
+    /// The refusal of fieldgate's session the device answers with since its last success,
+    /// if it does (cheap: no snapshot).
+    pub fn refusal(&self) -> Option<DriverError> {
+        let i = self.lock();
+        match (&i.last_error, i.failing_since) {
+            (Some((e @ DriverError::Refused(_), _)), Some(_)) => Some(e.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether the device is failing (no success since its first failure).
+    pub fn is_failing(&self) -> bool {
+        self.lock().failing_since.is_some()
+    }
+
     /// Since when the device is failing (no success since), if it is, and for how long.
     pub fn failing_since(&self) -> Option<(DateTime<Utc>, Duration)> {
         self.lock().failing_since.map(|(t, i)| (t, i.elapsed()))

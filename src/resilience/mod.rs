@@ -325,14 +325,17 @@ fn log_change(guard: &Guard, change: Option<breaker::Change>, failing: Option<(D
     // A device that answers but refuses fieldgate's session (a server certificate no longer
     // trusted, a user refused) is not up, though its breaker closes: said once, when it starts.
     use std::sync::atomic::Ordering::Relaxed;
-    let health = guard.health.snapshot();
-    if let (Some((e @ DriverError::Refused(_), _)), Some(_)) = (&health.last_error, health.failing_since) {
+    // (Not a health snapshot: that sorts the latencies, on every read.)
+    if let Some(e) = guard.health.refusal() {
         if !guard.refusal_logged.swap(true, Relaxed) {
             tracing::warn!(device, reason = %e, "device refuses fieldgate's session: nothing can be read until an operator acts");
         }
         return;
     }
-    if health.failing_since.is_none() && guard.refusal_logged.swap(false, Relaxed) {
+    if guard.refusal_logged.load(Relaxed)
+        && !guard.health.is_failing()
+        && guard.refusal_logged.swap(false, Relaxed)
+    {
         tracing::info!(device, "device accepts fieldgate's session again");
     }
     match change {
