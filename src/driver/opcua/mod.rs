@@ -258,7 +258,7 @@ pub(crate) fn node_of(sensor: &Sensor) -> Option<NodeId> {
 pub(crate) fn sample_of(dv: DataValue, clock: &Clock, sensor: &str) -> Result<Sample, DriverError> {
     let status = dv.status.unwrap_or(StatusCode::Good);
     let (at, replaced) = clock.time_of(
-        sensor,
+        (!status.is_bad()).then_some(sensor),
         dv.source_timestamp.map(|t| t.as_chrono()),
         dv.server_timestamp.map(|t| t.as_chrono()),
         chrono::Utc::now(),
