@@ -225,6 +225,15 @@ impl<'a, 'i> Table<'a, 'i> {
         if self.require(key) { self.choice(key, allowed) } else { None }
     }
 
+    /// One of a closed vocabulary's names, as its value.
+    pub fn pick<T: strum::VariantNames + std::str::FromStr>(&self, key: &'static str) -> Option<T> {
+        self.choice(key, T::VARIANTS).and_then(|s| s.parse().ok())
+    }
+
+    pub fn req_pick<T: strum::VariantNames + std::str::FromStr>(&self, key: &'static str) -> Option<T> {
+        if self.require(key) { self.pick(key) } else { None }
+    }
+
     /// A string that must be one of `allowed`.
     pub fn choice(&self, key: &'static str, allowed: &[&'static str]) -> Option<&'static str> {
         let s = self.str(key)?;

@@ -31,18 +31,8 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    pub const NAMES: &[&str] = <Protocol as strum::VariantNames>::VARIANTS;
-
     pub fn name(self) -> &'static str {
         self.into()
-    }
-
-    pub fn parse(s: &str) -> Option<Protocol> {
-        s.parse().ok()
-    }
-
-    pub fn is_modbus(self) -> bool {
-        !matches!(self, Protocol::Opcua)
     }
 }
 
@@ -89,12 +79,6 @@ pub enum WordOrder {
 }
 
 impl WordOrder {
-    pub const NAMES: &[&str] = <WordOrder as strum::VariantNames>::VARIANTS;
-
-    pub fn parse(s: &str) -> Option<WordOrder> {
-        s.parse().ok()
-    }
-
     /// Registers are sent least significant first.
     pub fn swaps_words(self) -> bool {
         matches!(self, WordOrder::CDAB | WordOrder::DCBA)
@@ -114,8 +98,21 @@ pub struct SerialSettings {
     pub stop_bits: u8,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema, Hash)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+    strum::EnumString,
+    strum::VariantNames,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Parity {
     None,
     Even,
@@ -131,8 +128,20 @@ pub struct OpcUaSettings {
     pub mode: OpcUaMode,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+    strum::EnumString,
+    strum::VariantNames,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum OpcUaMode {
     Poll,
     Subscribe,
@@ -185,6 +194,7 @@ pub struct Device {
     Serialize,
     serde::Deserialize,
     schemars::JsonSchema,
+    strum::Display,
     strum::EnumString,
     strum::VariantNames,
 )]
@@ -198,12 +208,6 @@ pub enum RegisterTable {
 }
 
 impl RegisterTable {
-    pub const NAMES: &[&str] = <RegisterTable as strum::VariantNames>::VARIANTS;
-
-    pub fn parse(s: &str) -> Option<RegisterTable> {
-        s.parse().ok()
-    }
-
     /// Coils and discrete inputs hold bits, the others 16-bit registers.
     pub fn is_bits(self) -> bool {
         matches!(self, RegisterTable::Coil | RegisterTable::Discrete)
@@ -241,12 +245,6 @@ pub enum DataType {
 }
 
 impl DataType {
-    pub const NAMES: &[&str] = <DataType as strum::VariantNames>::VARIANTS;
-
-    pub fn parse(s: &str) -> Option<DataType> {
-        s.parse().ok()
-    }
-
     pub fn name(self) -> &'static str {
         self.into()
     }

@@ -246,15 +246,20 @@ mod waiting {
 
     use super::super::*;
 
-    fn open_breaker() -> Breaker {
-        let b = Breaker::new(BreakerSettings {
+    /// The first failure opens it for `open`.
+    fn one_failure_opens(open: Duration) -> BreakerSettings {
+        BreakerSettings {
             failure_threshold: 1,
             failure_rate_percent: 100,
             window_size: 10,
             min_calls: 10,
-            open: Duration::from_secs(5),
+            open,
             max_open: Duration::from_secs(60),
-        });
+        }
+    }
+
+    fn open_breaker() -> Breaker {
+        let b = Breaker::new(one_failure_opens(Duration::from_secs(5)));
         b.try_acquire().unwrap().record(Outcome::Transient);
         b
     }
@@ -300,14 +305,7 @@ mod waiting {
 
     #[test]
     fn the_base_period_is_the_configured_open_time() {
-        let b = Breaker::new(BreakerSettings {
-            failure_threshold: 1,
-            failure_rate_percent: 100,
-            window_size: 10,
-            min_calls: 10,
-            open: Duration::from_millis(1234),
-            max_open: Duration::from_secs(60),
-        });
+        let b = Breaker::new(one_failure_opens(Duration::from_millis(1234)));
         assert_eq!(b.base_open(), Duration::from_millis(1234));
     }
 
@@ -315,14 +313,7 @@ mod waiting {
     /// free the probe's slot: only the probe's own end does.
     #[tokio::test(start_paused = true)]
     async fn a_cancelled_ordinary_call_does_not_free_the_probe_slot() {
-        let b = Breaker::new(BreakerSettings {
-            failure_threshold: 1,
-            failure_rate_percent: 100,
-            window_size: 10,
-            min_calls: 10,
-            open: Duration::from_secs(5),
-            max_open: Duration::from_secs(60),
-        });
+        let b = Breaker::new(one_failure_opens(Duration::from_secs(5)));
         let ordinary = b.try_acquire().unwrap();
         assert!(!ordinary.is_probe());
         b.try_acquire().unwrap().record(Outcome::Transient);
@@ -340,14 +331,7 @@ mod waiting {
     #[tokio::test(start_paused = true)]
     async fn an_ordinary_call_answered_during_a_probe_does_not_decide_the_breaker() {
         for outcome in [Outcome::Success, Outcome::Transient] {
-            let b = Breaker::new(BreakerSettings {
-                failure_threshold: 1,
-                failure_rate_percent: 100,
-                window_size: 10,
-                min_calls: 10,
-                open: Duration::from_secs(5),
-                max_open: Duration::from_secs(60),
-            });
+            let b = Breaker::new(one_failure_opens(Duration::from_secs(5)));
             let ordinary = b.try_acquire().unwrap();
             b.try_acquire().unwrap().record(Outcome::Transient);
             advance(Duration::from_secs(5)).await;

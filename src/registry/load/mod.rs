@@ -187,7 +187,7 @@ fn read_sensors(t: &Table<'_, '_>, cx: Context<'_>) -> (Found<Sensor>, Found<Sen
                         s.table_problem(format!(
                             "{} {} registers {}..{} overlap {other} ({}) with a different type",
                             p.data_type.name(),
-                            RegisterTable::NAMES[p.table as usize],
+                            p.table,
                             start,
                             end - 1,
                             ty.name()
@@ -299,7 +299,7 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
         }
     });
     let description = t.req_str("description");
-    let protocol = t.req_choice("protocol", Protocol::NAMES).and_then(Protocol::parse);
+    let protocol = t.req_pick::<Protocol>("protocol");
     let endpoint_text = t.req_str("endpoint");
     let unit_id = t.int(bounds::UNIT_ID.key, bounds::UNIT_ID.range()).unwrap_or(1) as u8;
     let timeout_ms = t.int(bounds::TIMEOUT_MS.key, bounds::TIMEOUT_MS.range()).unwrap_or(1000);
@@ -308,8 +308,7 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
         .int(bounds::MAX_REGISTERS_PER_READ.key, bounds::MAX_REGISTERS_PER_READ.range())
         .unwrap_or(125) as u16;
     let max_gap = t.int(bounds::MAX_GAP.key, bounds::MAX_GAP.range()).unwrap_or(8) as u16;
-    let word_order =
-        t.choice("word_order", WordOrder::NAMES).and_then(WordOrder::parse).unwrap_or(WordOrder::ABCD);
+    let word_order = t.pick::<WordOrder>("word_order").unwrap_or(WordOrder::ABCD);
 
     let endpoint = match (protocol, endpoint_text) {
         (Some(p), Some(e)) => parse_endpoint(p, e).map_err(|m| t.problem("endpoint", m)).ok(),
@@ -392,11 +391,7 @@ fn parse_endpoint(protocol: Protocol, e: &str) -> Result<Endpoint, String> {
 
 fn read_serial(s: &Table<'_, '_>) -> Option<SerialSettings> {
     let baud = s.int(bounds::BAUD_RATE.key, bounds::BAUD_RATE.range());
-    let parity = s.choice("parity", &["none", "even", "odd"]).map(|p| match p {
-        "even" => Parity::Even,
-        "odd" => Parity::Odd,
-        _ => Parity::None,
-    });
+    let parity = s.pick::<Parity>("parity");
     let data_bits = s.int(bounds::DATA_BITS.key, bounds::DATA_BITS.range());
     let stop_bits = s.int(bounds::STOP_BITS.key, bounds::STOP_BITS.range());
     Some(SerialSettings {
@@ -431,7 +426,7 @@ fn read_opcua(o: &Table<'_, '_>) -> Option<OpcUaSettings> {
     if username_env.is_some() != password_env.is_some() {
         o.table_problem("username_env and password_env go together");
     }
-    let sub = o.choice("mode", &["poll", "subscribe"]);
+    let sub = o.pick::<OpcUaMode>("mode");
     let (policy, mode) = (policy.unwrap_or("None"), mode.unwrap_or("None"));
     if (policy == "None") != (mode == "None") {
         o.table_problem(format!(
@@ -443,6 +438,6 @@ fn read_opcua(o: &Table<'_, '_>) -> Option<OpcUaSettings> {
         security_mode: mode.to_string(),
         username_env,
         password_env,
-        mode: if sub == Some("subscribe") { OpcUaMode::Subscribe } else { OpcUaMode::Poll },
+        mode: sub.unwrap_or(OpcUaMode::Poll),
     })
 }

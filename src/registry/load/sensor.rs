@@ -125,12 +125,11 @@ fn read_source(
 }
 
 fn read_modbus_point(s: &Table<'_, '_>, device_word_order: WordOrder) -> Option<ModbusPoint> {
-    let table = s.req_choice("table", RegisterTable::NAMES).and_then(RegisterTable::parse);
+    let table = s.req_pick::<RegisterTable>("table");
     let address =
         if s.require("address") { s.int(bounds::ADDRESS.key, bounds::ADDRESS.range()) } else { None };
-    let data_type = s.req_choice("type", DataType::NAMES).and_then(DataType::parse);
-    let word_order =
-        s.choice("word_order", WordOrder::NAMES).and_then(WordOrder::parse).unwrap_or(device_word_order);
+    let data_type = s.req_pick::<DataType>("type");
+    let word_order = s.pick::<WordOrder>("word_order").unwrap_or(device_word_order);
     let bit = s.int(bounds::BIT.key, bounds::BIT.range());
     let has_bit = s.has("bit");
     let length = s.int(bounds::LENGTH.key, bounds::LENGTH.range());
@@ -147,7 +146,7 @@ fn read_modbus_point(s: &Table<'_, '_>, device_word_order: WordOrder) -> Option<
                 "type",
                 format!(
                     "a {} table holds single bits: type must be \"bool\", found {:?}",
-                    RegisterTable::NAMES[table as usize],
+                    table,
                     data_type.name()
                 ),
             );
