@@ -203,16 +203,18 @@ pub async fn login(
             StatusCode::FORBIDDEN,
         );
     }
-    // Failed sign-ins of one address are answered one at a time after a pause (`guard.rs`):
-    // guessing gets one try a second per address, and other addresses are not held up.
+    // Wrong tokens of one address are answered one at a time after a pause: guessing gets
+    // one try a second per address, and nobody else is held up (`transport/pacing.rs`).
     let from = peer.map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |p| p.0.0);
-    let caller = match c.guard.check(from, c.tokens.clone(), form.token.trim().to_string()).await {
+    let caller = match c.tokens.check("console sign-in", from, form.token.trim()).await {
         Ok(Some(caller)) => caller,
         Ok(None) => return login_form(&c, Some("That token is not valid."), StatusCode::UNAUTHORIZED),
         Err(_) => {
             let mut res = login_form(
                 &c,
-                Some("Too many sign-in attempts are waiting; wait a few seconds and try again."),
+                Some(
+                    "Too many sign-in attempts from your address are waiting; wait a few seconds and try again.",
+                ),
                 StatusCode::TOO_MANY_REQUESTS,
             );
             res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));

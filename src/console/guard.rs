@@ -1,41 +1,9 @@
-//! Sign-in against guessing: failed sign-ins from one address are answered one at a time,
-//! each after a pause, in a task of their own (a client that gives up does not cut the
-//! pause short), and at most a few wait per address, the rest refused at once. A good
-//! token from another address is never held up by them. The sign-in form's CSRF value is
-//! issued by this server (signed with a key made at start), so a client cannot choose it.
-
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use crate::tools::Caller;
-use crate::transport::auth::Tokens;
-
-/// How long a failed sign-in takes to answer.
-const PAUSE: Duration = Duration::from_secs(1);
-/// Sign-ins waiting their turn at most, per address and in all.
-const WAITING_PER_ADDRESS: usize = 3;
-const WAITING: usize = 256;
-
-/// Why a sign-in was not checked.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Busy {
-    /// Too many sign-ins from this address wait already.
-    Address,
-    /// Too many wait in all.
-    Everyone,
-}
-
-/// An address's turn (held through a failure's pause) and how many wait for it.
-type Queue = (Arc<tokio::sync::Mutex<()>>, usize);
+//! The sign-in form's CSRF value: issued by this server (signed with a key made at
+//! start), so a client cannot choose it. Wrong tokens are paced where every door's are
+//! (`transport/pacing.rs`, through `Tokens::check`).
 
 pub struct Guard {
     key: ring::hmac::Key,
-    queues: Mutex<HashMap<IpAddr, Queue>>,
-    failures: AtomicU64,
 }
 
 impl Guard {
@@ -44,11 +12,7 @@ impl Guard {
         // Without randomness every form is refused (the check below never matches a
         // value signed with a key no one can know), which is safe.
         let _ = getrandom::fill(&mut secret);
-        Guard {
-            key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret),
-            queues: Mutex::default(),
-            failures: AtomicU64::new(0),
-        }
+        Guard { key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret) }
     }
 
     /// A new CSRF value for the sign-in form: random, signed.
@@ -70,48 +34,6 @@ impl Guard {
             // so compare the cut part without an early exit.
             full.as_ref()[..16].iter().zip(&tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
         }
-    }
-
-    /// Checks `token` from `from` in its turn: the caller, `Ok(None)` for a wrong token
-    /// (after the pause), or why it was not checked.
-    pub async fn check(
-        self: &Arc<Self>,
-        from: IpAddr,
-        tokens: Arc<Tokens>,
-        token: String,
-    ) -> Result<Option<Caller>, Busy> {
-        let turn = {
-            let mut q = self.queues.lock();
-            if q.values().map(|(_, n)| n).sum::<usize>() >= WAITING {
-                return Err(Busy::Everyone);
-            }
-            let (turn, waiting) = q.entry(from).or_insert_with(|| (Arc::default(), 0));
-            if *waiting >= WAITING_PER_ADDRESS {
-                return Err(Busy::Address);
-            }
-            *waiting += 1;
-            turn.clone()
-        };
-        let me = self.clone();
-        let checked = tokio::spawn(async move {
-            let held = turn.lock().await;
-            let caller = tokens.authenticate(&token);
-            if caller.is_none() {
-                let failures = me.failures.fetch_add(1, Ordering::Relaxed) + 1;
-                tracing::warn!(failures, address = %from, "console sign-in refused: the token is not valid");
-                tokio::time::sleep(PAUSE).await;
-            }
-            drop(held);
-            let mut q = me.queues.lock();
-            if let Some((_, waiting)) = q.get_mut(&from) {
-                *waiting -= 1;
-                if *waiting == 0 {
-                    q.remove(&from);
-                }
-            }
-            caller
-        });
-        Ok(checked.await.ok().flatten())
     }
 }
 

@@ -78,7 +78,11 @@ impl Live {
 }
 
 /// `GET /console/live`: the snapshot now, then every new one, until the server stops.
-pub async fn stream(State(c): State<Console>, headers: HeaderMap) -> Response {
+pub async fn stream(
+    State(c): State<Console>,
+    hangup: Option<axum::Extension<crate::transport::Hangup>>,
+    headers: HeaderMap,
+) -> Response {
     let viewer = match c.viewer(&headers) {
         Ok(v) => v,
         // A stream cannot follow a redirect to the sign-in page: say it plainly.
@@ -91,7 +95,8 @@ pub async fn stream(State(c): State<Console>, headers: HeaderMap) -> Response {
         super::viewer::Viewer::Open => String::new(),
         super::viewer::Viewer::Signed(s) => s.caller.id.to_string(),
     };
-    let permit = match c.streams.take(who) {
+    let hangup = hangup.map_or_else(crate::transport::Hangup::detached, |h| h.0);
+    let permit = match c.streams.take(who, hangup) {
         Ok(p) => p,
         Err(busy) => {
             return (axum::http::StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "30")], busy)

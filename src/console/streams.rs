@@ -2,7 +2,8 @@
 //! viewer (a token, or everyone on a server without tokens). A viewer past its share gets
 //! a place by ending its own oldest stream (as a token's sessions do); when all places are
 //! taken, a stream that has not taken a snapshot for [`STALLED`] (a client that stopped
-//! reading, a laptop asleep) gives its place up. An ended stream stops at its next event.
+//! reading, a laptop asleep) gives its place up. A stream that gives its place up has its
+//! connection closed at once (it may never be polled again: its client may not read).
 
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::live::{MAX_STREAMS, PER_VIEWER};
+use crate::transport::Hangup;
 
 /// A stream that took no snapshot for this long (they come every second) is stalled.
 pub const STALLED: Duration = Duration::from_secs(30);
@@ -23,6 +25,9 @@ struct Held {
     /// When it last took a snapshot.
     polled: Arc<Mutex<Instant>>,
     ended: Arc<AtomicBool>,
+    /// Closes its connection: a stream that gave its place up may never be polled again
+    /// (its client stopped reading), so it is not left to end by itself.
+    hangup: Hangup,
 }
 
 /// The live streams held.
@@ -46,11 +51,13 @@ pub struct Slot {
 
 impl Streams {
     /// A place for a stream of viewer `who`, or why there is none.
-    pub fn take(self: &Arc<Self>, who: String) -> Result<Slot, String> {
+    pub fn take(self: &Arc<Self>, who: String, hangup: Hangup) -> Result<Slot, String> {
         let mut guard = self.held.lock();
         let (next, held) = &mut *guard;
         let end = |held: &mut Vec<Held>, at: usize| {
-            held.remove(at).ended.store(true, Ordering::Relaxed);
+            let gone = held.remove(at);
+            gone.ended.store(true, Ordering::Relaxed);
+            gone.hangup.now();
             self.ended.fetch_add(1, Ordering::Relaxed);
         };
         let now = Instant::now();
@@ -84,7 +91,7 @@ impl Streams {
         }
         *next += 1;
         let (polled, ended) = (Arc::new(Mutex::new(now)), Arc::new(AtomicBool::new(false)));
-        held.push(Held { who, id: *next, opened: now, polled: polled.clone(), ended: ended.clone() });
+        held.push(Held { who, id: *next, opened: now, polled: polled.clone(), ended: ended.clone(), hangup });
         Ok(Slot { streams: self.clone(), id: *next, polled, ended })
     }
 
@@ -140,10 +147,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_viewer_past_its_share_ends_its_own_oldest_and_stalled_ones_give_way() {
         let streams = Arc::new(Streams::default());
-        let first = streams.take("a".into()).unwrap();
-        let mut a: Vec<Slot> = (1..PER_VIEWER).map(|_| streams.take("a".into()).unwrap()).collect();
+        let first = streams.take("a".into(), Hangup::detached()).unwrap();
+        let mut a: Vec<Slot> =
+            (1..PER_VIEWER).map(|_| streams.take("a".into(), Hangup::detached()).unwrap()).collect();
         assert!(first.held());
-        a.push(streams.take("a".into()).unwrap());
+        a.push(streams.take("a".into(), Hangup::detached()).unwrap());
         assert!(!first.held(), "its oldest stream gave its place");
         assert!(a.iter().all(Slot::held));
         assert_eq!(streams.len(), PER_VIEWER);
@@ -153,10 +161,10 @@ mod tests {
         // Full with streams of others that keep reading: refused.
         let mut others: Vec<Slot> = Vec::new();
         for v in 0..(MAX_STREAMS - PER_VIEWER) {
-            others.push(streams.take(format!("v{}", v % 3)).unwrap());
+            others.push(streams.take(format!("v{}", v % 3), Hangup::detached()).unwrap());
         }
         assert_eq!(streams.len(), MAX_STREAMS);
-        let full = streams.take("late".into()).err().expect("full");
+        let full = streams.take("late".into(), Hangup::detached()).err().expect("full");
         assert!(full.starts_with(&format!("{MAX_STREAMS} live views")), "{full}");
         let metrics = crate::metrics::Metrics::default();
         let s = streams.clone();
@@ -170,7 +178,7 @@ mod tests {
         others.iter().for_each(|s| {
             s.held();
         });
-        let late = streams.take("late".into()).expect("a stalled stream gave way");
+        let late = streams.take("late".into(), Hangup::detached()).expect("a stalled stream gave way");
         assert!(late.held());
         assert_eq!(a.iter().filter(|s| !s.held()).count(), 1, "exactly one stalled stream ended");
         drop((a, others, late));

@@ -1,7 +1,12 @@
 //! Bearer tokens: from a TOML file and `FIELDGATE_TOKEN_<NAME>=<role>:<token>`, never
 //! from device files; compared in constant time.
 
+use std::net::IpAddr;
 use std::path::Path;
+use std::sync::Arc;
+
+pub use super::pacing::Busy;
+use super::pacing::Pacer;
 
 use crate::config::TOKEN_ENV_PREFIX;
 use crate::toml_reader::{Doc, Problem, Table};
@@ -16,10 +21,11 @@ struct Token {
     secret: Vec<u8>,
 }
 
-/// The configured tokens.
+/// The configured tokens, and the pacing of wrong ones (one [`Pacer`] for every door).
 #[derive(Default)]
 pub struct Tokens {
     tokens: Vec<Token>,
+    pacer: Arc<Pacer>,
 }
 
 fn check_secret(secret: &str) -> Result<(), String> {
@@ -125,7 +131,7 @@ impl Tokens {
                 }
             }
         }
-        if problems.is_empty() { Ok(Tokens { tokens }) } else { Err(problems) }
+        if problems.is_empty() { Ok(Tokens { tokens, pacer: Arc::default() }) } else { Err(problems) }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -136,6 +142,18 @@ impl Tokens {
     pub fn secret_of(&self, role: Role) -> Option<String> {
         let t = self.tokens.iter().find(|t| t.role == role)?;
         String::from_utf8(t.secret.clone()).ok()
+    }
+
+    /// The caller of `token` presented from `from` at `door` (named in the log), paced
+    /// against guessing (`pacing.rs`): at once when it is right, after a pause when it is
+    /// wrong, refused unchecked when too many checks from that address wait.
+    pub async fn check(&self, door: &'static str, from: IpAddr, token: &str) -> Result<Option<Caller>, Busy> {
+        self.pacer.check(door, from, self, token).await
+    }
+
+    /// Wrong tokens seen since start, at every door.
+    pub fn failures(&self) -> u64 {
+        self.pacer.failures()
     }
 
     /// The caller a presented token belongs to. Every configured token is compared, so

@@ -4,7 +4,7 @@
 //! to HTTP.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -17,7 +17,7 @@ use axum::{Extension, Router};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::auth::Tokens;
+use super::auth::{Busy, Tokens};
 use super::mcp::http::McpHttp;
 pub use super::routes::ROUTES;
 use super::routes::{Access, Endpoint};
@@ -183,14 +183,27 @@ async fn authenticate(State(st): State<AppState>, mut req: Request, next: Next) 
             // The scheme is case-insensitive (RFC 9110 §11.1).
             .and_then(|v| v.split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer")))
             .map(|(_, token)| token);
-        match presented.and_then(|t| st.tokens.authenticate(t.trim())) {
-            Some(c) => c,
+        let Some(presented) = presented else {
             // A browser at the root goes to the console, which has its own sign-in.
-            None if presented.is_none() && req.uri().path() == "/" && wants_html(req.headers()) => {
+            if req.uri().path() == "/" && wants_html(req.headers()) {
                 return see_console();
             }
-            None if presented.is_none() => return unauthorized("A bearer token is required."),
-            None => return unauthorized("The bearer token is not valid."),
+            return unauthorized("A bearer token is required.");
+        };
+        // Wrong tokens are answered after a pause, one at a time per address (`pacing.rs`).
+        let from = req.extensions().get::<super::Peer>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.0);
+        match st.tokens.check("bearer token", from, presented.trim()).await {
+            Ok(Some(c)) => c,
+            Ok(None) => return unauthorized("The bearer token is not valid."),
+            Err(Busy::Address) => {
+                let mut res = refusal(ToolError::new(
+                    ErrorCode::RateLimited,
+                    "Too many token checks from this address are waiting.",
+                    "Wait a few seconds and try again; wrong tokens are answered one a second.",
+                ));
+                res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+                return res;
+            }
         }
     };
     req.extensions_mut().insert(caller);

@@ -86,6 +86,22 @@ pub async fn serve(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Peer(pub std::net::IpAddr);
 
+/// Closes the connection a request came on, whatever it is doing (a long-lived answer
+/// that has to end now, even to a client that stopped reading).
+#[derive(Debug, Clone)]
+pub struct Hangup(CancellationToken);
+
+impl Hangup {
+    pub fn now(&self) {
+        self.0.cancel();
+    }
+
+    /// A hangup no connection listens to (requests made in-process).
+    pub fn detached() -> Hangup {
+        Hangup(CancellationToken::new())
+    }
+}
+
 /// Serves one connection. On stop, a connection with no request in flight (idle, or a
 /// client still sending headers) is closed at once; one with a request finishes it first.
 async fn connection(
@@ -99,8 +115,11 @@ async fn connection(
     use tower::ServiceExt;
     let busy = Arc::new(AtomicUsize::new(0));
     let in_flight = busy.clone();
+    let hangup = CancellationToken::new();
+    let handle = Hangup(hangup.clone());
     let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
         req.extensions_mut().insert(peer);
+        req.extensions_mut().insert(handle.clone());
         in_flight.fetch_add(1, Ordering::SeqCst);
         let done = in_flight.clone();
         let answer = app.clone().oneshot(req.map(Body::new));
@@ -118,6 +137,8 @@ async fn connection(
                 tracing::debug!(%error, "connection ended with an error");
             }
         }
+        // Dropping the connection closes its socket at once.
+        () = hangup.cancelled() => {}
         () = stopping.cancelled() => {
             if busy.load(Ordering::SeqCst) > 0 {
                 conn.as_mut().graceful_shutdown();

@@ -620,6 +620,65 @@ async fn failed_sign_ins_answer_one_at_a_time_per_address_and_hold_up_no_other()
     assert_eq!(forged, 403);
 }
 
+/// Guessing from many addresses at once (more wrong tokens waiting than any one queue
+/// holds) locks no operator out, at the console or the API, and each door's wrong tokens
+/// are paced alike: after a pause, a few per address, the rest refused unchecked.
+#[tokio::test(start_paused = true)]
+async fn guessing_from_many_addresses_locks_no_operator_out_at_either_door() {
+    let r = router(service(), tokens());
+    let form = get(&r, "/console/login", None).await;
+    let nonce = form.hidden("csrf").unwrap();
+    let cookie = form.cookie("fieldgate_login").unwrap();
+    let api = |from: String, token: &str| {
+        let mut req = Request::builder()
+            .uri("/v1/tools")
+            .header("host", "127.0.0.1")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap();
+        req.extensions_mut().insert(fieldgate::transport::Peer(from.parse().unwrap()));
+        let r = r.clone();
+        async move {
+            let res = r.oneshot(req).await.unwrap();
+            let retry = res.headers().get("retry-after").is_some();
+            (res.status().as_u16(), retry)
+        }
+    };
+    let mut guesses = tokio::task::JoinSet::new();
+    for i in 0..300u32 {
+        let (r, cookie, nonce) = (r.clone(), cookie.clone(), nonce.clone());
+        let from = format!("10.1.{}.{}", i / 250, i % 250);
+        guesses.spawn(async move {
+            sign_in_from(&r, &from, &cookie, &format!("token=wrong-{i}&csrf={nonce}")).await
+        });
+        let bearer = api(format!("10.2.{}.{}", i / 250, i % 250), "a-wrong-bearer-token");
+        guesses.spawn(async move { bearer.await.0 });
+    }
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    let started = tokio::time::Instant::now();
+    let good = format!("token=operator-token-0123456789&csrf={nonce}");
+    assert_eq!(sign_in_from(&r, "192.168.7.7", &cookie, &good).await, 303, "the operator at the console");
+    assert_eq!(
+        api("192.168.7.8".into(), "operator-token-0123456789").await,
+        (200, false),
+        "the operator at the API"
+    );
+    assert_eq!(started.elapsed(), std::time::Duration::ZERO, "neither waited");
+    // One address past its few places is refused at once, unchecked, with a time to retry.
+    let one = (0..4).map(|_| api("10.9.9.9".into(), "another-wrong-token"));
+    let mut answers = futures_util::future::join_all(one).await;
+    answers.sort();
+    assert_eq!(answers, [(401, false), (401, false), (401, false), (429, true)]);
+    let mut wrong = 0;
+    while let Some(status) = guesses.join_next().await {
+        assert_eq!(status.unwrap(), 401, "every guess answered as wrong");
+        wrong += 1;
+    }
+    assert_eq!(wrong, 600);
+}
+
 #[tokio::test]
 async fn a_trailing_slash_lands_on_the_console() {
     let r = router(service(), Tokens::default());

@@ -85,3 +85,38 @@ async fn a_client_still_sending_headers_does_not_hold_up_a_stop() {
     let log = logged.await.unwrap();
     assert!(!log.contains("still running after the grace period"), "{log}");
 }
+
+/// A live stream that gives its place up (here: a viewer's oldest, past its share) has its
+/// connection closed at once, even when its client stopped reading and the stream would
+/// never be polled again.
+#[tokio::test]
+async fn a_live_stream_that_gives_its_place_up_is_disconnected() {
+    let devices = device_dir(&[("t.toml", GOOD)]);
+    let data = tempfile::tempdir().unwrap();
+    let mut served = serve_binary(devices.path(), data.path(), &[]).await;
+    served.drain_stderr();
+    let open = |addr| async move {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /console/live HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n").await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        let read = async {
+            while !head.ends_with(b"\r\n\r\n") {
+                assert_eq!(s.read(&mut byte).await.unwrap(), 1, "stream answered: {head:?}");
+                head.push(byte[0]);
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), read).await.expect("a live stream's headers");
+        assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+        s
+    };
+    // Without tokens every browser is one viewer, whose share is 16 streams.
+    let mut oldest = open(served.addr).await;
+    let mut rest = Vec::new();
+    for _ in 0..15 {
+        rest.push(open(served.addr).await);
+    }
+    rest.push(open(served.addr).await);
+    let after = closed_by_server(&mut oldest).await;
+    assert!(!String::from_utf8_lossy(&after).contains("HTTP/1.1"), "no other answer on it");
+}

@@ -1,0 +1,206 @@
+//! Token checks against guessing, shared by the API's bearer check and the console's
+//! sign-in: a wrong token from one address is answered one at a time per address, each
+//! after a pause, in a task of its own (a client that gives up does not cut the pause
+//! short); at most a few wait per address, the rest refused at once, unchecked. A good
+//! token is answered at once and never waits behind anyone's failures, so guessing from
+//! many addresses cannot lock operators out. IPv6 addresses count per /64 (one host can
+//! hold a whole /64).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::auth::Tokens;
+use crate::tools::Caller;
+
+/// How long a wrong token takes to answer.
+pub const PAUSE: Duration = Duration::from_secs(1);
+/// Checks waiting per address at most (right or wrong: counted before the check, so a
+/// refusal tells nothing about the token).
+const WAITING_PER_ADDRESS: usize = 3;
+/// Wrong tokens waiting their turn in all; past it a wrong token waits its pause in the
+/// request itself, holding its address's place.
+const QUEUED: usize = 256;
+
+/// Why a token was not checked.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Busy {
+    /// Too many checks from this address wait already.
+    Address,
+}
+
+/// An address's turn (held through a failure's pause) and how many wait for it.
+type Queue = (Arc<tokio::sync::Mutex<()>>, usize);
+
+#[derive(Default)]
+pub struct Pacer {
+    queues: Mutex<HashMap<IpAddr, Queue>>,
+    queued: AtomicUsize,
+    failures: AtomicU64,
+}
+
+/// An address's place among the waiting: given back when dropped.
+struct Place {
+    pacer: Arc<Pacer>,
+    key: IpAddr,
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut q = self.pacer.queues.lock();
+        if let Some((_, waiting)) = q.get_mut(&self.key) {
+            *waiting -= 1;
+            if *waiting == 0 {
+                q.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The address as counted: IPv4 (also mapped into IPv6) as it is, IPv6 by its /64.
+fn key(from: IpAddr) -> IpAddr {
+    match from {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+        v4 => v4,
+    }
+}
+
+impl Pacer {
+    /// Wrong tokens seen since start.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Checks `token` from `from`: the caller at once, `Ok(None)` for a wrong token (after
+    /// the pause), or `Busy` without looking at it. `what` names the door in the log.
+    pub async fn check(
+        self: &Arc<Self>,
+        what: &'static str,
+        from: IpAddr,
+        tokens: &Tokens,
+        token: &str,
+    ) -> Result<Option<Caller>, Busy> {
+        let place = self.admit(key(from))?;
+        if let Some(caller) = tokens.authenticate(token) {
+            return Ok(Some(caller));
+        }
+        let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::warn!(failures, address = %from, "{what} refused: the token is not valid");
+        if self.queued.fetch_add(1, Ordering::Relaxed) >= QUEUED {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            tokio::time::sleep(PAUSE).await;
+            return Ok(None);
+        }
+        let me = self.clone();
+        let paused = tokio::spawn(async move {
+            let held = place.turn.lock().await;
+            tokio::time::sleep(PAUSE).await;
+            drop(held);
+            drop(place);
+            me.queued.fetch_sub(1, Ordering::Relaxed);
+        });
+        let _ = paused.await;
+        Ok(None)
+    }
+
+    fn admit(self: &Arc<Self>, key: IpAddr) -> Result<Place, Busy> {
+        let mut q = self.queues.lock();
+        let (turn, waiting) = q.entry(key).or_insert_with(|| (Arc::default(), 0));
+        if *waiting >= WAITING_PER_ADDRESS {
+            return Err(Busy::Address);
+        }
+        *waiting += 1;
+        Ok(Place { pacer: self.clone(), key, turn: turn.clone() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn ipv6_counts_per_64_and_mapped_ipv4_as_ipv4() {
+        let a: Ipv6Addr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: Ipv6Addr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let c: Ipv6Addr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(key(a.into()), key(b.into()));
+        assert_ne!(key(a.into()), key(c.into()));
+        let mapped = Ipv4Addr::new(10, 0, 0, 7).to_ipv6_mapped();
+        assert_eq!(key(mapped.into()), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)));
+    }
+
+    fn tokens() -> Tokens {
+        let env = [("FIELDGATE_TOKEN_OPS".to_string(), "operator:operator-secret-123456".to_string())];
+        Tokens::load(None, env).unwrap()
+    }
+
+    /// Many addresses guessing at once hold up neither a good token nor each other's
+    /// places; the address that guesses most is refused unchecked past its few places.
+    #[tokio::test(start_paused = true)]
+    async fn guessing_from_many_addresses_locks_nobody_out() {
+        let pacer = Arc::new(Pacer::default());
+        let tokens = Arc::new(tokens());
+        let mut guesses = tokio::task::JoinSet::new();
+        for i in 0..400u32 {
+            let (p, t) = (pacer.clone(), tokens.clone());
+            let from = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i / 2));
+            guesses.spawn(async move { p.check("test", from, &t, "a-wrong-guess-0000").await });
+        }
+        while pacer.failures() < 400 {
+            tokio::task::yield_now().await;
+        }
+        let from = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 1));
+        let good = pacer.check("test", from, &tokens, "operator-secret-123456").await;
+        assert_eq!(good.map(|c| c.map(|c| c.id)), Ok(Some("ops".to_string())));
+        let guesser = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0));
+        assert_eq!(pacer.check("test", guesser, &tokens, "x").await, Ok(None), "its third place");
+        let mut wrong = 0;
+        while let Some(r) = guesses.join_next().await {
+            assert_eq!(r.unwrap(), Ok(None));
+            wrong += 1;
+        }
+        assert_eq!(wrong, 400);
+        assert!(pacer.queues.lock().is_empty(), "every place given back");
+        assert_eq!(pacer.queued.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_address_gets_one_answer_a_pause_and_a_few_places() {
+        let pacer = Arc::new(Pacer::default());
+        let tokens = Arc::new(tokens());
+        let from = IpAddr::V4(Ipv4Addr::new(10, 1, 1, 1));
+        let start = tokio::time::Instant::now();
+        let mut waiting = tokio::task::JoinSet::new();
+        for _ in 0..3 {
+            let (p, t) = (pacer.clone(), tokens.clone());
+            waiting.spawn(
+                async move { (p.check("test", from, &t, "wrong-wrong-wrong").await, start.elapsed()) },
+            );
+        }
+        while pacer.failures() < 3 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            pacer.check("test", from, &tokens, "operator-secret-123456").await.err(),
+            Some(Busy::Address)
+        );
+        let mut took: Vec<Duration> = Vec::new();
+        while let Some(r) = waiting.join_next().await {
+            let (answer, after) = r.unwrap();
+            assert_eq!(answer, Ok(None));
+            took.push(after);
+        }
+        took.sort();
+        assert_eq!(took, vec![PAUSE, PAUSE * 2, PAUSE * 3], "one at a time");
+        assert_eq!(pacer.failures(), 3);
+    }
+}
