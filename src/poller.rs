@@ -145,6 +145,7 @@ async fn subscribe_device(
                 }
                 Some(subscribe::Update::Up) => reader.observe(&d.id, Ok(())),
                 Some(subscribe::Update::Down(e)) => reader.observe(&d.id, Err(&e)),
+                Some(subscribe::Update::RoundTrip(took)) => reader.round_trip(&d.id, took),
                 None => break,
             },
             _ = tick.tick() => {

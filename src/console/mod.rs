@@ -196,6 +196,7 @@ fn title_of(code: crate::tools::ErrorCode) -> &'static str {
         C::Forbidden => "Not allowed",
         C::StorageUnavailable => "Storage unavailable",
         C::RateLimited | C::RetryLimitReached => "Too many requests",
+        C::MethodNotAllowed => "Not possible on this page",
         _ => "Cannot show this page",
     }
 }

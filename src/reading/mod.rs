@@ -144,6 +144,18 @@ impl Reader {
         self.resilience.observe(device, result);
     }
 
+    /// A round trip to `device` measured without a read of its sensors (a subscribed
+    /// server's): counted in its latency like a read's.
+    pub fn round_trip(&self, device: &DeviceId, took: std::time::Duration) {
+        let Some(guard) = self.resilience.guard(device) else { return };
+        guard.health.round_trip(took);
+        if let Some(i) = self.registry.devices().iter().position(|d| &d.id == device) {
+            if let Some(h) = self.latency.get(i) {
+                h.observe(took.as_secs_f64());
+            }
+        }
+    }
+
     /// A device's breaker and health.
     pub fn guard(&self, device: &DeviceId) -> Option<&Guard> {
         self.resilience.guard(device)

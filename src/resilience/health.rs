@@ -42,6 +42,14 @@ pub struct HealthSnapshot {
     pub latency: Option<(Duration, Duration, usize)>,
 }
 
+/// The last [`SAMPLES`] latencies.
+fn keep(latencies: &mut VecDeque<Duration>, took: Duration) {
+    latencies.push_back(took);
+    if latencies.len() > SAMPLES {
+        latencies.pop_front();
+    }
+}
+
 impl Health {
     fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
         self.inner.lock()
@@ -68,10 +76,14 @@ impl Health {
                 }
             }
         }
-        i.latencies.push_back(took);
-        if i.latencies.len() > SAMPLES {
-            i.latencies.pop_front();
-        }
+        keep(&mut i.latencies, took);
+    }
+
+    /// A round trip measured without a read (a subscribed server asked its time): kept
+    /// with the reads' latencies, and the device was heard from.
+    pub fn round_trip(&self, took: Duration) {
+        self.heard();
+        keep(&mut self.lock().latencies, took);
     }
 
     /// The device was heard from without a read (an OPC UA subscription's data change).

@@ -442,12 +442,22 @@ async fn not_found() -> Response {
     ))
 }
 
-async fn method_not_allowed() -> Response {
-    closing(refusal(ToolError::new(
-        ErrorCode::MethodNotAllowed,
-        "This method is not served on this route.",
-        "GET /openapi.json lists each route's methods.",
-    )))
+/// A method a route does not serve: the API's envelope, or under mounted pages one of
+/// their pages.
+fn method_not_allowed(mounted: Option<Pages>, path: &str) -> Response {
+    let refused = match mounted.filter(|m| path.starts_with(m.prefix)) {
+        Some(m) => (m.refusal)(ToolError::new(
+            ErrorCode::MethodNotAllowed,
+            "This page does not take this method.",
+            "Follow the console's own links and buttons.",
+        )),
+        None => refusal(ToolError::new(
+            ErrorCode::MethodNotAllowed,
+            "This method is not served on this route.",
+            "GET /openapi.json lists each route's methods.",
+        )),
+    };
+    closing(refused)
 }
 
 /// Query parameters, or a JSON refusal when they do not decode (e.g. bad percent-encoding).
@@ -540,15 +550,18 @@ pub fn app(
         };
     }
     let protected = protected.layer(middleware::from_fn_with_state(st.clone(), authenticate));
+    let timed = st.clone();
     open.merge(protected)
         .with_state(st.clone())
         .merge(mounted.map(|(_, r)| r).unwrap_or_default())
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .method_not_allowed_fallback(move |uri: axum::http::Uri| async move {
+            method_not_allowed(st.mounted, uri.path())
+        })
         .layer(middleware::from_fn_with_state(st.clone(), check_origin))
         .layer(middleware::from_fn_with_state(st.clone(), limit_body))
         .layer(DefaultBodyLimit::disable())
-        .layer(middleware::from_fn_with_state(st, request_timeout))
+        .layer(middleware::from_fn_with_state(timed, request_timeout))
 }
 
 /// The `Retry-After` of a response, for tests and clients.

@@ -459,7 +459,22 @@ async fn every_console_route_is_served_and_a_browser_at_the_root_lands_on_it() {
             send(&r, method, &concrete, &[("content-type", "application/x-www-form-urlencoded")], "").await;
         assert!(!a.body.contains("No such route."), "{method} {concrete} fell through: {}", a.body);
         assert!(a.status != 405, "{method} {concrete}");
+        // A method the page does not take is refused by a console page, not the API's JSON.
+        for other in ["PUT", "DELETE", if method == "GET" { "POST" } else { "GET" }] {
+            if fieldgate::console::ROUTES.iter().any(|r| r.path == path && r.verb.name() == other) {
+                continue;
+            }
+            let a = send(&r, other, &concrete, &[], "").await;
+            assert_eq!(a.status, 405, "{other} {concrete}");
+            assert!(
+                a.header("content-type").is_some_and(|t| t.starts_with("text/html")),
+                "{other} {concrete}"
+            );
+            assert!(a.body.contains("<!DOCTYPE html>") && !a.body.contains("\"ok\""), "{}", a.body);
+        }
     }
+    let unknown = send(&r, "POST", "/console/nowhere", &[], "").await;
+    assert!(unknown.body.contains("<!DOCTYPE html>"), "{} {}", unknown.status, unknown.body);
     let browser = send(&r, "GET", "/", &[("accept", "text/html,application/xhtml+xml")], "").await;
     assert_eq!((browser.status, browser.header("location")), (303, Some("/console")));
     let api = get(&r, "/", None).await;

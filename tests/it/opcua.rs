@@ -531,3 +531,35 @@ async fn a_subscribed_device_whose_items_all_go_unreachable_is_down_and_its_valu
         h.await.unwrap();
     }
 }
+
+/// A subscribed server is never read, yet its latency is known: its round trip is measured
+/// by a read of its current time every 10 s (the first at once), shown by
+/// get_device_status (and so by the console) and counted on /metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribed_device_has_a_latency() {
+    let oven = std::fs::read_to_string(demo_dir().join("b-oven2-opcua.toml")).unwrap();
+    assert!(oven.contains("mode = \"subscribe\""), "the demo oven subscribes");
+    let dir = device_dir(&[("b-oven2-opcua.toml", &oven)]);
+    let plant = plant_from(dir.path(), fieldgate_sim::Scenario::default()).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let latency = || {
+        let p = plant.service.clone();
+        async move {
+            let args = json!({"device_id": "b-oven2-opcua"});
+            let v = p.call("get_device_status", args).await.expect("served").json();
+            v["devices"][0]["latency"].clone()
+        }
+    };
+    let t = std::time::Duration::from_secs(30);
+    wait_until("a latency", t, || async { latency().await.is_object() }).await;
+    let l = latency().await;
+    assert!(l["samples"].as_u64() >= Some(1) && l["p50_ms"].as_f64() > Some(0.0), "{l}");
+    let text = plant.service.metrics().render();
+    let reads = "fieldgate_device_read_seconds_count{device=\"b-oven2-opcua\"} ";
+    assert!(text.lines().any(|l| l.starts_with(reads) && !l.ends_with(" 0")), "{text}");
+    stop.cancel();
+    for h in polling {
+        h.await.unwrap();
+    }
+}

@@ -35,7 +35,13 @@ pub enum Update {
     Up,
     /// The session was lost, or could not be opened or subscribed: the server failed.
     Down(DriverError),
+    /// How long the server took to answer a read of its current time (asked every
+    /// [`ROUND_TRIP_EVERY`]): a subscription's latency, where a polled device's is its reads'.
+    RoundTrip(Duration),
 }
+
+/// How often a subscribed server's round trip is measured.
+pub const ROUND_TRIP_EVERY: Duration = Duration::from_secs(10);
 
 /// What a subscription has done, for `/metrics` and tests.
 #[derive(Debug, Default)]
@@ -81,18 +87,27 @@ pub async fn run(
                     }
                     backoff.reset();
                     warned = false;
-                    let lost = tokio::select! {
-                        s = conn.closed() => format!("session lost ({})", s.sub_code().name()),
-                        () = heard.silent(interval.max(WIRE)) => {
-                            // The server stopped publishing (hung, or the library reconnected
-                            // the session without its publish requests): start afresh.
-                            let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
-                            "no data and no keep-alive from the subscription".to_string()
-                        }
-                        () = stop.cancelled() => {
-                            // Close the session so the server frees it now, not at its timeout.
-                            let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
-                            return;
+                    let mut every = tokio::time::interval(ROUND_TRIP_EVERY);
+                    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    let lost = loop {
+                        tokio::select! {
+                            s = conn.closed() => break format!("session lost ({})", s.sub_code().name()),
+                            () = heard.silent(interval.max(WIRE)) => {
+                                // The server stopped publishing (hung, or the library reconnected
+                                // the session without its publish requests): start afresh.
+                                let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
+                                break "no data and no keep-alive from the subscription".to_string();
+                            }
+                            () = stop.cancelled() => {
+                                // Close the session so the server frees it now, not at its timeout.
+                                let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
+                                return;
+                            }
+                            _ = every.tick() => {
+                                if let Some(took) = round_trip(&conn, target.request_timeout).await {
+                                    let _ = tx.send(Update::RoundTrip(took));
+                                }
+                            }
                         }
                     };
                     counters.live.store(false, Ordering::Relaxed);
@@ -119,6 +134,22 @@ pub async fn run(
             () = tokio::time::sleep(backoff.next_wait()) => {}
             () = stop.cancelled() => return,
         }
+    }
+}
+
+/// The time a read of the server's current time takes, if it answers within `limit` (a
+/// server that does not is the watchdog's to judge, not this measure's).
+async fn round_trip(conn: &Connection, limit: Duration) -> Option<Duration> {
+    let node = ReadValueId {
+        node_id: opcua::types::VariableId::Server_ServerStatus_CurrentTime.into(),
+        attribute_id: AttributeId::Value as u32,
+        ..Default::default()
+    };
+    let started = tokio::time::Instant::now();
+    let read = conn.session.read(std::slice::from_ref(&node), TimestampsToReturn::Neither, 0.0);
+    match tokio::time::timeout(limit, read).await {
+        Ok(Ok(values)) if values.len() == 1 => Some(started.elapsed()),
+        _ => None,
     }
 }
 
