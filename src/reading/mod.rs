@@ -149,10 +149,9 @@ impl Reader {
     pub fn round_trip(&self, device: &DeviceId, took: std::time::Duration) {
         let Some(guard) = self.resilience.guard(device) else { return };
         guard.health.round_trip(took);
-        if let Some(i) = self.registry.devices().iter().position(|d| &d.id == device) {
-            if let Some(h) = self.latency.get(i) {
-                h.observe(took.as_secs_f64());
-            }
+        let at = self.registry.devices().iter().position(|d| &d.id == device);
+        if let Some(h) = at.and_then(|i| self.latency.get(i)) {
+            h.observe(took.as_secs_f64());
         }
     }
 
