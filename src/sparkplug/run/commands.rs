@@ -87,8 +87,27 @@ impl Node {
         match (s.online, self.phase) {
             (true, Phase::AwaitingHost) => self.birth(),
             (false, Phase::Online) => self.leave(),
+            // Offline here while another server may have it online: on to the next one
+            // (nothing was born here, so there is nothing to declare dead).
+            (false, Phase::AwaitingHost) if self.brokers.len() > 1 => self.pass(),
             _ => {}
         }
+    }
+
+    /// The primary host is offline on this server before the node was born: disconnect
+    /// and try the next server (after the usual backoff, so all offline is no tight loop).
+    fn pass(&mut self) {
+        if let Some(skipped) = self.throttle.allow("host offline here") {
+            tracing::warn!(
+                broker = %self.counters.broker(),
+                skipped,
+                "sparkplug: the primary host is offline on this broker; trying the next"
+            );
+        }
+        if let Some(l) = &self.link {
+            let _ = l.client.try_disconnect();
+        }
+        self.phase = Phase::Leaving;
     }
 
     /// The primary host went offline: NDEATH, disconnect, and on to the next broker.

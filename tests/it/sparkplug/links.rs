@@ -180,3 +180,27 @@ async fn the_edge_node_moves_to_the_next_broker_when_the_host_leaves_or_the_firs
     assert!(host_b.seen.len() > seen);
     node.running.stop().await.unwrap();
 }
+
+/// Two servers, and the primary host is already offline on the first (its retained STATE
+/// says so): the edge node does not wait there, it tries the next, where the host is online.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_edge_node_does_not_wait_where_the_host_is_already_offline() {
+    let (a, b) = (Broker::start().await, Broker::start().await);
+    let mut watcher_a = Host::connect_as(a.port, None).await;
+    watcher_a.publish("spBv1.0/STATE/scada", super::broker::state(false), true).await;
+    watcher_a
+        .until("the host's offline STATE kept on the first broker", T, |m| m.topic == "spBv1.0/STATE/scada")
+        .await;
+    let mut host_b = Host::connect_as(b.port, Some("scada")).await;
+    let node = rig(&a, |c| {
+        c.mqtt.brokers = vec![a.url(), b.url()];
+        c.mqtt.primary_host_id = "scada".into();
+    })
+    .await;
+    host_b.until("NBIRTH on the second broker", T, is("NBIRTH")).await;
+    watcher_a.take();
+    assert!(!watcher_a.seen.iter().any(|m| m.kind() == "NBIRTH"), "nothing was born on the first");
+    let status = node.running.tools.call("get_device_status", serde_json::json!({})).await.unwrap().json();
+    assert_eq!(status["northbound"]["broker"], b.url(), "{status}");
+    node.running.stop().await.unwrap();
+}
