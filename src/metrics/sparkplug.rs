@@ -24,6 +24,9 @@ pub struct Counters {
     /// Samples the poller could not hand over (the edge node's queue was full).
     pub samples_lost: std::sync::Arc<AtomicU64>,
     pub broker: Mutex<String>,
+    /// Why the store-and-forward buffer cannot be written, and since when (its values
+    /// wait in memory meanwhile, within its size bound).
+    pub buffer_problem: Mutex<Option<(String, chrono::DateTime<chrono::Utc>)>>,
 }
 
 impl Counters {
@@ -87,6 +90,11 @@ impl Counters {
                 n(&self.samples_lost),
             ),
         ];
+        s.gauge(
+            "fieldgate_sparkplug_buffer_failing",
+            "1 while the store-and-forward buffer cannot be written (its values wait in memory, within its size bound).",
+            i64::from(self.buffer_problem.lock().is_some()),
+        );
         s.gauge(
             "fieldgate_sparkplug_buffered",
             "Metric values waiting in the store-and-forward buffer.",

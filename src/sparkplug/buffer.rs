@@ -16,7 +16,7 @@ use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use crate::store::db::{Db, StorageFailure};
+use crate::store::db::{Db, Problem, StorageFailure};
 use crate::store::gorilla::Stored;
 
 const VALUES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("values");
@@ -217,9 +217,9 @@ impl Buffer {
         self.dropped
     }
 
-    /// What is wrong with the file now, if anything.
-    pub fn problem(&self) -> Option<String> {
-        self.db.problem().map(|p| p.reason)
+    /// What is wrong with the file now, if anything, and since when.
+    pub fn problem(&self) -> Option<Problem> {
+        self.db.problem()
     }
 
     /// Adds a value; it is written by the next [`flush`](Self::flush). While flushes fail,

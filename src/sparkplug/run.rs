@@ -253,11 +253,13 @@ impl Node {
         // The will carries the bdSeq of this connection's NBIRTH; a new one for every
         // connection (the first ever is 0).
         self.bd_seq = (self.bd_seq + 1) % 256;
+        let failing = self.buffer.problem().is_some();
         if let Err(error) = self.buffer.set_bd_seq(self.bd_seq)
-            && let Some(skipped) = self.throttle.allow("bdseq")
+            && !failing
         {
-            tracing::warn!(%error, skipped, "sparkplug: bdSeq not recorded; a restart may repeat it");
+            tracing::warn!(%error, "sparkplug: bdSeq not recorded; a restart may repeat it");
         }
+        self.written();
         let will = self.edge.ndeath(self.bd_seq);
         let (client, events) = link::open(&self.settings, &broker, (will.topic, will.payload));
         *self.counters.broker.lock() = broker.to_string();
@@ -474,10 +476,17 @@ impl Node {
             if let Err(error) = self.buffer.flush(now) {
                 tracing::debug!(%error, "sparkplug buffer flush failed; values kept in memory");
             }
+            self.written();
         }
         self.counters.buffered.store(self.buffer.len(), Ordering::Relaxed);
         self.counters.dropped.store(self.buffer.dropped(), Ordering::Relaxed);
         self.drain_idle = false;
+    }
+
+    /// After a write to the buffer: its problem, if any, shown in health and metrics (the
+    /// store logs the start and end of an outage once each).
+    fn written(&mut self) {
+        *self.counters.buffer_problem.lock() = self.buffer.problem().map(|p| (p.reason, p.since));
     }
 
     /// The drain uses at most half of the room, so live data always finds the other half

@@ -161,7 +161,8 @@ impl Db {
         let db = self.handle().map_err(E::storage)?;
         match catch_unwind(AssertUnwindSafe(|| f(&db))) {
             Ok(Ok(v)) => {
-                if write && self.problem.lock().take().is_some() {
+                if write && self.problem.lock().is_some() && self.has_room() {
+                    *self.problem.lock() = None;
                     tracing::info!(store = self.what, "storage writes again");
                 }
                 Ok(v)
@@ -178,6 +179,14 @@ impl Db {
                 Err(E::storage(format!("{} store: its file is damaged", self.what)))
             }
         }
+    }
+
+    /// Whether a failing store's disk has room again. On a full disk a write that fits in
+    /// the file's free pages succeeds while the next that must grow it fails: the problem
+    /// stays until [`RECOVERED`] bytes are free, so a full disk is one outage, not a flap.
+    fn has_room(&self) -> bool {
+        let Some(dir) = self.file.as_deref().and_then(Path::parent) else { return true };
+        disk_space(dir).is_none_or(|(free, _)| free >= RECOVERED)
     }
 
     /// The open handle, reopening the file when the last one failed.
@@ -240,6 +249,9 @@ impl Db {
         }
     }
 }
+
+/// Free bytes a failing store's disk needs before a write counts as its recovery.
+const RECOVERED: u64 = 1 << 20;
 
 /// Free and total bytes of the filesystem holding `path`.
 pub fn disk_space(path: &Path) -> Option<(u64, u64)> {

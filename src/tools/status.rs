@@ -179,6 +179,12 @@ pub fn storage(inner: &Inner) -> StorageStatus {
             p.since.to_rfc3339_opts(SecondsFormat::Secs, true)
         ));
     }
+    if let Some((reason, since)) = inner.core.sparkplug.get().and_then(|c| c.buffer_problem.lock().clone()) {
+        problems.push(format!(
+            "sparkplug buffer: {reason} (since {})",
+            since.to_rfc3339_opts(SecondsFormat::Secs, true)
+        ));
+    }
     let space = inner.core.history.as_ref().and_then(|h| h.disk_space());
     StorageStatus {
         state: if problems.is_empty() { StorageState::Ok } else { StorageState::Failing },

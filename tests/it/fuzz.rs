@@ -170,9 +170,12 @@ proptest! {
         ] {
             args["cursor"] = json!(cursor);
             let e = rt.block_on(svc.call(tool, args)).expect("served tool");
-            if let Some(err) = &e.error {
-                prop_assert_eq!(err.code.as_str(), "INVALID_ARGUMENT", "{}: {:?}", tool, err);
-            }
+            // None was issued here (cursors carry a tag only this process can make).
+            let err = e.error.as_ref();
+            prop_assert!(err.is_some(), "{} accepted the cursor {:?}", tool, cursor);
+            let err = err.unwrap();
+            prop_assert_eq!(err.code.as_str(), "INVALID_ARGUMENT", "{}: {:?}", tool, err);
+            prop_assert!(err.message.contains("cursor"), "{}: {:?}", tool, err);
         }
     }
 }

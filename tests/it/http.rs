@@ -158,7 +158,7 @@ fn the_docs_route_list_is_the_route_table() {
 /// `cargo test --test it {test}`).
 fn committed_equals(path: &str, text: &str, test: &str) {
     let file = root().join(path);
-    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+    if updating() {
         std::fs::write(&file, text).unwrap();
     }
     let committed = std::fs::read_to_string(&file).unwrap_or_default();

@@ -179,44 +179,6 @@ async fn an_opcua_server_that_stops_answering_one_session_is_one_failure_and_a_n
     assert_eq!(d["state"], "up", "{d}");
 }
 
-/// Log lines at INFO and above of this thread (a current-thread test runs every task on it).
-#[derive(Clone, Default)]
-struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
-    type Writer = Lines;
-    fn make_writer(&'a self) -> Lines {
-        self.clone()
-    }
-}
-
-impl Lines {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-
-    /// Where the log is now, for [`Lines::count_since`].
-    fn mark(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-
-    /// Lines about `device` saying `what`, logged since `mark`.
-    fn count_since(&self, mark: usize, device: &str, what: &str) -> usize {
-        let text = String::from_utf8_lossy(&self.0.lock().unwrap()[mark..]).into_owned();
-        text.lines().filter(|l| l.contains(device) && l.contains(what)).count()
-    }
-}
-
 /// The oven's status once `done` holds for it (asked every 20 ms, for at most 30 s).
 async fn oven_until(service: &ToolService, what: &str, done: impl Fn(&Value) -> bool) -> Value {
     let mut d = Value::Null;
@@ -235,13 +197,7 @@ async fn oven_until(service: &ToolService, what: &str, done: impl Fn(&Value) -> 
 
 #[tokio::test]
 async fn a_subscribed_server_that_dies_is_down_with_one_log_line_and_up_again_when_it_returns() {
-    let lines = Lines::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(lines.clone())
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (lines, _guard) = Lines::capture();
     let mut config = Config::default();
     config.breaker.failure_threshold = 3;
     config.breaker.open_ms = 500;

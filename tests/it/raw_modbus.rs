@@ -7,7 +7,7 @@
 //! agent must get and, for a protocol error, which of the driver's checks must fire (from
 //! its log).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use fieldgate::config::Config;
 use fieldgate::registry::Registry;
@@ -20,45 +20,8 @@ mod peer;
 
 pub use peer::{Framing, Peer, Shape};
 
-/// Warnings logged on this thread (the test's runtime runs every task on it), as text.
-#[derive(Clone, Default)]
-pub struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    /// Captures this thread's warnings until the guard is dropped.
-    pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
-        let logs = Logs::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .finish();
-        (logs, tracing::subscriber::set_default(subscriber))
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
+/// Log lines of this thread (see `support::Lines`).
+pub use super::support::Lines as Logs;
 
 /// The driver's log line for a reply that failed check `name`.
 pub fn check_fired(name: &str) -> String {
@@ -264,7 +227,7 @@ async fn run_row(
 
 /// Runs every row and reports every row that failed.
 async fn run_table(framing: Framing, rows: &[(Shape, Read, Expect)]) {
-    let (logs, _guard) = Logs::capture();
+    let (logs, _guard) = Logs::capture_at(tracing::Level::WARN);
     let (peer, service, _dir) = setup(framing).await;
     // The connection is open before the first row.
     check_values(Read::Holding, &call(&service, Read::Holding).await).unwrap();

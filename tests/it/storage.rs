@@ -350,44 +350,6 @@ async fn serve_refuses_a_damaged_store_with_a_message_and_exit_1() {
     assert!(stderr.contains("history.redb is damaged") && !stderr.contains("panicked"), "{stderr}");
 }
 
-/// A real small filesystem (`size`, e.g. "2m") mounted on a temporary folder, unmounted
-/// when the guard drops. Needs `mount` (root): `None`, with the reason printed, otherwise.
-fn small_fs(size: &str) -> Option<(tempfile::TempDir, Unmount)> {
-    let dir = tempfile::tempdir().unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-        .arg(dir.path())
-        .output();
-    match &mounted {
-        Ok(o) if o.status.success() => {
-            let unmount = Unmount(dir.path().to_path_buf());
-            Some((dir, unmount))
-        }
-        other => {
-            eprintln!("skipped: cannot mount a {size} tmpfs here ({other:?})");
-            None
-        }
-    }
-}
-
-struct Unmount(std::path::PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
-/// Fills the filesystem of `dir` with a file named `filler`.
-fn fill(dir: &Path) -> std::path::PathBuf {
-    let filler = dir.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let block = vec![0xA5u8; 64 * 1024];
-    while f.write_all(&block).is_ok() {}
-    let _ = f.sync_all();
-    filler
-}
-
 /// A store created on a full disk fails to open, and leaves no half-written file behind
 /// to be refused as damaged at every later start: once space returns, it opens.
 #[test]

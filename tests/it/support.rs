@@ -370,3 +370,109 @@ impl Served {
         })
     }
 }
+
+/// A real small filesystem (`size`, e.g. "2m": a tmpfs) mounted on a temporary folder,
+/// unmounted when the guard drops. Needs `mount` (root). When it cannot be made the test
+/// is skipped with the reason printed, except in CI (`CI` set, as `.ci/run` does), where
+/// that fails the test: a full-disk test never passes there without a full disk.
+pub fn small_fs(size: &str) -> Option<(tempfile::TempDir, Unmount)> {
+    let dir = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir.path())
+        .output();
+    match &mounted {
+        Ok(o) if o.status.success() => {
+            let unmount = Unmount(dir.path().to_path_buf());
+            Some((dir, unmount))
+        }
+        other => {
+            let why = format!("cannot mount a {size} tmpfs here ({other:?})");
+            assert!(std::env::var_os("CI").is_none(), "CI needs a real small filesystem: {why}");
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
+pub struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Fills the filesystem of `dir` with a file named `filler`.
+pub fn fill(dir: &Path) -> PathBuf {
+    use std::io::Write as _;
+    let filler = dir.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let block = vec![0xA5u8; 64 * 1024];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.sync_all();
+    filler
+}
+
+/// Log lines written while a test's subscriber is the default (`logs().0` is the guard).
+#[derive(Clone, Default)]
+pub struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
+    type Writer = Lines;
+    fn make_writer(&'a self) -> Lines {
+        self.clone()
+    }
+}
+
+impl Lines {
+    /// Captures this thread's logs (INFO and up) until the guard drops: a current-thread
+    /// runtime's tasks log here.
+    pub fn capture() -> (Lines, tracing::subscriber::DefaultGuard) {
+        Lines::capture_at(tracing::Level::INFO)
+    }
+
+    /// The same at `level` and up.
+    pub fn capture_at(level: tracing::Level) -> (Lines, tracing::subscriber::DefaultGuard) {
+        let lines = Lines::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(lines.clone())
+            .with_max_level(level)
+            .with_ansi(false)
+            .finish();
+        (lines.clone(), tracing::subscriber::set_default(subscriber))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// Where the log is now, for [`Lines::count_since`].
+    pub fn mark(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    /// Lines saying `what` about `about` (any line: ""), logged since `mark`.
+    pub fn count_since(&self, mark: usize, about: &str, what: &str) -> usize {
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap()[mark..]).into_owned();
+        text.lines().filter(|l| l.contains(about) && l.contains(what)).count()
+    }
+}
+
+/// Whether committed generated files (schemas/, openapi.json, the route list) are to be
+/// rewritten (`UPDATE_SCHEMA=1`); never in CI, where they are only compared.
+pub fn updating() -> bool {
+    let asked = std::env::var_os("UPDATE_SCHEMA").is_some();
+    assert!(!(asked && std::env::var_os("CI").is_some()), "UPDATE_SCHEMA is refused in CI: commit the files");
+    asked
+}

@@ -288,3 +288,103 @@ async fn primary_host_offline_means_buffer_then_births_and_drain() {
     check_history(&host.seen, &during);
     rig.running.stop().await.unwrap();
 }
+
+/// A `/metrics` figure of the fieldgate at `addr`.
+async fn served_metric(addr: std::net::SocketAddr, name: &str) -> Option<u64> {
+    let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.ok()?;
+    let text = String::from_utf8(c.get("/metrics").await.ok()?.body).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.parse().ok()))
+}
+
+/// Sets `SENSOR` to `v` and waits until the fieldgate at `addr` has read it.
+async fn set_and_read_served(sim: &fieldgate_sim::Simulator, addr: std::net::SocketAddr, v: f64) {
+    sim.set_wave(SENSOR, Wave::Constant { value: v });
+    wait_until(&format!("{SENSOR} read as {v}"), T, || async move {
+        let Ok(mut c) = fieldgate::transport::client::HttpClient::connect(addr).await else { return false };
+        let body = format!("{{\"sensor_id\":\"{SENSOR}\",\"max_age_ms\":60000}}");
+        let Ok(r) = c.post("/v1/tools/get_sensor_reading", body.as_bytes()).await else { return false };
+        r.json()["data"]["value"].as_f64().is_some_and(|g| (g - v).abs() < 1e-4)
+    })
+    .await;
+}
+
+/// The buffer's disk fills up during a broker outage (a real 24 MB filesystem under a real
+/// `fieldgate serve`): the node keeps running and says so in health and on /metrics, and
+/// in the log once (not per flush or reconnect attempt); the values wait in memory, are
+/// written once space returns and, when the broker is back, every change arrives once, in
+/// order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_during_an_outage_loses_nothing_and_is_said_once() {
+    let Some((data, _unmount)) = crate::support::small_fs("24m") else { return };
+    let mut broker = Broker::start().await;
+    let mut host = Host::connect_as(broker.port, Some("scada")).await;
+    let sim = demo_sim().await;
+    let devices = super::edge::fast_devices(&sim);
+    let brokers = format!("[\"{}\"]", broker.url());
+    let mut env = super::edge::node_env(&brokers);
+    env.extend([
+        ("FIELDGATE_MQTT_PRIMARY_HOST_ID", "scada"),
+        ("FIELDGATE_MQTT_RECONNECT_MAX_MS", "100"),
+        ("FIELDGATE_STORAGE_FLUSH_INTERVAL_MS", "200"),
+    ]);
+    let mut served = crate::support::serve_binary(devices.path(), data.path(), &env).await;
+    let stderr = served.drain_stderr();
+    let addr = served.addr;
+    let figure =
+        |name: &'static str, want: u64| async move {
+            wait_until(&format!("{name} = {want}"), T, || async move {
+                served_metric(addr, name).await == Some(want)
+            })
+            .await
+        };
+    host.until("NBIRTH", T, |m| m.kind() == "NBIRTH").await;
+    set_and_read_served(&sim, addr, 3.0).await;
+
+    broker.stop().await;
+    figure("fieldgate_sparkplug_connected", 0).await;
+    host.take();
+    let mark = host.seen.len();
+    let base = served_metric(addr, "fieldgate_sparkplug_historical_sent_total").await.unwrap();
+    let before = values(10.0, 3);
+    for v in &before {
+        set_and_read_served(&sim, addr, *v).await;
+    }
+    let filler = crate::support::fill(data.path());
+    figure("fieldgate_sparkplug_buffer_failing", 1).await;
+    // Each value read while the disk is full: flushes (every 200 ms) and reconnect attempts
+    // (every 100 ms, each writing a new bdSeq) fail again and again meanwhile.
+    let during = values(20.0, 3);
+    for v in &during {
+        set_and_read_served(&sim, addr, *v).await;
+    }
+    let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
+    let status = c.post("/v1/tools/get_device_status", b"{}").await.unwrap().json();
+    assert!(status["data"]["storage"]["problems"].to_string().contains("sparkplug buffer"), "{status}");
+    assert_eq!(status["data"]["storage"]["state"], "failing", "{status}");
+    std::fs::remove_file(&filler).unwrap();
+    figure("fieldgate_sparkplug_buffer_failing", 0).await;
+
+    broker.restart().await;
+    host.until("NBIRTH after the outage", T, |m| m.kind() == "NBIRTH").await;
+    figure("fieldgate_sparkplug_buffered", 0).await;
+    let sent = served_metric(addr, "fieldgate_sparkplug_historical_sent_total").await.unwrap() - base;
+    let count = |seen: &[Msg]| {
+        seen[mark..].iter().flat_map(|m| &m.payload.metrics).filter(|x| x.is_historical == Some(true)).count()
+            as u64
+    };
+    while count(&host.seen) < sent {
+        host.until("the drained values", T, |m| m.kind() == "DDATA").await;
+    }
+    let all: Vec<f64> = before.iter().chain(&during).copied().collect();
+    check_history(&host.seen, &all);
+
+    served.child.start_kill().unwrap();
+    tokio::time::timeout(T, served.child.wait()).await.expect("fieldgate exits on kill").unwrap();
+    let log = tokio::time::timeout(T, stderr).await.expect("its stderr ends").unwrap();
+    let said =
+        |what: &str| log.lines().filter(|l| l.contains("sparkplug buffer") && l.contains(what)).count();
+    assert_eq!(said("storage is failing"), 1, "once per outage: {log}");
+    assert_eq!(said("storage writes again"), 1, "{log}");
+    assert!(log.matches("bdSeq not recorded").count() <= 1, "{log}");
+}
