@@ -148,7 +148,7 @@ impl Tokens {
     /// against guessing (`pacing.rs`): at once when it is right, after a pause when it is
     /// wrong, refused unchecked when too many checks from that address wait.
     pub async fn check(&self, door: &'static str, from: IpAddr, token: &str) -> Result<Option<Caller>, Busy> {
-        self.pacer.check(door, from, self, token).await
+        self.pacer.check(door, from, || self.authenticate(token)).await
     }
 
     /// Wrong tokens seen since start, at every door.

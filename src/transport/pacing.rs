@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::auth::Tokens;
 use crate::tools::Caller;
 
 /// How long a wrong token takes to answer.
@@ -79,17 +78,17 @@ impl Pacer {
         self.failures.load(Ordering::Relaxed)
     }
 
-    /// Checks `token` from `from`: the caller at once, `Ok(None)` for a wrong token (after
-    /// the pause), or `Busy` without looking at it. `what` names the door in the log.
+    /// Checks a token from `from` with `authenticate`: the caller at once, `Ok(None)` for a
+    /// wrong token (after the pause), or `Busy` without looking at it. `what` names the
+    /// door in the log.
     pub async fn check(
         self: &Arc<Self>,
         what: &'static str,
         from: IpAddr,
-        tokens: &Tokens,
-        token: &str,
+        authenticate: impl FnOnce() -> Option<Caller>,
     ) -> Result<Option<Caller>, Busy> {
         let place = self.admit(key(from))?;
-        if let Some(caller) = tokens.authenticate(token) {
+        if let Some(caller) = authenticate() {
             return Ok(Some(caller));
         }
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
@@ -138,9 +137,18 @@ mod tests {
         assert_eq!(key(mapped.into()), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)));
     }
 
-    fn tokens() -> Tokens {
-        let env = [("FIELDGATE_TOKEN_OPS".to_string(), "operator:operator-secret-123456".to_string())];
-        Tokens::load(None, env).unwrap()
+    /// One operator token, `ops`.
+    fn check(
+        p: &Arc<Pacer>,
+        from: IpAddr,
+        token: &str,
+    ) -> impl Future<Output = Result<Option<Caller>, Busy>> + use<> {
+        let right = token == "operator-secret-123456";
+        let (p, token) = (p.clone(), "ops".to_string());
+        async move {
+            let caller = move || right.then(|| Caller { id: token, role: crate::tools::Role::Operator });
+            p.check("test", from, caller).await
+        }
     }
 
     /// Many addresses guessing at once hold up neither a good token nor each other's
@@ -148,21 +156,19 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn guessing_from_many_addresses_locks_nobody_out() {
         let pacer = Arc::new(Pacer::default());
-        let tokens = Arc::new(tokens());
         let mut guesses = tokio::task::JoinSet::new();
         for i in 0..400u32 {
-            let (p, t) = (pacer.clone(), tokens.clone());
             let from = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i / 2));
-            guesses.spawn(async move { p.check("test", from, &t, "a-wrong-guess-0000").await });
+            guesses.spawn(check(&pacer, from, "a-wrong-guess-0000"));
         }
         while pacer.failures() < 400 {
             tokio::task::yield_now().await;
         }
         let from = IpAddr::V4(Ipv4Addr::new(192, 168, 1, 1));
-        let good = pacer.check("test", from, &tokens, "operator-secret-123456").await;
+        let good = check(&pacer, from, "operator-secret-123456").await;
         assert_eq!(good.map(|c| c.map(|c| c.id)), Ok(Some("ops".to_string())));
         let guesser = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0));
-        assert_eq!(pacer.check("test", guesser, &tokens, "x").await, Ok(None), "its third place");
+        assert_eq!(check(&pacer, guesser, "x").await, Ok(None), "its third place");
         let mut wrong = 0;
         while let Some(r) = guesses.join_next().await {
             assert_eq!(r.unwrap(), Ok(None));
@@ -176,23 +182,17 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn one_address_gets_one_answer_a_pause_and_a_few_places() {
         let pacer = Arc::new(Pacer::default());
-        let tokens = Arc::new(tokens());
         let from = IpAddr::V4(Ipv4Addr::new(10, 1, 1, 1));
         let start = tokio::time::Instant::now();
         let mut waiting = tokio::task::JoinSet::new();
         for _ in 0..3 {
-            let (p, t) = (pacer.clone(), tokens.clone());
-            waiting.spawn(
-                async move { (p.check("test", from, &t, "wrong-wrong-wrong").await, start.elapsed()) },
-            );
+            let wrong = check(&pacer, from, "wrong-wrong-wrong");
+            waiting.spawn(async move { (wrong.await, start.elapsed()) });
         }
         while pacer.failures() < 3 {
             tokio::task::yield_now().await;
         }
-        assert_eq!(
-            pacer.check("test", from, &tokens, "operator-secret-123456").await.err(),
-            Some(Busy::Address)
-        );
+        assert_eq!(check(&pacer, from, "operator-secret-123456").await.err(), Some(Busy::Address));
         let mut took: Vec<Duration> = Vec::new();
         while let Some(r) = waiting.join_next().await {
             let (answer, after) = r.unwrap();
