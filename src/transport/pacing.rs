@@ -146,7 +146,7 @@ mod tests {
         let right = token == "operator-secret-123456";
         let (p, token) = (p.clone(), "ops".to_string());
         async move {
-            let caller = move || right.then(|| Caller { id: token, role: crate::tools::Role::Operator });
+            let caller = move || right.then_some(Caller { id: token, role: crate::tools::Role::Operator });
             p.check("test", from, caller).await
         }
     }
