@@ -4,6 +4,7 @@
 //! uses reqwest, with TLS: `work_orders/webhook.rs`.)
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -30,11 +31,15 @@ impl HttpResponse {
     }
 }
 
+/// How long a request waits for its whole answer unless told otherwise.
+pub const TIMEOUT: Duration = Duration::from_secs(120);
+
 /// One keep-alive connection.
 pub struct HttpClient {
     sender: SendRequest<Full<Bytes>>,
     host: String,
     token: Option<String>,
+    timeout: Duration,
 }
 
 fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> std::io::Error {
@@ -43,7 +48,13 @@ fn io_error(e: impl std::error::Error + Send + Sync + 'static) -> std::io::Error
 
 impl HttpClient {
     pub async fn connect(addr: SocketAddr) -> std::io::Result<HttpClient> {
-        let stream = TcpStream::connect(addr).await?;
+        let late = || {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{addr} did not accept within {} s", TIMEOUT.as_secs()),
+            )
+        };
+        let stream = tokio::time::timeout(TIMEOUT, TcpStream::connect(addr)).await.map_err(|_| late())??;
         stream.set_nodelay(true)?;
         let (sender, connection) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(io_error)?;
@@ -51,7 +62,13 @@ impl HttpClient {
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        Ok(HttpClient { sender, host: addr.to_string(), token: None })
+        Ok(HttpClient { sender, host: addr.to_string(), token: None, timeout: TIMEOUT })
+    }
+
+    /// Requests wait at most `timeout` for their whole answer (default [`TIMEOUT`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     pub fn with_token(mut self, token: &str) -> Self {
@@ -95,10 +112,17 @@ impl HttpClient {
         for (k, v) in headers {
             add(k, v)?;
         }
-        self.sender.ready().await.map_err(io_error)?;
-        let response = self.sender.send_request(request).await.map_err(io_error)?;
-        let (parts, body) = response.into_parts();
-        let body = body.collect().await.map_err(io_error)?.to_bytes().to_vec();
+        let exchange = async {
+            self.sender.ready().await.map_err(io_error)?;
+            let response = self.sender.send_request(request).await.map_err(io_error)?;
+            let (parts, body) = response.into_parts();
+            let body = body.collect().await.map_err(io_error)?.to_bytes().to_vec();
+            Ok::<_, std::io::Error>((parts, body))
+        };
+        let (parts, body) = tokio::time::timeout(self.timeout, exchange).await.map_err(|_| {
+            let message = format!("no answer to {method} {path} within {} s", self.timeout.as_secs_f64());
+            std::io::Error::new(std::io::ErrorKind::TimedOut, message)
+        })??;
         let headers = parts
             .headers
             .iter()
@@ -113,5 +137,27 @@ impl HttpClient {
 
     pub async fn post(&mut self, path: &str, body: &[u8]) -> std::io::Result<HttpResponse> {
         self.send("POST", path, &[], body).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that takes the connection and never answers: the request fails as a
+    /// timeout that names it, rather than waiting for ever.
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_never_answers_is_a_timeout_naming_the_request() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _silent = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            std::future::pending::<()>().await;
+            drop(socket);
+        });
+        let mut c = HttpClient::connect(addr).await.unwrap().with_timeout(Duration::from_secs(5));
+        let e = c.get("/v1/tools").await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(e.to_string(), "no answer to GET /v1/tools within 5 s");
     }
 }

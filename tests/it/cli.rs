@@ -15,7 +15,7 @@ fn fieldgate(args: &[&str]) -> Output {
         .env_clear()
         .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
         .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
-        .output()
+        .output_within()
         .expect("the binary runs")
 }
 
@@ -73,7 +73,7 @@ fn check_reports_a_tokens_file_serve_would_refuse() {
             .current_dir(root())
             .env_clear()
             .env("FIELDGATE_AUTH_TOKENS_FILE", &tokens)
-            .output()
+            .output_within()
             .unwrap();
         assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
         assert!(stderr(&o).contains(tokens.file_name().unwrap().to_str().unwrap()), "{}", stderr(&o));
@@ -91,7 +91,7 @@ fn check_reports_configuration_problems_too() {
         .current_dir(root())
         .env_clear()
         .env("FIELDGATE_CALLS_DEADLINE_MS", "-5")
-        .output()
+        .output_within()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
@@ -171,7 +171,7 @@ async fn fieldgate_async(args: &[&str]) -> Output {
         .env_clear()
         .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
         .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
-        .output()
+        .output_within()
         .await
         .expect("the binary runs")
 }
@@ -301,7 +301,7 @@ fn check_says_where_opcua_certificates_go_and_which_credentials_are_missing() {
         .env_clear()
         .env("FIELDGATE_STORAGE_DATA_DIR", "/srv/fg")
         .env("FG_CHECK_U", "baker")
-        .output()
+        .output_within()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
@@ -335,7 +335,7 @@ fn check_warns_when_fieldgates_opcua_certificate_is_about_to_expire() {
         .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
         // In this process: no fieldgate another program runs on the default port is asked.
         .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
-        .output()
+        .output_within()
         .unwrap();
     let out = stdout(&o);
     // Ten days from when it was made (a day boundary may have passed since).
@@ -461,7 +461,7 @@ fn start_up_failures_say_what_to_change() {
         .args(["check"])
         .current_dir(elsewhere.path())
         .env_clear()
-        .output()
+        .output_within()
         .unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
@@ -480,7 +480,7 @@ fn start_up_failures_say_what_to_change() {
         .env_clear()
         .env("FIELDGATE_SERVER_LISTEN", taken.local_addr().unwrap().to_string())
         .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
-        .output()
+        .output_within()
         .unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
@@ -503,7 +503,7 @@ fn logs_to_a_pipe_have_no_escape_codes_and_one_event_per_call() {
         .env_clear()
         .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
         .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
-        .output()
+        .output_within()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
@@ -523,7 +523,7 @@ async fn call_with_a_url_needs_no_device_files_here() {
         .args(["call", "--url", &url, "list_sensors", r#"{"limit":1}"#])
         .current_dir(elsewhere.path())
         .env_clear()
-        .output()
+        .output_within()
         .await
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
@@ -608,7 +608,7 @@ async fn a_stale_owner_file_is_not_taken_for_a_running_service() {
             .env_clear()
             .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
             .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
-            .output(),
+            .output_within(),
     )
     .await
     .expect("call ends within 60 s")

@@ -44,7 +44,7 @@ async fn after_kill_9_history_keeps_everything_older_than_one_flush_interval_plu
     let pid = child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
     let killed_at = chrono::Utc::now().timestamp_millis();
-    let _ = child.wait().await;
+    let _ = crate::support::exited(&mut child, "child").await;
     sim.shutdown().await;
 
     let store = fieldgate::store::history::HistoryStore::open_in(data.path()).unwrap();

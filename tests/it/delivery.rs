@@ -367,7 +367,7 @@ async fn sigterm_with_stalled_deliveries_stops_within_the_grace_period_and_the_n
     let all = hook.requests();
     assert_eq!(keys(&all[..6]), keys(&all[6..]), "the same deliveries, by key");
     again.child.start_kill().unwrap();
-    let _ = again.child.wait().await;
+    let _ = crate::support::exited(&mut again.child, "again").await;
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The repository stands alone: no tracked file points outside it, and no relative link in
 //! a Markdown file is dead. A clone has nothing but the repository.
 
+use crate::support::OutputWithin as _;
 use std::path::Path;
 use std::process::Command;
 
@@ -11,7 +12,8 @@ const OUTSIDE: &str = concat!("..", "/shared");
 
 /// Every tracked `.md`, `.rs`, `.toml` and `.json` file, as a path from the root, with its text.
 fn tracked_texts() -> Vec<(String, String)> {
-    let out = Command::new("git").args(["ls-files"]).current_dir(ROOT).output().expect("git ls-files runs");
+    let out =
+        Command::new("git").args(["ls-files"]).current_dir(ROOT).output_within().expect("git ls-files runs");
     assert!(out.status.success(), "git ls-files failed: {}", String::from_utf8_lossy(&out.stderr));
     let names = String::from_utf8(out.stdout).expect("git ls-files prints UTF-8 paths");
     names

@@ -103,5 +103,5 @@ async fn integers_stay_exact_in_readings_history_and_buckets() {
         }
     }
     served.child.start_kill().unwrap();
-    let _ = served.child.wait().await;
+    let _ = crate::support::exited(&mut served.child, "served").await;
 }

@@ -289,7 +289,7 @@ async fn one_shot_calls_close_their_opcua_session_so_the_servers_limit_is_never_
             .env("FIELDGATE_STORAGE_DATA_DIR", data.path())
             // In this process: no fieldgate another program runs on the default port is asked.
             .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
-            .output()
+            .output_within()
             .await
             .unwrap();
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();

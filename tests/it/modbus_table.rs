@@ -206,7 +206,7 @@ async fn run(framing: Framing) {
     }
     assert!(wrong.is_empty(), "{} of {} wrong:\n{}", wrong.len(), 2 * wants.len(), wrong.join("\n"));
     served.child.start_kill().unwrap();
-    let _ = served.child.wait().await;
+    let _ = crate::support::exited(&mut served.child, "served").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

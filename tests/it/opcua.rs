@@ -230,7 +230,7 @@ fn call_binary(devices: &std::path::Path, data: &std::path::Path, env: &[(&str, 
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let o = cmd.output().unwrap();
+    let o = cmd.output_within().unwrap();
     serde_json::from_slice(&o.stdout).unwrap_or_else(|_| {
         panic!(
             "stdout: {}\nstderr: {}",

@@ -74,7 +74,7 @@ impl OpcuaPeer {
         .await
         .expect("node-opcua listened within 60 s");
         let Some(line) = line else {
-            let _ = child.wait().await;
+            let _ = crate::support::exited(&mut child, "child").await;
             panic!("node-opcua did not start: {}", failed.lock().unwrap());
         };
         // It goes on writing to stdout (node-opcua's own dumps): a closed pipe would kill it.
@@ -176,7 +176,7 @@ impl Rig {
 
     async fn stop(mut self) {
         self.served.child.start_kill().unwrap();
-        let _ = self.served.child.wait().await;
+        let _ = crate::support::exited(&mut self.served.child, "self").await;
     }
 }
 
@@ -575,5 +575,5 @@ async fn a_server_whose_certificate_changed_is_down_not_up() {
     assert_eq!(call("get_device_status", status).await["data"]["devices"][0]["state"], "up");
     drop(second);
     served.child.start_kill().unwrap();
-    let _ = served.child.wait().await;
+    let _ = crate::support::exited(&mut served.child, "served").await;
 }

@@ -116,7 +116,7 @@ async fn the_demo_names_a_bad_token_as_a_token_problem() {
         .current_dir(root())
         .env_clear()
         .env("FIELDGATE_TOKEN_AG1", "agent:short")
-        .output()
+        .output_within()
         .await
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -134,7 +134,7 @@ async fn tour_with(env: &[(&str, &str)]) {
         .current_dir(root())
         .env_clear()
         .envs(env.iter().copied())
-        .output()
+        .output_within()
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

@@ -154,7 +154,7 @@ async fn while_serve_holds_the_data_directory_mcp_relays_and_call_asks_it() {
     // `call` answers through it too.
     let o = fieldgate(devices.path(), data.path())
         .args(["call", "get_work_order", &json!({"work_order_id": id}).to_string()])
-        .output()
+        .output_within()
         .await
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -165,7 +165,7 @@ async fn while_serve_holds_the_data_directory_mcp_relays_and_call_asks_it() {
     std::fs::remove_file(data.path().join(fieldgate::app::OWNER_FILE)).unwrap();
     let o = fieldgate(devices.path(), data.path())
         .args(["call", "list_work_orders", "{}"])
-        .output()
+        .output_within()
         .await
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
@@ -212,7 +212,7 @@ async fn a_held_store_points_at_the_holders_real_address() {
     let o = fieldgate(devices.path(), data.path())
         .args(["work-orders", "approve", "WO-000007", "--data-dir"])
         .arg(data.path())
-        .output()
+        .output_within()
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&o.stderr);

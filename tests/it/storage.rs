@@ -342,7 +342,7 @@ async fn serve_refuses_a_damaged_store_with_a_message_and_exit_1() {
         .env_clear()
         .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
         .env("FIELDGATE_STORAGE_DATA_DIR", dir.path())
-        .output()
+        .output_within()
         .await
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -476,3 +476,57 @@ pub fn updating() -> bool {
     assert!(!(asked && std::env::var_os("CI").is_some()), "UPDATE_SCHEMA is refused in CI: commit the files");
     asked
 }
+
+/// How long a test waits for a child process to finish (it fails, naming the command).
+pub const CHILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// `output()` bounded by [`CHILD_LIMIT`]: a command that hangs is killed and fails the
+/// test with its name, instead of hanging CI.
+pub trait OutputWithin {
+    fn output_within(&mut self) -> std::io::Result<std::process::Output>;
+}
+
+impl OutputWithin for std::process::Command {
+    fn output_within(&mut self) -> std::io::Result<std::process::Output> {
+        use std::process::Stdio;
+        let what = format!("{:?} {:?}", self.get_program(), self.get_args().collect::<Vec<_>>());
+        let child = self.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        match rx.recv_timeout(CHILD_LIMIT) {
+            Ok(out) => out,
+            Err(_) => {
+                let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+                panic!("{what} did not finish within {CHILD_LIMIT:?}");
+            }
+        }
+    }
+}
+
+/// The same for tokio's commands and children.
+pub trait ChildWithin {
+    fn output_within(&mut self) -> impl Future<Output = std::io::Result<std::process::Output>>;
+}
+
+impl ChildWithin for tokio::process::Command {
+    async fn output_within(&mut self) -> std::io::Result<std::process::Output> {
+        let what =
+            format!("{:?} {:?}", self.as_std().get_program(), self.as_std().get_args().collect::<Vec<_>>());
+        self.kill_on_drop(true);
+        match tokio::time::timeout(CHILD_LIMIT, self.output()).await {
+            Ok(out) => out,
+            Err(_) => panic!("{what} did not finish within {CHILD_LIMIT:?}"),
+        }
+    }
+}
+
+/// Waits (bounded by [`CHILD_LIMIT`]) for `child` to exit; fails the test naming `what`.
+pub async fn exited(child: &mut tokio::process::Child, what: &str) -> std::process::ExitStatus {
+    match tokio::time::timeout(CHILD_LIMIT, child.wait()).await {
+        Ok(status) => status.unwrap_or_else(|e| panic!("{what}: cannot wait for it: {e}")),
+        Err(_) => panic!("{what} did not exit within {CHILD_LIMIT:?}"),
+    }
+}

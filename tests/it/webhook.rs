@@ -293,7 +293,7 @@ async fn a_running_service_delivers_over_https_with_its_secret_and_never_logs_it
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     child.start_kill().unwrap();
-    let _ = child.wait().await;
+    let _ = crate::support::exited(&mut child, "child").await;
     let _ = reader.await;
     let log = log.lock().unwrap().clone();
     assert!(log.contains("work order delivery failed") && log.contains("HTTP 503"), "{log}");

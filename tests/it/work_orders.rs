@@ -472,7 +472,7 @@ async fn the_cli_decides_through_a_running_service_with_an_operator_token() {
                 .env_clear()
                 .env("FIELDGATE_STORAGE_DATA_DIR", data)
                 .env("FIELDGATE_CLI_TOKEN", token)
-                .output()
+                .output_within()
                 .unwrap()
         })
     };
@@ -507,7 +507,7 @@ async fn the_work_orders_command_agrees_with_itself_locally_and_remotely() {
                 .args(&args)
                 .env_clear()
                 .env("FIELDGATE_SERVER_LISTEN", listen)
-                .output()
+                .output_within()
                 .unwrap()
         })
     };

@@ -103,7 +103,7 @@ async fn killed_at_random_moments_no_acknowledged_work_order_is_lost_or_doubled(
             }
         }
         killer.await.unwrap();
-        let _ = child.wait().await;
+        let _ = crate::support::exited(&mut child, "child").await;
     }
     // After the last crash: every acknowledged order exists exactly once and its key
     // returns it.

@@ -166,7 +166,7 @@ impl Broker {
     pub async fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill().await;
-            let _ = c.wait().await;
+            let _ = crate::support::exited(&mut c, "c").await;
         }
     }
 

@@ -9,6 +9,7 @@
 //! a `kill -9`. Each check names the statement's `tck-id`; docs/sparkplug.md lists every
 //! edge-node statement with what covers it, and this test fails when the two disagree.
 
+use crate::support::OutputWithin as _;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
@@ -163,7 +164,7 @@ pub(super) fn tahu_rebirth(dir: &Path) -> std::path::PathBuf {
         .arg(&file)
         .arg(asked.to_string())
         .env("NODE_PATH", decoder_modules())
-        .output()
+        .output_within()
         .expect("node runs");
     assert!(out.status.success(), "Tahu's encoder failed: {}", String::from_utf8_lossy(&out.stderr));
     file
@@ -260,7 +261,7 @@ async fn every_edge_node_statement_holds_on_what_crossed_the_broker() {
     }
     rec.until("DDATA after the restart", |s| s.kind() == "DDATA").await;
     again.child.start_kill().unwrap();
-    again.child.wait().await.unwrap();
+    crate::support::exited(&mut again.child, "again").await;
     rec.until("the NDEATH of the will", |s| s.kind() == "NDEATH").await;
     let ended = now_ms();
 

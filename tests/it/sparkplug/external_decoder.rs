@@ -2,6 +2,7 @@
 //! `scripts/test-deps` into `target/sparkplug-js`), so a field-number mistake in our prost types
 //! cannot pass unseen: both sides written by us would agree with each other anyway.
 
+use crate::support::OutputWithin as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -41,7 +42,7 @@ pub fn decode_js(payloads: &[Vec<u8>]) -> Vec<Value> {
         .arg(support::root().join("tests/it/sparkplug/decode.js"))
         .args(&files)
         .env("NODE_PATH", &modules)
-        .output()
+        .output_within()
         .expect("node runs");
     assert!(out.status.success(), "decoder failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()

@@ -25,7 +25,7 @@ async fn kill_9_leaves_the_will_ndeath_and_a_restart_births_with_a_new_bd_seq() 
     host.until("DBIRTH", T, |m| m.kind() == "DBIRTH").await;
 
     served.child.start_kill().unwrap();
-    served.child.wait().await.unwrap();
+    crate::support::exited(&mut served.child, "served").await;
     let death = host.until("NDEATH from the will", T, |m| m.kind() == "NDEATH").await;
     assert_eq!(death.topic, "spBv1.0/plant/NDEATH/gw");
     assert_eq!(bd_seq(&death), bd_seq(&birth), "the will carries the NBIRTH's bdSeq");
@@ -39,7 +39,7 @@ async fn kill_9_leaves_the_will_ndeath_and_a_restart_births_with_a_new_bd_seq() 
     host.until("DBIRTH after the restart", T, |m| m.kind() == "DBIRTH").await;
     host.until("DDATA after the restart", T, |m| m.kind() == "DDATA").await;
     again.child.start_kill().unwrap();
-    let _ = again.child.wait().await;
+    let _ = crate::support::exited(&mut again.child, "again").await;
 }
 
 #[tokio::test]
