@@ -701,3 +701,35 @@ async fn a_trailing_slash_lands_on_the_console() {
     assert_eq!(a.status, 308);
     assert_eq!(a.headers.iter().find(|(k, _)| k == "location").map(|(_, v)| v.as_str()), Some("/console"));
 }
+
+/// With tokens configured, every page of the route table asked without a session (nothing,
+/// or an agent's bearer token as the API takes it, or a made-up session cookie) gets the
+/// sign-in page or a refusal: never data. Only the sign-in form and the static assets
+/// answer, and they hold no plant data.
+#[tokio::test]
+async fn every_console_page_without_a_session_is_the_sign_in_page_or_a_refusal() {
+    let r = router(service(), tokens());
+    let open = ["/console/login", "/console/assets/console.css", "/console/assets/console.js"];
+    for route in fieldgate::console::ROUTES.iter().filter(|r| r.verb.name() == "GET") {
+        let path = route
+            .path
+            .replace("/devices/{id}", "/devices/a-line1-plc")
+            .replace("/sensors/{id}", "/sensors/A_LINE1_001")
+            .replace("/work-orders/{id}", "/work-orders/WO-000001");
+        if open.contains(&path.as_str()) {
+            continue;
+        }
+        for headers in [
+            vec![],
+            vec![("authorization", "Bearer agent-token-0123456789")],
+            vec![("cookie", "fieldgate_session=0123456789abcdef0123456789abcdef")],
+        ] {
+            let a = send(&r, "GET", &path, &headers, "").await;
+            let to_sign_in = a.status == 303 && a.header("location") == Some("/console/login");
+            assert!(to_sign_in || a.status == 401, "GET {path} with {headers:?}: {} {}", a.status, a.body);
+            for data in ["A_LINE1_001", "a-line1-plc", "Bottling", "WO-0000"] {
+                assert!(!a.body.contains(data), "GET {path} with {headers:?} shows {data}: {}", a.body);
+            }
+        }
+    }
+}

@@ -308,3 +308,120 @@ async fn the_console_in_a_browser_shows_faults_live_and_takes_an_operators_decis
     let _ = &site.sim;
     b.client.clone().close().await.unwrap();
 }
+
+/// Script that would leave a mark on the page if any of it ran.
+const HOSTILE: [&str; 5] = [
+    "<script>window.pwned='script'</script>",
+    "\"><img src=x onerror=\"window.pwned='img'\">",
+    "javascript:window.pwned='link'",
+    "'><svg onload=\"window.pwned='svg'\"></svg>",
+    "</td></tr><a href=\"javascript:window.pwned='a'\">click</a>",
+];
+
+/// Whether anything hostile ran on the page shown now.
+async fn pwned(b: &Browser) -> Value {
+    b.client.execute("return window.pwned === undefined ? null : window.pwned;", vec![]).await.unwrap()
+}
+
+/// Text from the agent (work-order summaries, tool arguments, refused ones included) and
+/// an operator's note, all hostile, shown on the queue, an order's page, the activity page
+/// and pushed live into an open page: nothing runs (a page-global mark stays unset), the
+/// text is shown as text, and every console page carries a policy that forbids inline script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_text_from_the_agent_is_shown_as_text_and_never_runs() {
+    let b = Browser::start().await;
+    let site = site().await;
+    let base = site.base();
+    let agent = || async { site.api(AGENT).await };
+    // Orders whose summaries carry each hostile string.
+    let mut ids = Vec::new();
+    for (i, h) in HOSTILE.iter().enumerate() {
+        // One sensor each: an open order for the same sensor and kind is the same order.
+        let args = json!({ "sensor_id": format!("A_LINE1_00{}", i + 3), "type": "inspection", "priority": "high",
+                           "summary": format!("Pump seal {h} leaking"), "idempotency_key": format!("hostile-{i}-key") });
+        let r = agent().await.post("/v1/tools/create_work_order", args.to_string().as_bytes()).await.unwrap();
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        ids.push(r.json()["data"]["work_order"]["id"].as_str().unwrap().to_string());
+    }
+    // Calls that are refused still show on the activity page, with their arguments.
+    let long = format!("{}{}", HOSTILE[1], "x".repeat(10 * 1024));
+    for args in [
+        json!({ "sensor_id": HOSTILE[0] }),
+        json!({ "sensor_id": long }),
+        json!({ "sensor_id": "A_LINE1_001\u{202e}gnp.exe" }),
+    ] {
+        let r =
+            agent().await.post("/v1/tools/get_sensor_reading", args.to_string().as_bytes()).await.unwrap();
+        assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    }
+
+    b.sign_in(&base, OPERATOR).await;
+    b.client.goto(&format!("{base}/console/work-orders")).await.unwrap();
+    for id in &ids {
+        assert!(b.exists(&format!("#wo-{id}")).await, "{id} is queued");
+    }
+    let queue = b.text("main").await;
+    for h in HOSTILE {
+        assert!(queue.contains(h), "shown as text on the queue: {h} in {queue}");
+    }
+    assert_eq!(pwned(&b).await, Value::Null, "the queue");
+    // An operator's note as hostile as the rest, on the order's own page.
+    let id = &ids[0];
+    b.client
+        .find(Locator::Css(&format!("#wo-{id} textarea[name=note]")))
+        .await
+        .unwrap()
+        .send_keys(HOSTILE[3])
+        .await
+        .unwrap();
+    b.client.find(Locator::Id(&format!("reject-{id}"))).await.unwrap().click().await.unwrap();
+    wait_until("the order rejected", Duration::from_secs(10), || async {
+        b.attr(&format!("#wo-{id}"), "data-status").await.as_deref() == Some("rejected")
+    })
+    .await;
+    b.client.goto(&format!("{base}/console/work-orders/{id}")).await.unwrap();
+    let page = b.text("main").await;
+    assert!(page.contains(HOSTILE[0]) && page.contains(HOSTILE[3]), "{page}");
+    assert_eq!(pwned(&b).await, Value::Null, "an order's page");
+
+    b.client.goto(&format!("{base}/console/activity")).await.unwrap();
+    wait_until("live updates arrive", Duration::from_secs(10), || async {
+        b.text("#live-state").await == "live"
+    })
+    .await;
+    let activity = b.text("main").await;
+    assert!(activity.contains("window.pwned='script'"), "{activity}");
+    assert!(
+        activity.contains("\\u{202e}") || activity.contains("U+202E"),
+        "the override shown escaped: {activity}"
+    );
+    assert_eq!(pwned(&b).await, Value::Null, "the activity page");
+    // Pushed live into the open page: a new hostile call appears without a reload.
+    let marker = format!("{}-live", HOSTILE[4]);
+    let r = agent()
+        .await
+        .post("/v1/tools/get_sensor_reading", json!({ "sensor_id": marker }).to_string().as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 400);
+    wait_until("the live call on the page", Duration::from_secs(10), || async {
+        b.text("main").await.contains("click</a>-live")
+    })
+    .await;
+    assert_eq!(pwned(&b).await, Value::Null, "after the live update");
+    b.client.goto(&format!("{base}/console")).await.unwrap();
+    wait_until("live updates arrive", Duration::from_secs(10), || async {
+        b.text("#live-state").await == "live"
+    })
+    .await;
+    assert_eq!(pwned(&b).await, Value::Null, "the overview");
+
+    // Every page forbids inline script (what would run if escaping ever failed).
+    let mut c = HttpClient::connect(site.served.addr).await.unwrap();
+    for page in ["/console/login", "/console/nowhere"] {
+        let r = c.get(page).await.unwrap();
+        let csp = r.header("content-security-policy").unwrap_or_default().to_string();
+        assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{page}: {csp}");
+    }
+    b.client.clone().close().await.unwrap();
+}
