@@ -83,7 +83,11 @@ impl Counters {
                 "NCMD/DCMD commands refused (fieldgate never writes from the broker).",
                 n(&self.commands_refused),
             ),
-            ("rebirths", "Rebirths asked by NCMD and done.", n(&self.rebirths)),
+            (
+                "rebirths",
+                "Rebirths asked by NCMD (a node's) or DCMD (a device's) and done.",
+                n(&self.rebirths),
+            ),
             (
                 "samples_lost",
                 "Samples the poller could not hand to the edge node (its queue was full).",

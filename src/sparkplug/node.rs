@@ -35,6 +35,8 @@ struct Last {
 }
 
 pub const REBIRTH: &str = "Node Control/Rebirth";
+/// The DCMD metric a host application sets to ask for one device's DBIRTH again.
+pub const DEVICE_REBIRTH: &str = "Device Control/Rebirth";
 pub const BD_SEQ: &str = "bdSeq";
 
 pub struct Edge {
@@ -300,7 +302,16 @@ impl Edge {
 /// A command's metrics: whether it asks for a rebirth (`Node Control/Rebirth` = true);
 /// what else it asks is refused by the caller.
 pub fn asks_rebirth(p: &Payload) -> bool {
-    p.metrics.iter().any(|m| m.name.as_deref() == Some(REBIRTH) && m.value == Some(Value::Boolean(true)))
+    asks(p, REBIRTH)
+}
+
+/// Whether a DCMD asks for the device's DBIRTH again, and nothing else.
+pub fn asks_device_rebirth(p: &Payload) -> bool {
+    p.metrics.len() == 1 && asks(p, DEVICE_REBIRTH)
+}
+
+fn asks(p: &Payload, control: &str) -> bool {
+    p.metrics.iter().any(|m| m.name.as_deref() == Some(control) && m.value == Some(Value::Boolean(true)))
 }
 
 /// Hands `outs` to `send` in order until one is refused; takes back the `seq` of every

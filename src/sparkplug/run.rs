@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::buffer::{Buffer, Rec};
 use super::link::{self, REQUESTS, Settings};
-use super::node::{Edge, Out, asks_rebirth, hand_over};
+use super::node::{Edge, Out, asks_device_rebirth, asks_rebirth, hand_over};
 use super::payload::Payload;
 use super::topic::{self, Incoming as Topic};
 use crate::config::mqtt::{Broker, MqttConfig};
@@ -124,6 +124,8 @@ pub struct Node {
     returning: Vec<Option<(i64, Option<Instant>)>>,
     /// A rebirth asked while the last birth is less than `REBIRTH_EVERY` old waits for it.
     rebirth_pending: bool,
+    /// When each device was last born again on a DCMD's request (at most once a second).
+    device_rebirths: Vec<Option<Instant>>,
     /// Whether this connection subscribed to NCMD/DCMD, and until when it does not: a
     /// message too large to take on them drops the connection (rumqttc cannot skip it), so
     /// the node goes on without commands for a while rather than flap (`oversized`).
@@ -203,6 +205,7 @@ impl Node {
             throttle: crate::logs::Throttle::default(),
             returning: Vec::new(),
             rebirth_pending: false,
+            device_rebirths: Vec::new(),
             commands_subscribed: false,
             commands_off_until: None,
             oversized: Oversized::default(),

@@ -1,6 +1,6 @@
 //! What arrives on the edge node's subscriptions: NCMD (only a rebirth is honoured),
-//! DCMD (always refused: fieldgate never writes to devices from the broker) and the
-//! primary host's STATE; and what the node does when one is too large to take.
+//! DCMD (only a device's rebirth is honoured: fieldgate never writes to devices from the
+//! broker) and the primary host's STATE; and what the node does when one is too large to take.
 
 use super::*;
 
@@ -38,6 +38,13 @@ impl Node {
                 }
             },
             Topic::DeviceCommand { device } => {
+                let at = self.edge.registry().devices().iter().position(|d| d.id.as_str() == device);
+                if let Some(d) = at
+                    && Payload::decode_bytes(payload).is_ok_and(|p| asks_device_rebirth(&p))
+                {
+                    self.device_rebirth(d);
+                    return;
+                }
                 Counters::add(&self.counters.commands_refused, 1);
                 if let Some(skipped) = self.throttle.allow("dcmd") {
                     let device: String = device.chars().take(64).collect();
@@ -46,6 +53,28 @@ impl Node {
             }
             _ => {}
         }
+    }
+
+    /// A device's rebirth asked by DCMD (`Device Control/Rebirth`): its DBIRTH again, when
+    /// the node is online and the device born; at most once a second per device (a flood of
+    /// them is one birth: the one just sent is current).
+    fn device_rebirth(&mut self, device: usize) {
+        if self.phase != Phase::Online || !self.edge.is_born(device) {
+            return;
+        }
+        if self.device_rebirths.len() <= device {
+            self.device_rebirths.resize(device + 1, None);
+        }
+        if self.device_rebirths[device].is_some_and(|t| t.elapsed() < REBIRTH_EVERY) {
+            return;
+        }
+        self.device_rebirths[device] = Some(Instant::now());
+        if let Some(skipped) = self.throttle.allow("device rebirth") {
+            let id = self.edge.registry().devices()[device].id.to_string();
+            tracing::info!(device = %id, skipped, "sparkplug: device rebirth asked (DCMD)");
+        }
+        Counters::add(&self.counters.rebirths, 1);
+        self.dbirth(device);
     }
 
     /// A rebirth asked by NCMD: NBIRTH and every DBIRTH again (logged once a minute).

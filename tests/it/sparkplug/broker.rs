@@ -226,6 +226,7 @@ impl Host {
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, mut ready) = mpsc::unbounded_channel();
         let c = client.clone();
+        let mut tahu = super::tahu::Tahu::start();
         let task = tokio::spawn(async move {
             loop {
                 match events.poll().await {
@@ -240,18 +241,18 @@ impl Host {
                     }
                     Ok(Event::Incoming(Incoming::Publish(p))) => {
                         let topic = p.topic.clone();
-                        // What the edge node publishes must decode (a payload that does not
-                        // fails the test, named, not a default); STATE is JSON, and commands
-                        // are the tests' own (some deliberately not Sparkplug).
+                        // What the edge node publishes is read by Tahu, and must decode (a
+                        // payload that does not fails the test, named); STATE is JSON, and
+                        // commands are the tests' own (some deliberately not Sparkplug).
                         let kind = topic.split('/').nth(2).unwrap_or("");
                         let edge = ["NBIRTH", "DBIRTH", "NDATA", "DDATA", "NDEATH", "DDEATH"].contains(&kind);
-                        let payload = if !edge {
-                            Payload::decode_bytes(&p.payload).unwrap_or_default()
-                        } else {
-                            match Payload::decode_bytes(&p.payload) {
+                        let payload = if edge {
+                            match tahu.decode(&p.payload).await {
                                 Ok(payload) => payload,
-                                Err(e) => panic!("an undecodable Sparkplug payload on {topic}: {e}"),
+                                Err(e) => panic!("{topic}: {e}"),
                             }
+                        } else {
+                            Payload::decode_bytes(&p.payload).unwrap_or_default()
                         };
                         let _ = tx.send(Msg { topic, payload, qos: p.qos as u8 });
                     }

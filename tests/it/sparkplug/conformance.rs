@@ -9,18 +9,17 @@
 //! a `kill -9`. Each check names the statement's `tck-id`; docs/sparkplug.md lists every
 //! edge-node statement with what covers it, and this test fails when the two disagree.
 
-use crate::support::OutputWithin as _;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStdout, Command};
 
 use super::broker::{Broker, Host, counter};
 use super::edge::{demo_sim, fast_devices, mqtt_config, rig_with};
-use super::external_decoder::{decode_js, decoder_modules};
+use super::external_decoder::decode_js;
 use crate::support;
 
 const T: Duration = Duration::from_secs(30);
@@ -158,15 +157,7 @@ impl Msg<'_> {
 /// An NCMD asking for a rebirth, as Eclipse Tahu's encoder writes it: the file it is in.
 pub(super) fn tahu_rebirth(dir: &Path) -> std::path::PathBuf {
     let file = dir.join("ncmd.bin");
-    let asked = json!({"timestamp": now_ms(), "metrics": [{"name": "Node Control/Rebirth", "type": "Boolean", "value": true}]});
-    let out = std::process::Command::new("node")
-        .arg(support::root().join("tests/it/sparkplug/encode.js"))
-        .arg(&file)
-        .arg(asked.to_string())
-        .env("NODE_PATH", decoder_modules())
-        .output_within()
-        .expect("node runs");
-    assert!(out.status.success(), "Tahu's encoder failed: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(&file, super::tahu::command("Node Control/Rebirth")).unwrap();
     file
 }
 

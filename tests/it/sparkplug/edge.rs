@@ -7,7 +7,7 @@ use std::time::Duration;
 use fieldgate::app::{Options, Running};
 use fieldgate::config::Config;
 use fieldgate::registry::Registry;
-use fieldgate::sparkplug::payload::{Metric, Payload, Value, datatype};
+use fieldgate::sparkplug::payload::{Metric, Value, datatype};
 use fieldgate::transport::auth::Tokens;
 use fieldgate_sim::{Bind, Scenario, Simulator};
 
@@ -216,17 +216,9 @@ async fn rebirth_on_ncmd_and_writes_refused() {
     let first = host.until("NBIRTH", T, is("NBIRTH")).await;
     host.until("DDATA", T, is("DDATA")).await;
 
-    let rebirth = Payload {
-        timestamp: Some(1),
-        metrics: vec![Metric::new(
-            Some("Node Control/Rebirth"),
-            None,
-            datatype::BOOLEAN,
-            Some(Value::Boolean(true)),
-        )],
-        ..Payload::default()
-    };
-    host.publish("spBv1.0/plant/NCMD/gw", rebirth.encode_to_bytes(), false).await;
+    // Commands as Eclipse Tahu's encoder writes them, not ours.
+    let rebirth = super::tahu::command("Node Control/Rebirth");
+    host.publish("spBv1.0/plant/NCMD/gw", rebirth.clone(), false).await;
     let again = host.until("a second NBIRTH", T, is("NBIRTH")).await;
     assert_eq!(again.payload.seq, Some(0));
     assert_eq!(bd_seq(&again), bd_seq(&first), "a rebirth keeps the connection's bdSeq");
@@ -234,7 +226,7 @@ async fn rebirth_on_ncmd_and_writes_refused() {
     counter(&tools, "fieldgate_sparkplug_rebirths_total", T, |v| v == 1).await;
     // A flood of rebirths is one more, a second later: not one birth per command.
     for _ in 0..50 {
-        host.publish("spBv1.0/plant/NCMD/gw", rebirth.encode_to_bytes(), false).await;
+        host.publish("spBv1.0/plant/NCMD/gw", rebirth.clone(), false).await;
     }
     host.until("the flood's NBIRTH", T, is("NBIRTH")).await;
     counter(&tools, "fieldgate_sparkplug_rebirths_total", T, |v| v == 2).await;
@@ -243,14 +235,23 @@ async fn rebirth_on_ncmd_and_writes_refused() {
     host.take();
     no_live_value_repeats_its_birth(&host.seen);
 
+    // A device's rebirth: its DBIRTH again, and no other birth.
+    host.take();
+    let seen = host.seen.len();
+    host.publish("spBv1.0/plant/DCMD/gw/a-util-meter", super::tahu::command("Device Control/Rebirth"), false)
+        .await;
+    let dbirth = host.until("the device's DBIRTH again", T, is("DBIRTH")).await;
+    assert_eq!(dbirth.device(), Some("a-util-meter"));
+    counter(&tools, "fieldgate_sparkplug_rebirths_total", T, |v| v == 3).await;
+    host.until("data after the device's rebirth", T, is("DDATA")).await;
+    assert!(!host.seen[seen..].iter().any(|m| m.kind() == "NBIRTH"), "the node was not born again");
+
     // A write to a device, garbage, and an unknown node command: all refused, counted.
-    let write = Payload {
-        metrics: vec![Metric::new(Some("A_LINE1_001"), None, datatype::FLOAT, Some(Value::Float(99.0)))],
-        ..Payload::default()
-    };
-    host.publish("spBv1.0/plant/DCMD/gw/a-line1-plc", write.encode_to_bytes(), false).await;
+    let write = super::tahu::encode(&serde_json::json!({"timestamp": 1, "metrics": [
+        {"name": "A_LINE1_001", "type": "Float", "value": 99.0}]}));
+    host.publish("spBv1.0/plant/DCMD/gw/a-line1-plc", write.clone(), false).await;
     host.publish("spBv1.0/plant/NCMD/gw", b"\xff\xff garbage".to_vec(), false).await;
-    host.publish("spBv1.0/plant/NCMD/gw", write.encode_to_bytes(), false).await;
+    host.publish("spBv1.0/plant/NCMD/gw", write, false).await;
     counter(&tools, "fieldgate_sparkplug_commands_refused_total", T, |v| v == 3).await;
     assert_eq!(metric(&tools, "fieldgate_sparkplug_connected"), Some(1), "still connected");
     host.until("data still flows", T, is("DDATA")).await;

@@ -1,5 +1,5 @@
-//! The Sparkplug B edge node: payloads read by a decoder we did not write, and the edge
-//! node against a real Mosquitto broker.
+//! The Sparkplug B edge node against a real Mosquitto broker; every payload it publishes
+//! read by Eclipse Tahu's decoder (`tahu.rs`), which we did not write.
 
 mod broker;
 mod conformance;
@@ -10,3 +10,4 @@ mod links;
 mod metrics_text;
 mod outage;
 mod process;
+mod tahu;
