@@ -126,6 +126,9 @@ pub struct Buffer {
     max_bytes: u64,
     max_age_ms: i64,
     dropped: u64,
+    /// Removals committed without durability since the last flush: the next flush writes
+    /// a mark so its durable commit is never an empty one (which may persist nothing).
+    removed_since_flush: u64,
 }
 
 /// What one flush did.
@@ -195,6 +198,7 @@ impl Buffer {
             max_bytes,
             max_age_ms,
             dropped: 0,
+            removed_since_flush: 0,
         })
     }
 
@@ -241,6 +245,7 @@ impl Buffer {
         let oldest_allowed = (now_ms - self.max_age_ms).max(0) as u64;
         let over = (self.stored_bytes + self.pending_bytes).saturating_sub(self.max_bytes);
         let pending = &self.pending;
+        let removed_since_flush = self.removed_since_flush;
         let mut next = self.next;
         let (removed, removed_bytes) = self.db.write(|d| {
             let tx = d.begin_write().map_err(db_err)?;
@@ -264,10 +269,17 @@ impl Buffer {
                 }
                 (removed, bytes)
             };
+            if removed_since_flush > 0 {
+                tx.open_table(META)
+                    .map_err(db_err)?
+                    .insert("removed", removed_since_flush)
+                    .map_err(db_err)?;
+            }
             tx.commit().map_err(db_err)?;
             Ok::<_, BufferError>(out)
         })?;
         self.next = next;
+        self.removed_since_flush = 0;
         self.stored = self.stored + written as u64 - removed;
         self.stored_bytes = (self.stored_bytes + self.pending_bytes).saturating_sub(removed_bytes);
         self.pending.clear();
@@ -283,12 +295,14 @@ impl Buffer {
         Ok(Flushed { written, dropped: removed })
     }
 
-    /// Up to `n` of the oldest values, in timestamp order, whose sensor `wanted` accepts
-    /// (a sensor of a device not born now waits). Flushes first, so the file has all.
+    /// Up to `n` of the oldest values after `after` (all, for `None`), in timestamp order,
+    /// whose sensor `wanted` accepts (a sensor of a device not born now waits). Flushes
+    /// first, so the file has all.
     pub fn oldest(
         &mut self,
         n: usize,
         now_ms: i64,
+        after: Option<Key>,
         wanted: impl Fn(&str) -> bool,
     ) -> Result<Vec<(Key, Rec)>, BufferError> {
         if !self.pending.is_empty() {
@@ -299,7 +313,13 @@ impl Buffer {
             let values = tx.open_table(VALUES).map_err(db_err)?;
             let mut out = Vec::with_capacity(n.min(65_536));
             // Bounded scan: values of devices that wait do not make a drain slow.
-            for row in values.iter().map_err(db_err)?.take(n.saturating_mul(4)) {
+            let rows = match after {
+                None => values.iter().map_err(db_err)?,
+                Some(k) => values
+                    .range::<Key>((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded))
+                    .map_err(db_err)?,
+            };
+            for row in rows.take(n.saturating_mul(4)) {
                 let (k, v) = row.map_err(db_err)?;
                 let k = k.value();
                 let r = Rec::decode(k.0, v.value())?;
@@ -330,6 +350,7 @@ impl Buffer {
         })?;
         self.stored = self.stored.saturating_sub(keys.len() as u64);
         self.stored_bytes = self.stored_bytes.saturating_sub(keys.iter().map(|(_, s)| s).sum());
+        self.removed_since_flush += keys.len() as u64;
         Ok(())
     }
 
@@ -424,12 +445,12 @@ mod tests {
         }
         let mut b = Buffer::open(&path, 1 << 20, 3_600_000).unwrap();
         assert_eq!((b.len(), b.bd_seq()), (3, Some(7)));
-        let got = b.oldest(2, 40, |_| true).unwrap();
+        let got = b.oldest(2, 40, None, |_| true).unwrap();
         assert_eq!(got.iter().map(|(_, r)| r.t).collect::<Vec<_>>(), [10, 20]);
         let keys: Vec<_> = got.iter().map(|(k, r)| (*k, Buffer::size_of(r))).collect();
         b.remove(&keys).unwrap();
-        assert_eq!(b.oldest(10, 40, |_| true).unwrap().len(), 1);
-        assert!(b.oldest(10, 40, |s| s != "A_LINE1_001").unwrap().is_empty());
+        assert_eq!(b.oldest(10, 40, None, |_| true).unwrap().len(), 1);
+        assert!(b.oldest(10, 40, None, |s| s != "A_LINE1_001").unwrap().is_empty());
     }
 
     #[test]
@@ -441,7 +462,7 @@ mod tests {
         b.push(rec(20, 2.0));
         let gone = b.remove_each(&[("A_LINE1_001".into(), 10), ("A_LINE1_001".into(), 20)], 40).unwrap();
         assert_eq!((gone, b.len()), (2, 1));
-        assert_eq!(b.oldest(10, 40, |_| true).unwrap()[0].1.sensor, "B_LINE1_001");
+        assert_eq!(b.oldest(10, 40, None, |_| true).unwrap()[0].1.sensor, "B_LINE1_001");
     }
 
     #[test]
@@ -459,7 +480,7 @@ mod tests {
         }
         let f = b.flush(5030).unwrap();
         assert_eq!((f.written, f.dropped, b.len(), b.dropped()), (5, 5, 10, 20));
-        let first = b.oldest(1, 5030, |_| true).unwrap();
+        let first = b.oldest(1, 5030, None, |_| true).unwrap();
         assert_eq!(first[0].1.t, 5020);
         // Age: everything older than 1 s before now goes.
         let f = b.flush(6025).unwrap();

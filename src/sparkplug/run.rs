@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::buffer::{Buffer, Rec};
+use super::buffer::{Buffer, Key, Rec};
 use super::link::{self, REQUESTS, Settings};
 use super::node::{Edge, Out, asks_device_rebirth, asks_rebirth, hand_over};
 use super::payload::Payload;
@@ -112,6 +112,14 @@ pub struct Node {
     live: Vec<Rec>,
     /// Messages handed to rumqttc minus those it wrote.
     queued: u64,
+    /// Messages the client wrote on this connection (`Outgoing::Publish` events).
+    written: u64,
+    /// Drained values handed over and not yet written: (the message's number on this
+    /// connection, their buffer keys). They leave the buffer once written, not before: a
+    /// value still in the client's queue at `kill -9` was never sent.
+    unwritten: std::collections::VecDeque<(u64, Vec<(Key, u64)>)>,
+    /// The newest key handed over while some are unwritten: the drain goes on after it.
+    drain_cursor: Option<Key>,
     /// The last STATE timestamp seen (older ones are ignored, as the specification says).
     host_ts: u64,
     flush_every: Duration,
@@ -198,6 +206,9 @@ impl Node {
             online_at: Instant::now(),
             live: Vec::new(),
             queued: 0,
+            written: 0,
+            unwritten: std::collections::VecDeque::new(),
+            drain_cursor: None,
             host_ts: 0,
             flush_every,
             last_flush: Instant::now(),
@@ -268,6 +279,9 @@ impl Node {
         *self.counters.broker.lock() = broker.to_string();
         self.link = Some(Link::new(client, events));
         self.queued = 0;
+        self.written = 0;
+        self.unwritten.clear();
+        self.drain_cursor = None;
         // A host's STATE is per server (its retained message there): a newer one seen on
         // the last server does not make this server's older than it.
         self.host_ts = 0;
@@ -280,7 +294,9 @@ impl Node {
             Ok(Event::Incoming(Incoming::Publish(p))) => self.on_message(&p.topic, &p.payload),
             Ok(Event::Outgoing(Outgoing::Publish(_))) => {
                 self.queued = self.queued.saturating_sub(1);
+                self.written += 1;
                 Counters::add(&self.counters.messages_sent, 1);
+                self.remove_written();
             }
             Ok(Event::Outgoing(Outgoing::Disconnect)) if self.phase == Phase::Leaving => {
                 self.lost("left the broker: the primary host is offline", false);
@@ -335,6 +351,9 @@ impl Node {
     fn lost(&mut self, why: &str, next_broker: bool) {
         let was = self.phase;
         self.link = None;
+        // What the client had not written stays in the buffer for the next connection.
+        self.unwritten.clear();
+        self.drain_cursor = None;
         self.edge.all_dead();
         self.returning.clear();
         self.counters.connected.store(false, Ordering::Relaxed);
@@ -486,71 +505,6 @@ impl Node {
         self.drain_idle = false;
     }
 
-    /// After a write to the buffer: its problem, if any, shown in health and metrics (the
-    /// store logs the start and end of an outage once each).
-    fn written(&mut self) {
-        *self.counters.buffer_problem.lock() = self.buffer.problem().map(|p| (p.reason, p.since));
-    }
-
-    /// The drain uses at most half of the room, so live data always finds the other half
-    /// (otherwise live values would go to the buffer behind the drain and never catch up).
-    fn can_drain(&self) -> bool {
-        self.phase == Phase::Online
-            && !self.drain_idle
-            && !self.buffer.is_empty()
-            && self.queued + (DRAIN_CHUNK / PER_MESSAGE) as u64 + 1 < QUEUED_MAX / 2
-            && !self.births_pending()
-    }
-
-    /// One step of the drain: the oldest values of born devices, as historical DDATA.
-    fn drain(&mut self) {
-        let now = chrono::Utc::now().timestamp_millis();
-        let (edge, registry) = (&self.edge, self.edge.registry_arc());
-        let born = |id: &str| {
-            id.parse().ok().and_then(|id| registry.sensor(&id)).is_some_and(|s| edge.is_born(s.place.device))
-        };
-        let taken = match self.buffer.oldest(DRAIN_CHUNK, now, born) {
-            Ok(t) => t,
-            Err(error) => {
-                tracing::debug!(%error, "sparkplug buffer unreadable now; drain waits");
-                self.drain_idle = true;
-                return;
-            }
-        };
-        if taken.is_empty() {
-            self.drain_idle = true;
-            return;
-        }
-        // A value its device's DBIRTH carried is not sent again: it leaves with the sent ones.
-        let (repeats, taken): (Vec<_>, Vec<_>) =
-            taken.into_iter().partition(|(_, r)| self.edge.carried_by_birth(&r.sensor, r.t));
-        let repeats: Vec<_> = repeats.iter().map(|(k, r)| (*k, Buffer::size_of(r))).collect();
-        if !repeats.is_empty()
-            && let Err(error) = self.buffer.remove(&repeats)
-        {
-            tracing::warn!(%error, "sparkplug buffer: values a birth carried not removed; they may be sent");
-        }
-        let keys: Vec<_> = taken.iter().map(|(k, r)| (*k, Buffer::size_of(r))).collect();
-        let recs: Vec<Rec> = taken.into_iter().map(|(_, r)| r).collect();
-        let outs = self.edge.ddata(&recs, true, PER_MESSAGE);
-        let unsent = self.hand_over(outs);
-        if !unsent.is_empty() {
-            self.drain_idle = true;
-        }
-        // What was handed over leaves the buffer; what was not stays for the next step.
-        let mut keep = vec![false; keys.len()];
-        unsent.iter().for_each(|&j| keep[j] = true);
-        let keys: Vec<_> = keys.into_iter().zip(keep).filter(|(_, k)| !k).map(|(key, _)| key).collect();
-        Counters::add(&self.counters.historical_sent, (recs.len() - unsent.len()) as u64);
-        if let Err(error) = self.buffer.remove(&keys) {
-            tracing::warn!(%error, "sparkplug buffer: sent values not removed; they may be sent again");
-        }
-        if self.buffer.is_empty() {
-            self.edge.forget_carried();
-        }
-        self.counters.buffered.store(self.buffer.len(), Ordering::Relaxed);
-    }
-
     /// On stop: the buffer made durable; when connected, NDEATH and a clean disconnect.
     async fn shut(mut self) {
         std::mem::take(&mut self.live).into_iter().for_each(|r| self.buffer.push(r));
@@ -590,3 +544,4 @@ impl Node {
 
 mod births;
 mod commands;
+mod drain;
