@@ -76,12 +76,20 @@ enum Want {
 type Wants = Vec<(String, Want, Want)>;
 
 /// The device file, the registers to serve, and what each sensor must read.
-fn table(framing: Framing, port: u16) -> (String, Vec<(u16, u16)>, Wants) {
-    let protocol = if framing == Framing::Tcp { "modbus-tcp" } else { "modbus-rtu-over-tcp" };
+fn table(peer: &Peer, framing: Framing) -> (String, Vec<(u16, u16)>, Wants) {
+    let port = peer.port;
+    let line = match (peer.serial_path(), framing) {
+        (Some(path), _) => format!("protocol = \"modbus-rtu\"\nendpoint = \"{path}\"\n"),
+        (None, Framing::Tcp) => format!("protocol = \"modbus-tcp\"\nendpoint = \"127.0.0.1:{port}\"\n"),
+        (None, Framing::Rtu) => {
+            format!("protocol = \"modbus-rtu-over-tcp\"\nendpoint = \"127.0.0.1:{port}\"\n")
+        }
+    };
+    let serial =
+        if peer.serial_path().is_some() { "[serial]\nbaud_rate = 115200\nparity = \"none\"\n" } else { "" };
     let mut file = format!(
         "id = \"t-table\"\nplant = \"T\"\nzone = \"TABLE\"\ndescription = \"Raw-socket peer\"\n\
-         protocol = \"{protocol}\"\nendpoint = \"127.0.0.1:{port}\"\nunit_id = 17\ntimeout_ms = 1000\n\
-         poll_interval_ms = 0\nmax_gap = 0\n"
+         {line}unit_id = 17\ntimeout_ms = 1000\npoll_interval_ms = 0\nmax_gap = 0\n{serial}"
     );
     let (mut regs, mut wants) = (Vec::new(), Vec::new());
     let mut address = 100u16;
@@ -171,9 +179,8 @@ fn check(id: &str, got: &str, want: &Want, form: &str) -> Option<String> {
     }
 }
 
-async fn run(framing: Framing) {
-    let peer = Peer::start(framing).await;
-    let (file, regs, wants) = table(framing, peer.port);
+async fn run(peer: Peer, framing: Framing) {
+    let (file, regs, wants) = table(&peer, framing);
     peer.set_registers(&regs);
     let devices = device_dir(&[("t-table.toml", &file)]);
     let data = tempfile::tempdir().unwrap();
@@ -211,12 +218,19 @@ async fn run(framing: Framing) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_type_word_order_and_scaling_over_modbus_tcp() {
-    run(Framing::Tcp).await;
+    run(Peer::start(Framing::Tcp).await, Framing::Tcp).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_type_word_order_and_scaling_over_rtu_over_tcp() {
-    run(Framing::Rtu).await;
+    run(Peer::start(Framing::Rtu).await, Framing::Rtu).await;
+}
+
+/// RTU with its CRC on a serial line: a pseudo-terminal pair, the raw peer on one end and
+/// `fieldgate serve` on the other (as it would open /dev/ttyUSB0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_type_word_order_and_scaling_over_rtu_on_a_serial_line() {
+    run(Peer::start_serial(), Framing::Rtu).await;
 }
 
 /// The rule the table lays registers out by, against the documentation's own example

@@ -1,13 +1,14 @@
 //! The raw-socket Modbus peer: it reads each request frame itself (MBAP for Modbus TCP;
-//! unit, PDU and CRC-16/MODBUS for RTU over TCP) and answers with the reply [`Shape`] the
-//! test scripted, built byte by byte here, without tokio-modbus or fieldgate's framing.
+//! unit, PDU and CRC-16/MODBUS for RTU over TCP or over a serial line, a pseudo-terminal
+//! pair) and answers with the reply [`Shape`] the test scripted, built byte by byte here,
+//! without tokio-modbus or fieldgate's framing.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 /// How the peer frames requests and replies.
@@ -103,6 +104,9 @@ pub struct Peer {
     events: Events,
     /// Holding and input registers by address (both tables hold the same).
     registers: Registers,
+    /// On a serial line: the path a master opens, and that end kept open (a pseudo-terminal
+    /// whose other end is closed hangs up).
+    serial: Option<(String, Arc<tokio_serial::SerialStream>)>,
 }
 
 type Registers = Arc<Mutex<HashMap<u16, u16>>>;
@@ -110,42 +114,78 @@ type Registers = Arc<Mutex<HashMap<u16, u16>>>;
 /// When each request arrived (`true`) and each reply was written (`false`).
 type Events = Arc<Mutex<Vec<(bool, std::time::Instant)>>>;
 
+/// Releases of `Repeat` replies' second replies.
+type Released = Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<oneshot::Sender<()>>>>;
+
 impl Peer {
-    pub async fn start(framing: Framing) -> Peer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    fn new(port: u16) -> (Peer, Released) {
         let (repeat, released) = mpsc::unbounded_channel();
-        let released = Arc::new(tokio::sync::Mutex::new(released));
         let peer = Peer {
-            port: listener.local_addr().unwrap().port(),
+            port,
             script: Arc::default(),
             repeat,
             connections: Arc::default(),
             requests: Arc::default(),
             events: Arc::default(),
             registers: Arc::new(Mutex::new(HOLDING.iter().copied().collect())),
+            serial: None,
         };
-        let (script, connections, requests, events, registers) = (
-            peer.script.clone(),
-            peer.connections.clone(),
-            peer.requests.clone(),
-            peer.events.clone(),
-            peer.registers.clone(),
-        );
+        (peer, Arc::new(tokio::sync::Mutex::new(released)))
+    }
+
+    /// Serves `stream` (one connection, or the serial line).
+    fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+        &self,
+        framing: Framing,
+        stream: S,
+        released: Released,
+    ) {
+        self.connections.fetch_add(1, Ordering::SeqCst);
+        let log = (self.requests.clone(), self.events.clone());
+        tokio::spawn(serve(framing, stream, self.script.clone(), log, released, self.registers.clone()));
+    }
+
+    pub async fn start(framing: Framing) -> Peer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (peer, released) = Peer::new(listener.local_addr().unwrap().port());
+        let server = Peer { serial: None, ..peer.handle() };
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                connections.fetch_add(1, Ordering::SeqCst);
-                let log = (requests.clone(), events.clone());
-                tokio::spawn(serve(
-                    framing,
-                    stream,
-                    script.clone(),
-                    log,
-                    released.clone(),
-                    registers.clone(),
-                ));
+                let _ = stream.set_nodelay(true);
+                server.serve(framing, stream, released.clone());
             }
         });
         peer
+    }
+
+    /// RTU on a serial line: a pseudo-terminal pair, the peer on one end; a master opens
+    /// [`Peer::serial_path`].
+    pub fn start_serial() -> Peer {
+        let (master, slave) = tokio_serial::SerialStream::pair().expect("a pseudo-terminal pair");
+        let path = tokio_serial::SerialPort::name(&slave).expect("the pseudo-terminal's path");
+        let (mut peer, released) = Peer::new(0);
+        peer.serve(Framing::Rtu, master, released);
+        peer.serial = Some((path, Arc::new(slave)));
+        peer
+    }
+
+    /// The serial line's path, for a peer made by [`Peer::start_serial`].
+    pub fn serial_path(&self) -> Option<&str> {
+        self.serial.as_ref().map(|(p, _)| p.as_str())
+    }
+
+    /// Another handle on the same peer's state.
+    fn handle(&self) -> Peer {
+        Peer {
+            port: self.port,
+            script: self.script.clone(),
+            repeat: self.repeat.clone(),
+            connections: self.connections.clone(),
+            requests: self.requests.clone(),
+            events: self.events.clone(),
+            registers: self.registers.clone(),
+            serial: self.serial.clone(),
+        }
     }
 
     /// Serves these registers (address, value) instead of the built-in ones.
@@ -182,15 +222,14 @@ impl Peer {
     }
 }
 
-async fn serve(
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     framing: Framing,
-    mut stream: TcpStream,
+    mut stream: S,
     script: Arc<Mutex<VecDeque<Shape>>>,
     (requests, events): (Arc<Mutex<Vec<Request>>>, Events),
-    released: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<oneshot::Sender<()>>>>,
+    released: Released,
     registers: Registers,
 ) {
-    let _ = stream.set_nodelay(true);
     while let Some(req) = read_request(framing, &mut stream).await {
         let reply =
             |framing, req, shape, other| reply(framing, req, shape, other, &registers.lock().unwrap());
@@ -224,7 +263,7 @@ async fn serve(
 }
 
 /// One request frame, or `None` when the connection ends.
-async fn read_request(framing: Framing, stream: &mut TcpStream) -> Option<Request> {
+async fn read_request<S: AsyncRead + Unpin>(framing: Framing, stream: &mut S) -> Option<Request> {
     match framing {
         Framing::Tcp => {
             let mut head = [0u8; 7];
