@@ -208,6 +208,30 @@ impl<'a, 'i> Table<'a, 'i> {
         }
     }
 
+    /// A string a person will read: no control, bidirectional or invisible formatting
+    /// characters (`plain.rs`); one that holds any is a problem saying which and where.
+    pub fn text(&self, key: &'static str) -> Option<&'a str> {
+        let s = self.str(key)?;
+        match s.chars().enumerate().find(|(_, c)| crate::plain::is_hidden(*c)) {
+            None => Some(s),
+            Some((at, c)) => {
+                self.problem(
+                    key,
+                    format!(
+                        "must be plain text: it holds U+{:04X} (a control or invisible formatting character) at character {}",
+                        u32::from(c),
+                        at + 1
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    pub fn req_text(&self, key: &'static str) -> Option<&'a str> {
+        if self.require(key) { self.text(key) } else { None }
+    }
+
     /// Reports `key` as missing when it is absent; true when present.
     pub fn require(&self, key: &'static str) -> bool {
         let present = self.has(key);

@@ -213,7 +213,7 @@ pub async fn login(
             let mut res = login_form(
                 &c,
                 Some(
-                    "Too many sign-in attempts from your address are waiting; wait a few seconds and try again.",
+                    "Too many wrong tokens from your address are waiting; wait a few seconds and try again.",
                 ),
                 StatusCode::TOO_MANY_REQUESTS,
             );

@@ -29,6 +29,10 @@ const CHECK: Duration = Duration::from_millis(200);
 /// Live streams open at once (every browser tab showing a live page holds one): enough for
 /// a control room, and a bound on what clients that never read can make the server hold.
 pub const MAX_STREAMS: usize = 64;
+/// A stream ends after this long and the browser opens a new one by itself: a client
+/// that stopped reading is noticed only once the network's buffers are full (minutes at
+/// a snapshot a second), so this bounds how long such a stream holds a place.
+pub const LIFETIME: Duration = Duration::from_secs(300);
 /// Live streams one viewer holds at most (a signed-in token, or everyone on a server
 /// without tokens): one browser, or one token, cannot take every stream.
 pub const PER_VIEWER: usize = MAX_STREAMS / 4;
@@ -123,7 +127,9 @@ pub async fn stream(
                     rx.borrow_and_update().clone()
                 }
             };
-            if !c.may_look(session.as_deref()) || !permit.held() {
+            if !c.may_look(session.as_deref()) || !permit.held() || permit.age() >= LIFETIME {
+                // The connection goes too: a client that stopped reading may never see the end.
+                permit.hang_up();
                 return None;
             }
             let event = Event::default().event("snapshot").data(&*text);

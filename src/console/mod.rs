@@ -36,6 +36,7 @@ use crate::transport::auth::Tokens;
 use crate::transport::routes::Verb;
 
 pub use chart::{Chart, sparkline};
+pub use live::LIFETIME as LIVE_STREAM_LIFETIME;
 
 /// What a console route shows or does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,7 +181,7 @@ impl IntoResponse for ConsoleError {
 /// posted from another site), as a console page rather than the API's JSON.
 pub fn refusal_page(e: ToolError) -> Response {
     let mut res = ConsoleError::Tool(e).into_response();
-    res.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    secure(&mut res, false);
     res
 }
 
@@ -248,6 +249,12 @@ fn page(markup: Markup) -> Response {
 async fn headers(req: Request, next: Next) -> Response {
     let asset = req.uri().path().starts_with("/console/assets/");
     let mut res = next.run(req).await;
+    secure(&mut res, asset);
+    res
+}
+
+/// The console's security and caching headers on `res`.
+fn secure(res: &mut Response, asset: bool) {
     let h = res.headers_mut();
     h.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -259,7 +266,6 @@ async fn headers(req: Request, next: Next) -> Response {
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     let cache = if asset { "public, max-age=3600" } else { "no-store" };
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
-    res
 }
 
 const CSS: &str = include_str!("assets/console.css");
@@ -298,7 +304,7 @@ impl Console {
             .fold(Router::new(), |router, r| router.route(r.path, handler(r.page, r.verb.filter())));
         pages
             .route("/console/", get(|| async { axum::response::Redirect::permanent("/console") }))
-            .route("/console/{*rest}", get(|| async { ConsoleError::NotFound }))
+            .route("/console/{*rest}", axum::routing::any(|| async { ConsoleError::NotFound }))
             .layer(middleware::from_fn(headers))
             .with_state(self)
     }

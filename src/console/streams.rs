@@ -45,8 +45,10 @@ pub struct Streams {
 pub struct Slot {
     streams: Arc<Streams>,
     id: u64,
+    opened: Instant,
     polled: Arc<Mutex<Instant>>,
     ended: Arc<AtomicBool>,
+    hangup: Hangup,
 }
 
 impl Streams {
@@ -91,8 +93,16 @@ impl Streams {
         }
         *next += 1;
         let (polled, ended) = (Arc::new(Mutex::new(now)), Arc::new(AtomicBool::new(false)));
-        held.push(Held { who, id: *next, opened: now, polled: polled.clone(), ended: ended.clone(), hangup });
-        Ok(Slot { streams: self.clone(), id: *next, polled, ended })
+        let slot = Slot {
+            streams: self.clone(),
+            id: *next,
+            opened: now,
+            polled: polled.clone(),
+            ended: ended.clone(),
+            hangup: hangup.clone(),
+        };
+        held.push(Held { who, id: *next, opened: now, polled, ended, hangup });
+        Ok(slot)
     }
 
     /// Streams held now.
@@ -125,6 +135,16 @@ impl Streams {
 }
 
 impl Slot {
+    /// How long the stream has been open.
+    pub fn age(&self) -> std::time::Duration {
+        self.opened.elapsed()
+    }
+
+    /// Ends the stream's connection (its viewer may no longer look: signed out, expired).
+    pub fn hang_up(&self) {
+        self.hangup.now();
+    }
+
     /// Whether the stream still has its place (it takes a snapshot now); false once it
     /// was given to another.
     pub fn held(&self) -> bool {

@@ -493,13 +493,7 @@ impl Node {
             }
         }
         self.send_live();
-        if self.last_flush.elapsed() >= self.flush_every {
-            self.last_flush = Instant::now();
-            if let Err(error) = self.buffer.flush(now) {
-                tracing::debug!(%error, "sparkplug buffer flush failed; values kept in memory");
-            }
-            self.written();
-        }
+        self.flush_due(now);
         self.counters.buffered.store(self.buffer.len(), Ordering::Relaxed);
         self.counters.dropped.store(self.buffer.dropped(), Ordering::Relaxed);
         self.drain_idle = false;

@@ -198,7 +198,7 @@ async fn authenticate(State(st): State<AppState>, mut req: Request, next: Next) 
             Err(Busy::Address) => {
                 let mut res = refusal(ToolError::new(
                     ErrorCode::RateLimited,
-                    "Too many token checks from this address are waiting.",
+                    "Too many wrong tokens from this address are waiting.",
                     "Wait a few seconds and try again; wrong tokens are answered one a second.",
                 ));
                 res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));

@@ -1,10 +1,12 @@
 //! Token checks against guessing, shared by the API's bearer check and the console's
-//! sign-in: a wrong token from one address is answered one at a time per address, each
-//! after a pause, in a task of its own (a client that gives up does not cut the pause
-//! short); at most a few wait per address, the rest refused at once, unchecked. A good
-//! token is answered at once and never waits behind anyone's failures, so guessing from
-//! many addresses cannot lock operators out. IPv6 addresses count per /64 (one host can
-//! hold a whole /64).
+//! sign-in. A right token is accepted at once, whatever else its address is doing: guesses
+//! from the same address (a NAT, a TLS proxy on loopback) or from many addresses never lock
+//! a token's holder out. A wrong token is answered one at a time per address, each after a
+//! pause, in a task of its own (a client that gives up does not cut the pause short); past a
+//! few waiting per address a wrong one is answered `Busy` at once. That tells a guesser
+//! "wrong" sooner, but costs it the pause's log line and a place: what makes guessing
+//! hopeless is the tokens' length (16 characters at least), what the pause buys is a slow,
+//! quiet log. IPv6 addresses count per /64 (one host can hold a whole /64).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -18,8 +20,7 @@ use crate::tools::Caller;
 
 /// How long a wrong token takes to answer.
 pub const PAUSE: Duration = Duration::from_secs(1);
-/// Checks waiting per address at most (right or wrong: counted before the check, so a
-/// refusal tells nothing about the token).
+/// Wrong tokens waiting per address at most.
 const WAITING_PER_ADDRESS: usize = 3;
 /// Wrong tokens waiting their turn in all; past it a wrong token waits its pause in the
 /// request itself, holding its address's place.
@@ -28,7 +29,7 @@ const QUEUED: usize = 256;
 /// Why a token was not checked.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Busy {
-    /// Too many checks from this address wait already.
+    /// Too many wrong tokens from this address wait already.
     Address,
 }
 
@@ -40,6 +41,8 @@ pub struct Pacer {
     queues: Mutex<HashMap<IpAddr, Queue>>,
     queued: AtomicUsize,
     failures: AtomicU64,
+    /// Wrong tokens are logged once a minute per door (with how many were left out).
+    log: Mutex<crate::logs::Throttle<&'static str>>,
 }
 
 /// An address's place among the waiting: given back when dropped.
@@ -79,20 +82,22 @@ impl Pacer {
     }
 
     /// Checks a token from `from` with `authenticate`: the caller at once, `Ok(None)` for a
-    /// wrong token (after the pause), or `Busy` without looking at it. `what` names the
-    /// door in the log.
+    /// wrong token (after the pause), or `Busy` for a wrong one when too many of its
+    /// address's wait. `what` names the door in the log (a line a minute per door at most).
     pub async fn check(
         self: &Arc<Self>,
         what: &'static str,
         from: IpAddr,
         authenticate: impl FnOnce() -> Option<Caller>,
     ) -> Result<Option<Caller>, Busy> {
-        let place = self.admit(key(from))?;
         if let Some(caller) = authenticate() {
             return Ok(Some(caller));
         }
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-        tracing::warn!(failures, address = %from, "{what} refused: the token is not valid");
+        if let Some(skipped) = self.log.lock().allow(what) {
+            tracing::warn!(failures, address = %from, skipped, "{what} refused: the token is not valid");
+        }
+        let place = self.admit(key(from))?;
         if self.queued.fetch_add(1, Ordering::Relaxed) >= QUEUED {
             self.queued.fetch_sub(1, Ordering::Relaxed);
             tokio::time::sleep(PAUSE).await;
@@ -192,7 +197,9 @@ mod tests {
         while pacer.failures() < 3 {
             tokio::task::yield_now().await;
         }
-        assert_eq!(check(&pacer, from, "operator-secret-123456").await.err(), Some(Busy::Address));
+        assert_eq!(check(&pacer, from, "another-wrong-one").await.err(), Some(Busy::Address));
+        let right = check(&pacer, from, "operator-secret-123456").await;
+        assert!(matches!(right, Ok(Some(_))), "a right token from the busy address is let in at once");
         let mut took: Vec<Duration> = Vec::new();
         while let Some(r) = waiting.join_next().await {
             let (answer, after) = r.unwrap();
@@ -201,6 +208,6 @@ mod tests {
         }
         took.sort();
         assert_eq!(took, vec![PAUSE, PAUSE * 2, PAUSE * 3], "one at a time");
-        assert_eq!(pacer.failures(), 3);
+        assert_eq!(pacer.failures(), 4, "every wrong token counted, the refused one too");
     }
 }

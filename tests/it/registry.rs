@@ -314,3 +314,33 @@ fn a_device_can_set_its_own_breaker() {
     assert_one(&p, "`open_ms` in [breaker]: must be between 10 and 86400000, found 5");
     assert_one(&p, "unknown key `bogus` in [breaker]");
 }
+
+/// Text a person reads (descriptions, units, equipment) holds no control, bidirectional or
+/// invisible formatting characters: each is a problem naming the character and where.
+#[test]
+fn hidden_characters_in_device_text_are_problems() {
+    for (text, hidden) in [
+        (
+            with_sensor("table = \"holding\"\naddress = 10\ntype = \"u16\"")
+                .replace("\"Second\"", "\"Sec\\u001b[31mond\""),
+            "U+001B",
+        ),
+        (
+            with_sensor("table = \"holding\"\naddress = 10\ntype = \"u16\"")
+                .replace("\"m3/h\"", "\"m3\\u202e/h\""),
+            "U+202E",
+        ),
+        (
+            with_sensor("table = \"holding\"\naddress = 10\ntype = \"u16\"\nequipment = \"P\\u0007-101\""),
+            "U+0007",
+        ),
+    ] {
+        let found = problems(&[("t.toml", &text)]);
+        assert!(
+            found
+                .iter()
+                .any(|p| p.contains("must be plain text") && p.contains(hidden) && p.starts_with("t.toml:")),
+            "{hidden}: {found:?}"
+        );
+    }
+}

@@ -298,7 +298,7 @@ fn read_device_file(t: &Table<'_, '_>) -> Parsed {
             false
         }
     });
-    let description = t.req_str("description");
+    let description = t.req_text("description");
     let protocol = t.req_pick::<Protocol>("protocol");
     let endpoint_text = t.req_str("endpoint");
     let unit_id = t.int(bounds::UNIT_ID.key, bounds::UNIT_ID.range()).unwrap_or(1) as u8;

@@ -40,7 +40,7 @@ pub(super) fn read_sensor(
             ),
         );
     }
-    let description = s.req_str("description");
+    let description = s.req_text("description");
     let kind = s.req_str("kind").filter(|k| {
         let ok = !k.is_empty()
             && k.len() <= 32
@@ -51,8 +51,8 @@ pub(super) fn read_sensor(
         }
         ok
     });
-    let unit = s.req_str("unit");
-    let equipment = s.str("equipment");
+    let unit = s.req_text("unit");
+    let equipment = s.text("equipment");
     let range = s.table("range").and_then(|r| {
         let (min, max) = (r.float("min"), r.float("max"));
         if !r.has("min") || !r.has("max") {

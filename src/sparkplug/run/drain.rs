@@ -25,6 +25,19 @@ impl Node {
         }
     }
 
+    /// Writes the buffer when a flush interval has passed since the last write: what
+    /// waits in memory, and the removals of what was sent (durable from then on).
+    pub(super) fn flush_due(&mut self, now: i64) {
+        if self.last_flush.elapsed() < self.flush_every {
+            return;
+        }
+        self.last_flush = Instant::now();
+        if let Err(error) = self.buffer.flush(now) {
+            tracing::debug!(%error, "sparkplug buffer flush failed; values kept in memory");
+        }
+        self.written();
+    }
+
     /// After a write to the buffer: its problem, if any, shown in health and metrics (the
     /// store logs the start and end of an outage once each).
     pub(super) fn written(&mut self) {
@@ -93,13 +106,7 @@ impl Node {
         self.remove_written();
         // Removals are made durable every flush interval during a drain too (a durable
         // commit keeps the ones before it): after `kill -9` only that window is sent again.
-        if self.last_flush.elapsed() >= self.flush_every {
-            self.last_flush = Instant::now();
-            if let Err(error) = self.buffer.flush(now) {
-                tracing::debug!(%error, "sparkplug buffer flush failed; values kept in memory");
-            }
-            self.written();
-        }
+        self.flush_due(now);
         if self.buffer.is_empty() {
             self.edge.forget_carried();
         }
