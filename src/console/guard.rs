@@ -69,5 +69,11 @@ mod tests {
         ] {
             assert!(!g.issued(bad), "{bad:?}");
         }
+        // Two bytes of the tag changed alike: every difference counts, none cancels another.
+        let (random, tag) = n.split_once('.').unwrap();
+        let mut bytes = unhex(tag).unwrap();
+        bytes[0] ^= 0x01;
+        bytes[1] ^= 0x01;
+        assert!(!g.issued(&format!("{random}.{}", hex(&bytes))), "a tag wrong in two bytes");
     }
 }

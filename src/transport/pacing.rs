@@ -209,5 +209,27 @@ mod tests {
         took.sort();
         assert_eq!(took, vec![PAUSE, PAUSE * 2, PAUSE * 3], "one at a time");
         assert_eq!(pacer.failures(), 4, "every wrong token counted, the refused one too");
+        // While some of an address's wrong tokens still wait, the ones answered give their
+        // places back one by one: the address never holds more than its few.
+        let mut waiting = tokio::task::JoinSet::new();
+        for _ in 0..3 {
+            let wrong = check(&pacer, from, "wrong-wrong-wrong");
+            waiting.spawn(wrong);
+        }
+        while pacer.failures() < 7 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::advance(PAUSE).await;
+        assert_eq!(waiting.join_next().await.map(|r| r.unwrap()), Some(Ok(None)), "the first answered");
+        let again = tokio::spawn(check(&pacer, from, "one-more-wrong"));
+        while pacer.failures() < 8 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(check(&pacer, from, "and-another-wrong").await.err(), Some(Busy::Address), "3 wait again");
+        assert_eq!(again.await.unwrap(), Ok(None));
+        while let Some(r) = waiting.join_next().await {
+            assert_eq!(r.unwrap(), Ok(None));
+        }
+        assert!(pacer.queues.lock().is_empty(), "every place given back");
     }
 }
