@@ -239,7 +239,7 @@ async fn run() {
     let addr = listener.local_addr().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let timeouts = http::Timeouts { header: Duration::from_secs(30), grace: Duration::from_secs(1) };
-    fieldgate::app::serve_http(listener, &tools, Arc::new(Tokens::default()), timeouts, &stop);
+    fieldgate::app::serve_http(listener, &tools, Arc::new(Tokens::default()), timeouts, &stop, None);
 
     // Warm the cache and the connection to the device.
     let mut c = HttpClient::connect(addr).await.unwrap();

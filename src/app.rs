@@ -23,6 +23,7 @@ use crate::store::history::Limits;
 use crate::tools::ToolService;
 use crate::transport::auth::Tokens;
 use crate::transport::http;
+use crate::transport::tls_listener::TlsListener;
 use crate::work_orders::webhook::{Webhook, WebhookError};
 use crate::work_orders::{WorkOrderError, WorkOrderStore};
 
@@ -61,6 +62,8 @@ pub enum StartError {
     Store(String),
     #[error("{0}")]
     Serve(#[from] http::ServeError),
+    #[error("server.tls: {0}")]
+    Tls(#[from] crate::transport::tls_listener::TlsError),
     #[error("{0}")]
     Webhook(#[from] WebhookError),
     #[error("{0}")]
@@ -138,8 +141,14 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
     let webhook = Webhook::from_config(&config.work_orders, |name| std::env::var(name).ok())?;
     let (history, orders) = open_stores(&config, &data_dir)?;
     let orders = Arc::new(orders);
+    let tls = config.server.tls.as_ref().map(TlsListener::load).transpose()?.map(Arc::new);
+    let exposure = http::Exposure {
+        authenticated: !options.tokens.is_empty(),
+        tls: tls.is_some(),
+        allow_plaintext: config.server.allow_plaintext,
+    };
     let listener = match options.listen {
-        Some(addr) => match http::bind(addr, &options.tokens).await {
+        Some(addr) => match http::bind(addr, exposure).await {
             Ok(l) => Some(l),
             Err(e) if options.listen_required => return Err(e.into()),
             Err(error) => {
@@ -167,11 +176,23 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
     tasks.extend(sparkplug.map(|s| s.task));
     let tools = ToolService::over(core);
     tasks.push(crate::work_orders::delivery::start(orders, webhook, ttl, shutdown.clone()));
-    let server = listener.map(|l| serve_http(l, &tools, options.tokens.clone(), timeouts, &shutdown));
+    if let Some(oauth) = options.tokens.oauth() {
+        let (reported, fetching) = (oauth.clone(), oauth.clone());
+        tools.core().metrics.collect("oauth", move |s| reported.report(s));
+        tasks.push(tokio::spawn(async move { fetching.prefetch().await }));
+    }
+    let tls = tls.filter(|_| listener.is_some());
+    if let Some(t) = &tls {
+        let watched = t.clone();
+        tools.core().metrics.collect("tls", move |s| watched.report(s));
+        tasks.push(t.clone().watch(shutdown.clone()));
+    }
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let server = listener.map(|l| serve_http(l, &tools, options.tokens.clone(), timeouts, &shutdown, tls));
     let owner = Owner {
         pid: std::process::id(),
         mode: options.mode.to_string(),
-        url: addr.map(|a| format!("http://{a}")),
+        url: addr.map(|a| format!("{scheme}://{a}")),
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     };
     let owner_file = data_dir.join(OWNER_FILE);
@@ -190,6 +211,7 @@ pub fn serve_http(
     tokens: Arc<Tokens>,
     timeouts: http::Timeouts,
     shutdown: &CancellationToken,
+    tls: Option<Arc<TlsListener>>,
 ) -> JoinHandle<std::io::Result<()>> {
     let app = router(tools, tokens, shutdown);
     let stop = shutdown.clone();
@@ -199,6 +221,7 @@ pub fn serve_http(
         async move { stop.cancelled().await },
         timeouts,
         shutdown.clone(),
+        tls,
     ))
 }
 

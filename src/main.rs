@@ -286,10 +286,21 @@ fn init_logs(cli: &Cli) {
     }
 }
 
-/// The bearer tokens of the configuration, or every problem printed.
+/// The bearer tokens of the configuration (static ones, and the identity provider's
+/// when `[server.oauth]` is set), or every problem printed.
 fn with_tokens((config, registry): (Config, Registry)) -> Result<(Config, Registry, Arc<Tokens>), ExitCode> {
+    let oauth = match &config.server.oauth {
+        None => None,
+        Some(o) => match fieldgate::transport::oauth::OAuth::new(o, &config.server.public_url) {
+            Ok(o) => Some(Arc::new(o)),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Err(ExitCode::FAILURE);
+            }
+        },
+    };
     match Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars()) {
-        Ok(t) => Ok((config, registry, Arc::new(t))),
+        Ok(t) => Ok((config, registry, Arc::new(t.with_oauth(oauth)))),
         Err(problems) => Err(report(&problems)),
     }
 }
@@ -306,12 +317,22 @@ fn with_overrides(mut config: Config, listen: Option<SocketAddr>, data_dir: Opti
 }
 
 /// Configuration and registry, or every problem printed and exit code 1.
-fn load(config: &Option<PathBuf>, devices: &Option<PathBuf>) -> Result<(Config, Registry), ExitCode> {
-    let mut config = Config::load(config.as_deref(), std::env::vars()).map_err(|e| report(&e.0))?;
+fn load(file: &Option<PathBuf>, devices: &Option<PathBuf>) -> Result<(Config, Registry), ExitCode> {
+    let mut config = Config::load(file.as_deref(), std::env::vars()).map_err(|e| report(&e.0))?;
     if let Some(dir) = devices {
         config.devices.dir = dir.clone();
     }
     let registry = Registry::load(&config.devices.dir).map_err(|e| report(&e.0))?;
+    tracing::info!(
+        target: "audit",
+        event = "configuration_load",
+        outcome = "success",
+        file = file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "(defaults)".into()),
+        devices = registry.devices().len(),
+        tls = config.server.tls.is_some(),
+        oauth = config.server.oauth.is_some(),
+        "configuration loaded"
+    );
     Ok((config, registry))
 }
 

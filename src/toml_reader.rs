@@ -345,8 +345,11 @@ impl<'a, 'i> Table<'a, 'i> {
         let v = self.get(key)?;
         match v.get_ref() {
             DeValue::Table(t) => {
-                let path =
-                    if self.path.is_empty() { format!("[{key}]") } else { format!("{}.{key}", self.path) };
+                let path = match self.path.strip_prefix('[').and_then(|p| p.strip_suffix(']')) {
+                    _ if self.path.is_empty() => format!("[{key}]"),
+                    Some(inner) => format!("[{inner}.{key}]"),
+                    None => format!("{}.{key}", self.path),
+                };
                 Some(Table::new(self.doc, t, v.span(), path))
             }
             other => {

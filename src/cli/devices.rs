@@ -105,5 +105,19 @@ pub fn check(config: &Config, registry: &Registry) -> ExitCode {
             out(&line);
         }
     }
-    ExitCode::SUCCESS
+    let mut failed = false;
+    if let Some(tls) = &config.server.tls {
+        use crate::transport::tls_listener::{Finding, check};
+        for finding in check(tls, &config.server.public_url) {
+            match finding {
+                Finding::Error(m) => {
+                    failed = true;
+                    eprintln!("error: {m}");
+                }
+                Finding::Warning(m) => eprintln!("warning: {m}"),
+                Finding::Fine(m) => out(&m),
+            }
+        }
+    }
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }

@@ -21,6 +21,7 @@ pub async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> E
         mode: "serve",
     };
     let mut signals = super::StopSignal::listen();
+    let scheme = if config.server.tls.is_some() { "https" } else { "http" };
     let running = match crate::app::start(config, registry, options).await {
         Ok(r) => r,
         Err(e) => {
@@ -30,7 +31,7 @@ pub async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> E
     };
     let addr = running.addr.map(|a| a.to_string()).unwrap_or_default();
     tracing::info!(%addr, "serving the HTTP API and MCP at /mcp");
-    eprintln!("fieldgate listening on http://{addr} (MCP at /mcp)");
+    eprintln!("fieldgate listening on {scheme}://{addr} (MCP at /mcp)");
     let stopped = running.shutdown();
     tokio::select! {
         () = signals.received() => {}

@@ -9,6 +9,7 @@ use crate::toml_reader::Problem;
 
 pub mod mqtt;
 mod read;
+pub mod security;
 pub mod webhook;
 use read::{apply_env, apply_text};
 
@@ -65,6 +66,14 @@ pub struct ServerConfig {
     pub mcp_max_sessions: u64,
     /// An MCP session unused for this long is closed.
     pub mcp_session_idle_s: u64,
+    /// The URL clients use (`https://host:port`); empty: none given.
+    pub public_url: String,
+    /// Plain HTTP on a non-loopback address, allowed only when this says so.
+    pub allow_plaintext: bool,
+    /// HTTPS on the listener (`security.rs`).
+    pub tls: Option<security::TlsConfig>,
+    /// Access tokens of an identity provider (`security.rs`).
+    pub oauth: Option<security::OAuthConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -161,6 +170,10 @@ impl Default for Config {
                 shutdown_grace_ms: 10_000,
                 mcp_max_sessions: 256,
                 mcp_session_idle_s: 300,
+                public_url: String::new(),
+                allow_plaintext: false,
+                tls: None,
+                oauth: None,
             },
             auth: AuthConfig { tokens_file: None },
             storage: StorageConfig {
@@ -250,8 +263,10 @@ impl Config {
         }
         problems.extend(cfg.validate());
         let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-        let cross =
-            webhook::secret_problem(&cfg.work_orders, var).into_iter().chain(mqtt::problems(&cfg.mqtt, var));
+        let cross = webhook::secret_problem(&cfg.work_orders, var)
+            .into_iter()
+            .chain(mqtt::problems(&cfg.mqtt, var))
+            .chain(security::problems(&cfg.server));
         problems.extend(cross.map(|message| Problem { source: "configuration".into(), line: 0, message }));
         if problems.is_empty() { Ok(cfg) } else { Err(ConfigError(problems)) }
     }

@@ -170,9 +170,9 @@ pub fn read_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
             }
         }
     };
-    file("ca_file", &mut m.ca_file, |p| pem_has(p, "CERTIFICATE"));
-    file("client_cert_file", &mut m.client_cert_file, |p| pem_has(p, "CERTIFICATE"));
-    file("client_key_file", &mut m.client_key_file, |p| pem_has(p, "PRIVATE KEY"));
+    file("ca_file", &mut m.ca_file, |p| super::security::pem_file(p, "CERTIFICATE"));
+    file("client_cert_file", &mut m.client_cert_file, |p| super::security::pem_file(p, "CERTIFICATE"));
+    file("client_key_file", &mut m.client_key_file, |p| super::security::pem_file(p, "PRIVATE KEY"));
     let id = |key: &'static str, slot: &mut String| {
         if let Some(v) = s.str(key) {
             match id_problem(v) {
@@ -255,17 +255,6 @@ fn redact(s: &str) -> String {
         (Some(a), Some(b)) if b > a => format!("{}***{}", &s[..a + 3], &s[b..]),
         _ => s.to_string(),
     }
-}
-
-/// Whether the PEM file at `path` holds a block whose label ends with `label`.
-fn pem_has(path: &Path, label: &str) -> Result<(), String> {
-    // Only a regular file of bounded size: a FIFO would block, a link to /dev/zero never end.
-    let text =
-        crate::toml_reader::read_text_file(path).map_err(|why| format!("{}: {why}", path.display()))?;
-    let found = text
-        .lines()
-        .any(|l| l.starts_with("-----BEGIN ") && l.trim_end().ends_with(&format!("{label}-----")));
-    if found { Ok(()) } else { Err(format!("{} holds no PEM {label} block", path.display())) }
 }
 
 #[cfg(test)]

@@ -29,13 +29,21 @@ pub(super) fn apply_env(cfg: &mut Config, key: &str, value: &str) -> Vec<Problem
     let is_toml = toml::de::DeValue::parse(value).is_ok();
     let literal =
         if is_toml { value.to_string() } else { toml::Value::String(value.to_string()).to_string() };
-    let text = format!("[{section}]\n{field} = {literal}\n");
+    // FIELDGATE_SERVER_TLS_CERT_FILE is `[server.tls] cert_file`.
+    let nested = NESTED.iter().find_map(|(outer, inner)| {
+        let rest = field.strip_prefix(inner)?.strip_prefix('_')?;
+        (*outer == section).then(|| format!("[{section}.{inner}]\n{rest} = {literal}\n"))
+    });
+    let text = nested.unwrap_or_else(|| format!("[{section}]\n{field} = {literal}\n"));
     let mut problems = apply_text(cfg, &name, &text);
     for p in &mut problems {
         p.line = 0;
     }
     problems
 }
+
+/// Tables inside sections that environment variables reach (`FIELDGATE_SERVER_TLS_...`).
+const NESTED: [(&str, &str); 2] = [("server", "tls"), ("server", "oauth")];
 
 type Section = fn(&Table<'_, '_>, &mut Config);
 
@@ -107,6 +115,7 @@ fn server(s: &Table<'_, '_>, c: &mut Config) {
     set(&mut c.server.header_timeout_ms, s.int("header_timeout_ms", 100..=600_000).map(|v| v as u64));
     set(&mut c.server.mcp_max_sessions, s.int("mcp_max_sessions", 1..=100_000).map(|v| v as u64));
     set(&mut c.server.mcp_session_idle_s, s.int("mcp_session_idle_s", 1..=86_400).map(|v| v as u64));
+    super::security::read_keys(s, &mut c.server);
 }
 
 fn auth(s: &Table<'_, '_>, c: &mut Config) {

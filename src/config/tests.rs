@@ -23,6 +23,11 @@ fn default_file_sets_every_key() {
         shutdown_grace_ms: 1,
         mcp_max_sessions: 1,
         mcp_session_idle_s: 1,
+        public_url: "x".into(),
+        allow_plaintext: true,
+        // No [server.tls] or [server.oauth] by default: their tables turn them on.
+        tls: None,
+        oauth: None,
     };
     c.auth.tokens_file = Some("x".into());
     c.storage = StorageConfig {

@@ -21,10 +21,34 @@ use serde::Deserialize;
 use super::view::layout;
 use super::viewer::{Session, Viewer};
 use super::{Console, ConsoleError};
-use crate::tools::{Caller, Role};
+use crate::tools::{Caller, Scope};
+use crate::transport::auth::Denied;
 
-pub const SESSION_COOKIE: &str = "fieldgate_session";
-const LOGIN_COOKIE: &str = "fieldgate_login";
+/// The console's two cookies: the session, and the sign-in form's CSRF value. Under TLS
+/// they carry `Secure` and the `__Host-` prefix (the browser then keeps them to this host
+/// and HTTPS, and nothing at another path or subdomain can set them).
+#[derive(Debug, Clone, Copy)]
+pub struct Cookies {
+    pub session: &'static str,
+    login: &'static str,
+    secure: bool,
+}
+
+impl Cookies {
+    pub fn new(tls: bool) -> Cookies {
+        if tls {
+            Cookies { session: "__Host-fieldgate_session", login: "__Host-fieldgate_login", secure: true }
+        } else {
+            Cookies { session: "fieldgate_session", login: "fieldgate_login", secure: false }
+        }
+    }
+
+    /// A `Set-Cookie` value for `name` (`Max-Age=0` removes it).
+    fn set(&self, name: &str, value: &str, max_age: u64) -> String {
+        let secure = if self.secure { "; Secure" } else { "" };
+        format!("{name}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{secure}")
+    }
+}
 /// How long a session lives after sign-in.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// Sessions kept at most: when they are all taken, a new sign-in is refused (nobody
@@ -105,7 +129,7 @@ impl Console {
         if self.tokens.is_empty() {
             return Ok(Viewer::Open);
         }
-        cookie(headers, SESSION_COOKIE)
+        cookie(headers, self.cookies.session)
             .and_then(|id| self.sessions.get(id))
             .map(Viewer::Signed)
             .ok_or(ConsoleError::SignIn)
@@ -128,7 +152,7 @@ impl Console {
                 "This form is stale or was not sent from this console (its CSRF token does not match your session). Reload the page and try again.".into(),
             ));
         }
-        if session.caller.role != Role::Operator {
+        if !session.caller.is_operator() {
             return Err(ConsoleError::Refused(format!(
                 "Only an operator can change a work order's state; you are signed in as {} with an agent token.",
                 session.caller.id
@@ -166,10 +190,7 @@ fn login_form(c: &Console, problem: Option<&str>, status: StatusCode) -> Respons
         }
     };
     let mut res = (status, layout(c, &Viewer::Open, "Sign in", "", None, body)).into_response();
-    set_cookie(
-        &mut res,
-        format!("{LOGIN_COOKIE}={nonce}; HttpOnly; SameSite=Strict; Path=/console; Max-Age=900"),
-    );
+    set_cookie(&mut res, c.cookies.set(c.cookies.login, &nonce, 900));
     res
 }
 
@@ -195,7 +216,7 @@ pub async fn login(
         return login_form(&c, Some("The form did not arrive whole; try again."), StatusCode::BAD_REQUEST);
     };
     // The form's value must be the cookie's, and one this server issued.
-    let expected = cookie(&headers, LOGIN_COOKIE).unwrap_or("");
+    let expected = cookie(&headers, c.cookies.login).unwrap_or("");
     if expected.is_empty() || !same(expected, &form.csrf) || !c.guard.issued(&form.csrf) {
         return login_form(
             &c,
@@ -207,9 +228,11 @@ pub async fn login(
     // one try a second per address, and nobody else is held up (`transport/pacing.rs`).
     let from = peer.map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |p| p.0.0);
     let caller = match c.tokens.check("console sign-in", from, form.token.trim()).await {
-        Ok(Some(caller)) => caller,
-        Ok(None) => return login_form(&c, Some("That token is not valid."), StatusCode::UNAUTHORIZED),
-        Err(_) => {
+        Ok(caller) => caller,
+        Err(Denied::Wrong(_)) => {
+            return login_form(&c, Some("That token is not valid."), StatusCode::UNAUTHORIZED);
+        }
+        Err(Denied::Busy) => {
             let mut res = login_form(
                 &c,
                 Some(
@@ -221,6 +244,13 @@ pub async fn login(
             return res;
         }
     };
+    if !caller.may(Scope::Read) && !caller.is_operator() {
+        return login_form(
+            &c,
+            Some("That token does not allow looking at the console (it needs the scope fieldgate.read)."),
+            StatusCode::FORBIDDEN,
+        );
+    }
     // One line a minute per token at most: a token's holder cannot fill the log either.
     let allowed = c.signins.lock().allow(caller.id.to_string());
     if let Some(skipped) = allowed {
@@ -232,14 +262,8 @@ pub async fn login(
     };
     let mut res = axum::response::Redirect::to("/console/work-orders").into_response();
     *res.status_mut() = StatusCode::SEE_OTHER;
-    set_cookie(
-        &mut res,
-        format!(
-            "{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-            SESSION_TTL.as_secs()
-        ),
-    );
-    set_cookie(&mut res, format!("{LOGIN_COOKIE}=; HttpOnly; SameSite=Strict; Path=/console; Max-Age=0"));
+    set_cookie(&mut res, c.cookies.set(c.cookies.session, &id, SESSION_TTL.as_secs()));
+    set_cookie(&mut res, c.cookies.set(c.cookies.login, "", 0));
     res
 }
 
@@ -256,7 +280,7 @@ pub async fn logout(
     form: Result<Form<LogoutForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let csrf = form.map(|Form(f)| f.csrf).unwrap_or_default();
-    let Some(id) = cookie(&headers, SESSION_COOKIE) else {
+    let Some(id) = cookie(&headers, c.cookies.session) else {
         return axum::response::Redirect::to("/console/login").into_response();
     };
     match c.viewer(&headers) {
@@ -271,20 +295,21 @@ pub async fn logout(
     }
     let mut res = axum::response::Redirect::to("/console/login").into_response();
     *res.status_mut() = StatusCode::SEE_OTHER;
-    set_cookie(&mut res, format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"));
+    set_cookie(&mut res, c.cookies.set(c.cookies.session, "", 0));
     res
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::Role;
 
     #[test]
     fn cookies_are_found_by_name_among_others() {
         let mut h = HeaderMap::new();
         h.append(header::COOKIE, HeaderValue::from_static("a=1; fieldgate_session=abc"));
         h.append(header::COOKIE, HeaderValue::from_static("b=2"));
-        assert_eq!(cookie(&h, SESSION_COOKIE), Some("abc"));
+        assert_eq!(cookie(&h, Cookies::new(false).session), Some("abc"));
         assert_eq!(cookie(&h, "b"), Some("2"));
         assert_eq!(cookie(&h, "fieldgate"), None);
     }
@@ -292,7 +317,7 @@ mod tests {
     #[test]
     fn sessions_expire_and_close() {
         let s = Sessions::default();
-        let (id, session) = s.open(Caller { id: "op".into(), role: Role::Operator }).unwrap();
+        let (id, session) = s.open(Caller::with_role("op", Role::Operator)).unwrap();
         assert_eq!(id.len(), 64);
         assert_ne!(id, session.csrf);
         assert!(s.get(&id).is_some());
@@ -304,8 +329,8 @@ mod tests {
     #[test]
     fn a_token_holds_a_few_sessions_and_cannot_end_anyone_elses() {
         let s = Sessions::default();
-        let op = Caller { id: "op".into(), role: Role::Operator };
-        let agent = Caller { id: "bot".into(), role: Role::Agent };
+        let op = Caller::with_role("op", Role::Operator);
+        let agent = Caller::with_role("bot", Role::Agent);
         let (op_id, _) = s.open(op).unwrap();
         let mine: Vec<String> = (0..PER_CALLER + 20).map(|_| s.open(agent.clone()).unwrap().0).collect();
         assert!(s.get(&op_id).is_some(), "another token's sign-ins end no operator's session");
@@ -314,12 +339,12 @@ mod tests {
         assert!(s.get(mine.last().unwrap()).is_some(), "the newest is kept");
         // Full: a new sign-in is refused rather than ending someone's session.
         for i in 0..MAX_SESSIONS {
-            let c = Caller { id: format!("t{i}"), role: Role::Agent };
+            let c = Caller::with_role(format!("t{i}"), Role::Agent);
             if s.open(c).is_err() {
                 break;
             }
         }
-        assert!(s.open(Caller { id: "late".into(), role: Role::Agent }).is_err());
+        assert!(s.open(Caller::with_role("late", Role::Agent)).is_err());
         assert!(s.get(&op_id).is_some());
     }
 }

@@ -113,7 +113,7 @@ pub async fn stream(
     let stop = c.shutdown.clone();
     // Each event is sent only while the viewer may still look: a stream ends at sign-out
     // or when its session expires.
-    let session = super::auth::cookie(&headers, super::auth::SESSION_COOKIE).map(str::to_string);
+    let session = super::auth::cookie(&headers, c.cookies.session).map(str::to_string);
     let state = (Some(first), rx, stop, c, session, permit);
     let events =
         futures_util::stream::unfold(state, |(first, mut rx, stop, c, session, permit)| async move {

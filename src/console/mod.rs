@@ -119,6 +119,8 @@ pub struct Console {
     guard: Arc<guard::Guard>,
     /// Successful sign-ins are logged once a minute per token at most.
     signins: Arc<parking_lot::Mutex<crate::logs::Throttle<String>>>,
+    /// Cookie names and attributes (`Secure`, `__Host-` under TLS).
+    cookies: auth::Cookies,
     shutdown: CancellationToken,
 }
 
@@ -284,6 +286,7 @@ impl Console {
         let streams = Arc::new(streams::Streams::default());
         let places = streams.clone();
         tools.core().metrics.collect("console live streams", move |s| places.report(s));
+        let cookies = auth::Cookies::new(tools.config().server.tls.is_some());
         Console {
             live: Arc::new(live::Live::new(tools.clone(), shutdown.clone())),
             tools,
@@ -292,6 +295,7 @@ impl Console {
             streams,
             guard: Arc::new(guard::Guard::new()),
             signins: Arc::default(),
+            cookies,
             shutdown,
         }
     }

@@ -57,7 +57,7 @@ pub fn layout(
                             Viewer::Open if c.tokens.is_empty() => { "viewing (no tokens configured: actions disabled)" }
                             Viewer::Open => { a href="/console/login" { "Sign in" } }
                             Viewer::Signed(s) => {
-                                "signed in as " strong #who { (s.caller.id) } " (" (format!("{:?}", s.caller.role).to_lowercase()) ") "
+                                "signed in as " strong #who { (s.caller.id) } " (" (if s.caller.is_operator() { "operator" } else { "agent" }) ") "
                                 form method="post" action="/console/logout" {
                                     input type="hidden" name="csrf" value=(s.csrf);
                                     button type="submit" { "Sign out" }

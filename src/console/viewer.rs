@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::tools::{Caller, Role};
+use crate::tools::Caller;
 
 /// A signed-in person.
 #[derive(Debug, Clone)]
@@ -31,6 +31,6 @@ impl Viewer {
     }
 
     pub fn is_operator(&self) -> bool {
-        matches!(self, Viewer::Signed(s) if s.caller.role == Role::Operator)
+        matches!(self, Viewer::Signed(s) if s.caller.is_operator())
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod activity;
 mod call_key;
+mod caller;
 pub mod catalog;
 mod cursor;
 pub mod defs;
@@ -30,6 +31,7 @@ use std::time::Instant;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub use caller::{Caller, Role, Scope, Scopes};
 pub use catalog::{TOOLS, Tool, ToolSpec};
 use defs::{
     DeviceStatusData, GetDeviceStatusArgs, GetSensorHistoryArgs, GetWorkOrderArgs, HistoryData,
@@ -53,30 +55,6 @@ use validate::InputValidator;
 pub enum CallError {
     #[error("unknown tool `{0}`")]
     UnknownTool(String),
-}
-
-/// What a caller may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Calls tools.
-    Agent,
-    /// Calls tools and the operator routes (approving work orders, ...).
-    Operator,
-}
-
-/// Who is calling: the name of their token (or "local"/"anonymous") and its role.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub id: String,
-    pub role: Role,
-}
-
-impl Caller {
-    /// The command line and MCP over stdio: a local process of the operator's.
-    pub fn local() -> Caller {
-        Caller { id: "local".into(), role: Role::Operator }
-    }
 }
 
 /// What a tool returns before the envelope is put around it.
@@ -257,6 +235,7 @@ impl ToolService {
             })
         });
         let result = match self.inner.limiter.take(&caller.id) {
+            Ok(()) if !caller.may(tool.scope()) => Err(forbidden(tool)),
             Ok(()) if blocked.is_some() => Err(retry_limit(blocked.as_ref())),
             Ok(()) => self.dispatch(caller, spec.tool, &args, &mut attempts).await,
             Err(wait) => Err(ToolError::new(
@@ -335,15 +314,16 @@ impl ToolService {
     /// and the device's state after it. Only the operator role may.
     pub async fn probe_device(&self, caller: &Caller, id: &str) -> Envelope {
         let started = Instant::now();
-        let result = match caller.role {
-            Role::Agent => Err(ToolError::new(
+        let result = if caller.is_operator() {
+            status::probe(&self.inner, id).await
+        } else {
+            Err(ToolError::new(
                 ErrorCode::Forbidden,
                 "Only an operator can probe a device.",
                 "fieldgate probes failing devices itself; get_device_status shows when next.",
-            )),
-            Role::Operator => status::probe(&self.inner, id).await,
+            ))
         };
-        let attempts = u32::from(matches!(caller.role, Role::Operator) && result.is_ok());
+        let attempts = u32::from(caller.is_operator() && result.is_ok());
         finish("probe_device", started, attempts, result)
     }
 
@@ -465,6 +445,15 @@ fn verdict(result: &ToolResult) -> Verdict {
 }
 
 /// `RETRY_LIMIT_REACHED`: the same call failed too often; stop and tell a person.
+/// A call the caller's scopes do not allow.
+fn forbidden(tool: Tool) -> ToolError {
+    ToolError::new(
+        ErrorCode::Forbidden,
+        format!("Calling {} needs the scope {}.", tool.name(), tool.scope().name()),
+        "Ask for an access token with that scope; fieldgate's administrator grants it at the identity provider.",
+    )
+}
+
 fn retry_limit(b: Option<&crate::resilience::repeat::Blocked>) -> ToolError {
     let (n, device) = b.map_or((0, None), |b| (b.failures, b.device.clone()));
     let mut e = ToolError::new(

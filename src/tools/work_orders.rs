@@ -16,7 +16,7 @@ use super::defs::{
 };
 use super::envelope::{ErrorCode, ToolError};
 use super::validate::{parse_sensor_id, registered_sensor};
-use super::{Caller, Inner, Role, ToolResult, to_data};
+use super::{Caller, Inner, ToolResult, to_data};
 use crate::work_orders::model::{self, Action, Request, number_of, query_fingerprint};
 use crate::work_orders::{Created, WorkOrderError, WorkOrderStore};
 
@@ -227,7 +227,7 @@ pub(crate) async fn act(
     action: &str,
     note: Option<String>,
 ) -> ToolResult {
-    if caller.role == Role::Agent {
+    if !caller.is_operator() {
         return Err(ToolError::new(
             ErrorCode::Forbidden,
             "Only an operator can change a work order's state.",

@@ -1,10 +1,13 @@
-//! Bearer tokens: from a TOML file and `FIELDGATE_TOKEN_<NAME>=<role>:<token>`, never
-//! from device files; compared in constant time.
+//! Bearer tokens: static ones from a TOML file and `FIELDGATE_TOKEN_<NAME>=<role>:<token>`
+//! (never from device files; compared in constant time), and the identity provider's
+//! access tokens when `[server.oauth]` is set (`oauth/`). A presented token that is a JWT
+//! goes to the provider's check; any other is compared with the static ones.
 
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::oauth::{OAuth, TokenError};
 pub use super::pacing::Busy;
 use super::pacing::Pacer;
 
@@ -21,11 +24,22 @@ struct Token {
     secret: Vec<u8>,
 }
 
-/// The configured tokens, and the pacing of wrong ones (one [`Pacer`] for every door).
+/// The configured tokens, the identity provider's check, and the pacing of wrong ones
+/// (one [`Pacer`] for every door).
 #[derive(Default)]
 pub struct Tokens {
     tokens: Vec<Token>,
+    oauth: Option<Arc<OAuth>>,
     pacer: Arc<Pacer>,
+}
+
+/// Why a presented token does not let its bearer in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// Not a valid token; for an access token, why.
+    Wrong(Option<TokenError>),
+    /// Too many wrong tokens from this address wait already.
+    Busy,
 }
 
 fn check_secret(secret: &str) -> Result<(), String> {
@@ -131,11 +145,27 @@ impl Tokens {
                 }
             }
         }
-        if problems.is_empty() { Ok(Tokens { tokens, pacer: Arc::default() }) } else { Err(problems) }
+        if problems.is_empty() {
+            Ok(Tokens { tokens, oauth: None, pacer: Arc::default() })
+        } else {
+            Err(problems)
+        }
     }
 
+    /// These tokens, and the access tokens `oauth` accepts.
+    pub fn with_oauth(mut self, oauth: Option<Arc<OAuth>>) -> Tokens {
+        self.oauth = oauth;
+        self
+    }
+
+    /// The identity provider's check, when `[server.oauth]` is set.
+    pub fn oauth(&self) -> Option<&Arc<OAuth>> {
+        self.oauth.as_ref()
+    }
+
+    /// No way to authenticate: callers are anonymous (loopback only).
     pub fn is_empty(&self) -> bool {
-        self.tokens.is_empty()
+        self.tokens.is_empty() && self.oauth.is_none()
     }
 
     /// A configured secret of `role`, if any: the demo's scripted tour calls with it.
@@ -147,8 +177,18 @@ impl Tokens {
     /// The caller of `token` presented from `from` at `door` (named in the log), paced
     /// against guessing (`pacing.rs`): at once when it is right, after a pause when it is
     /// wrong, refused unchecked when too many checks from that address wait.
-    pub async fn check(&self, door: &'static str, from: IpAddr, token: &str) -> Result<Option<Caller>, Busy> {
-        self.pacer.check(door, from, || self.authenticate(token)).await
+    pub async fn check(&self, door: &'static str, from: IpAddr, token: &str) -> Result<Caller, Denied> {
+        let verdict = match &self.oauth {
+            Some(o) if super::oauth::looks_like_jwt(token) => o.verify(token).await.map_err(Some),
+            _ => self.authenticate(token).ok_or(None),
+        };
+        let why = verdict.as_ref().err().copied().flatten();
+        let reason = why.map_or("not a configured token", TokenError::reason);
+        match self.pacer.check(door, from, || verdict.map_err(|_| reason)).await {
+            Ok(Some(caller)) => Ok(caller),
+            Ok(None) => Err(Denied::Wrong(why)),
+            Err(Busy::Address) => Err(Denied::Busy),
+        }
     }
 
     /// Wrong tokens seen since start, at every door.
@@ -162,7 +202,7 @@ impl Tokens {
         let mut found = None;
         for t in &self.tokens {
             if ct_eq(&t.secret, presented.as_bytes()) {
-                found = Some(Caller { id: t.name.clone(), role: t.role });
+                found = Some(Caller::with_role(t.name.clone(), t.role));
             }
         }
         found
@@ -193,11 +233,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             t.authenticate("a-very-long-agent-token"),
-            Some(Caller { id: "reporting-agent".into(), role: Role::Agent })
+            Some(Caller::with_role("reporting-agent", Role::Agent))
         );
         assert_eq!(
-            t.authenticate("a-very-long-operator-token").map(|c| (c.id, c.role)),
-            Some(("shift-lead".into(), Role::Operator))
+            t.authenticate("a-very-long-operator-token").map(|c| (c.is_operator(), c.id)),
+            Some((true, "shift-lead".into()))
         );
         assert_eq!(t.authenticate("a-very-long-agent-tokem"), None);
         assert_eq!(t.authenticate(""), None);

@@ -4,7 +4,7 @@
 //! to HTTP.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -17,13 +17,14 @@ use axum::{Extension, Router};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::auth::{Busy, Tokens};
+use super::auth::Tokens;
 use super::mcp::http::McpHttp;
 pub use super::routes::ROUTES;
 use super::routes::{Access, Endpoint};
-use crate::tools::{Caller, Envelope, ErrorCode, Role, Tool, ToolError, ToolService};
+use crate::tools::{Caller, Envelope, ErrorCode, Tool, ToolError, ToolService};
 
 /// What the HTTP layer shares between requests.
+mod bearer;
 mod limits;
 use limits::{limit_body, request_timeout};
 
@@ -31,6 +32,7 @@ use limits::{limit_body, request_timeout};
 struct AppState {
     tools: ToolService,
     tokens: Arc<Tokens>,
+    challenge: Arc<super::challenge::Challenge>,
     hosts: Arc<Vec<String>>,
     origins: Arc<Vec<String>>,
     mounted: Option<Pages>,
@@ -76,16 +78,6 @@ fn refusal(error: ToolError) -> Response {
 /// (and says so), so that a keep-alive client does not send its next request into it.
 fn closing(mut res: Response) -> Response {
     res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-    res
-}
-
-fn unauthorized(message: &str) -> Response {
-    let mut res = refusal(ToolError::new(
-        ErrorCode::Unauthorized,
-        message,
-        "Send the header Authorization: Bearer <token>.",
-    ));
-    res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     res
 }
 
@@ -167,46 +159,6 @@ async fn check_origin(State(st): State<AppState>, req: Request, next: Next) -> R
             );
         }
     }
-    next.run(req).await
-}
-
-/// Bearer authentication: attaches the [`Caller`] to the request. Without configured
-/// tokens (loopback only), callers are anonymous agents.
-async fn authenticate(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
-    let caller = if st.tokens.is_empty() {
-        Caller { id: "anonymous".into(), role: Role::Agent }
-    } else {
-        let presented = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            // The scheme is case-insensitive (RFC 9110 §11.1).
-            .and_then(|v| v.split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer")))
-            .map(|(_, token)| token);
-        let Some(presented) = presented else {
-            // A browser at the root goes to the console, which has its own sign-in.
-            if req.uri().path() == "/" && wants_html(req.headers()) {
-                return see_console();
-            }
-            return unauthorized("A bearer token is required.");
-        };
-        // Wrong tokens are answered after a pause, one at a time per address (`pacing.rs`).
-        let from = req.extensions().get::<super::Peer>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.0);
-        match st.tokens.check("bearer token", from, presented.trim()).await {
-            Ok(Some(c)) => c,
-            Ok(None) => return unauthorized("The bearer token is not valid."),
-            Err(Busy::Address) => {
-                let mut res = refusal(ToolError::new(
-                    ErrorCode::RateLimited,
-                    "Too many wrong tokens from this address are waiting.",
-                    "Wait a few seconds and try again; wrong tokens are answered one a second.",
-                ));
-                res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-                return res;
-            }
-        }
-    };
-    req.extensions_mut().insert(caller);
     next.run(req).await
 }
 
@@ -377,6 +329,20 @@ async fn metrics(State(st): State<AppState>) -> Response {
     res
 }
 
+/// `GET /.well-known/oauth-protected-resource[/mcp]`: where to get a token for this
+/// server (`[server.oauth]`), outside the bearer check; 404 without one.
+async fn resource_metadata(State(st): State<AppState>, uri: axum::http::Uri) -> Response {
+    let Some(oauth) = st.tokens.oauth() else {
+        return refusal(ToolError::new(
+            ErrorCode::NotFound,
+            "This server takes no OAuth access tokens.",
+            "Use a bearer token from fieldgate's administrator; [server.oauth] turns OAuth on.",
+        ));
+    };
+    let path = if uri.path().ends_with("/mcp") { "/mcp" } else { "" };
+    json_response(StatusCode::OK, serde_json::to_vec(&oauth.metadata(path)).unwrap_or_default())
+}
+
 async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -483,7 +449,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Params {
     }
 }
 
-pub use super::server::{ServeError, Timeouts, bind, serve};
+pub use super::server::{Exposure, ServeError, Timeouts, bind, serve};
 
 /// The handler of `endpoint` (every one but MCP's service) for the method `on`.
 fn handler(endpoint: Endpoint, on: MethodFilter) -> MethodRouter<AppState> {
@@ -505,6 +471,7 @@ fn handler(endpoint: Endpoint, on: MethodFilter) -> MethodRouter<AppState> {
         // Mounted as a service (`app`); a method router here would be our mistake.
         Endpoint::Mcp => routing::on(on, not_found),
         Endpoint::Healthz => routing::on(on, healthz),
+        Endpoint::ResourceMetadata => routing::on(on, resource_metadata),
         Endpoint::Readyz => routing::on(on, readyz),
         Endpoint::OpenApi => routing::on(on, openapi),
     }
@@ -519,9 +486,17 @@ pub fn app(
     mounted: Option<(Pages, Router)>,
 ) -> Router {
     let cfg = tools.config().server.clone();
-    let hosts = allowed_hosts(cfg.listen, &cfg.allowed_hosts);
+    // The host of server.public_url is the name clients use: accepted too.
+    let public = url::Url::parse(&cfg.public_url).ok();
+    let public_host =
+        public.as_ref().and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string()));
+    let public_authority =
+        public.as_ref().and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)));
+    let extra: Vec<String> = cfg.allowed_hosts.iter().cloned().chain(public_host).collect();
+    let hosts = allowed_hosts(cfg.listen, &extra);
     let st = AppState {
         tools: tools.clone(),
+        challenge: Arc::new(super::challenge::Challenge::of(&tokens)),
         tokens,
         hosts: Arc::new(hosts.clone()),
         origins: Arc::new(cfg.allowed_origins.clone()),
@@ -530,7 +505,11 @@ pub fn app(
     // MCP at /mcp: one server instance, fieldgate's own sessions and framing (mcp/http.rs).
     let mcp = McpHttp::new(
         tools.clone(),
-        hosts.iter().cloned().chain(hosts.iter().map(|h| format!("{h}:{}", cfg.listen.port()))),
+        hosts
+            .iter()
+            .cloned()
+            .chain(hosts.iter().map(|h| format!("{h}:{}", cfg.listen.port())))
+            .chain(public_authority),
         shutdown.clone(),
     );
     let (mut open, mut protected) = (Router::new(), Router::new());
@@ -549,7 +528,7 @@ pub fn app(
             e => std::mem::take(router).route(r.path, handler(e, r.verb.filter())),
         };
     }
-    let protected = protected.layer(middleware::from_fn_with_state(st.clone(), authenticate));
+    let protected = protected.layer(middleware::from_fn_with_state(st.clone(), bearer::authenticate));
     let timed = st.clone();
     open.merge(protected)
         .with_state(st.clone())

@@ -6,14 +6,17 @@
 
 pub mod auth;
 pub mod bridge;
+pub(crate) mod challenge;
 pub mod client;
 mod head_refusal;
 pub mod http;
 mod json_body;
 pub mod mcp;
+pub mod oauth;
 pub mod openapi;
 mod pacing;
 pub mod routes;
 mod server;
 pub mod status;
+pub mod tls_listener;
 pub use server::{Hangup, Peer};

@@ -206,6 +206,17 @@ fn operations(r: &Route) -> Vec<(String, OperationBuilder)> {
         Endpoint::Index => one(service("index", "What is served here")),
         Endpoint::OpenApi => one(service("openapi", "This document")),
         Endpoint::Healthz => one(service("healthz", "The process is alive")),
+        Endpoint::ResourceMetadata => one(if r.path.ends_with("/mcp") {
+            service(
+                "resource_metadata_mcp",
+                "OAuth Protected Resource Metadata (RFC 9728) of /mcp; 404 without [server.oauth]",
+            )
+        } else {
+            service(
+                "resource_metadata",
+                "OAuth Protected Resource Metadata (RFC 9728) of the server; 404 without [server.oauth]",
+            )
+        }),
         Endpoint::Readyz => {
             one(service("readyz", "Ready to serve readings; status degraded while storage fails"))
         }

@@ -81,21 +81,34 @@ impl Pacer {
         self.failures.load(Ordering::Relaxed)
     }
 
-    /// Checks a token from `from` with `authenticate`: the caller at once, `Ok(None)` for a
-    /// wrong token (after the pause), or `Busy` for a wrong one when too many of its
-    /// address's wait. `what` names the door in the log (a line a minute per door at most).
+    /// Checks a token from `from` with `authenticate` (the caller, or why the token is
+    /// refused): the caller at once, `Ok(None)` for a wrong token (after the pause), or
+    /// `Busy` for a wrong one when too many of its address's wait. `what` names the door in
+    /// the audit log: one event a minute per door at most, with the failures left out
+    /// counted in it (a flood of wrong tokens cannot fill the disk).
     pub async fn check(
         self: &Arc<Self>,
         what: &'static str,
         from: IpAddr,
-        authenticate: impl FnOnce() -> Option<Caller>,
+        authenticate: impl FnOnce() -> Result<Caller, &'static str>,
     ) -> Result<Option<Caller>, Busy> {
-        if let Some(caller) = authenticate() {
-            return Ok(Some(caller));
-        }
+        let reason = match authenticate() {
+            Ok(caller) => return Ok(Some(caller)),
+            Err(reason) => reason,
+        };
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(skipped) = self.log.lock().allow(what) {
-            tracing::warn!(failures, address = %from, skipped, "{what} refused: the token is not valid");
+            tracing::warn!(
+                target: "audit",
+                event = "authentication",
+                outcome = "failure",
+                door = what,
+                address = %from,
+                reason,
+                failures,
+                skipped,
+                "{what} refused: the token is not valid"
+            );
         }
         let place = self.admit(key(from))?;
         if self.queued.fetch_add(1, Ordering::Relaxed) >= QUEUED {
@@ -151,7 +164,11 @@ mod tests {
         let right = token == "operator-secret-123456";
         let (p, token) = (p.clone(), "ops".to_string());
         async move {
-            let caller = move || right.then_some(Caller { id: token, role: crate::tools::Role::Operator });
+            let caller = move || {
+                right
+                    .then(|| crate::tools::Caller::with_role(token, crate::tools::Role::Operator))
+                    .ok_or("wrong")
+            };
             p.check("test", from, caller).await
         }
     }

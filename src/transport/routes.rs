@@ -28,6 +28,8 @@ pub enum Endpoint {
     Healthz,
     Readyz,
     OpenApi,
+    /// OAuth Protected Resource Metadata (RFC 9728), when `[server.oauth]` is set.
+    ResourceMetadata,
 }
 
 /// The HTTP methods the API uses.
@@ -109,6 +111,8 @@ pub const ROUTES: &[Route] = &[
     route(Get, "/healthz", E::Healthz, Open),
     route(Get, "/readyz", E::Readyz, Local),
     route(Get, "/openapi.json", E::OpenApi, Local),
+    route(Get, "/.well-known/oauth-protected-resource", E::ResourceMetadata, Open),
+    route(Get, "/.well-known/oauth-protected-resource/mcp", E::ResourceMetadata, Open),
 ];
 
 /// The route list of `docs/http-routes.md` (a test holds the file to it).

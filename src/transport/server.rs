@@ -1,6 +1,7 @@
-//! The HTTP/1 server under the application: binding (loopback unless tokens are set),
-//! our own accept loop on hyper (TCP_NODELAY, a header timeout, no stop held up by idle
-//! or slow clients) and the graceful stop.
+//! The HTTP/1 server under the application: binding (loopback unless callers must
+//! authenticate, and plain HTTP only there unless allowed), our own accept loop on hyper
+//! (TCP_NODELAY, the TLS handshake inside each connection's task with its own timeout, a
+//! header timeout, no stop held up by idle or slow clients) and the graceful stop.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,25 +12,45 @@ use axum::body::Body;
 use axum::extract::Request;
 use tokio_util::sync::CancellationToken;
 
-use super::auth::Tokens;
+use super::tls_listener::TlsListener;
 
 /// Why the server will not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(
-        "refusing to listen on {0}: a non-loopback address needs bearer tokens (auth.tokens_file or FIELDGATE_TOKEN_<NAME>)"
+        "refusing to listen on {0}: a non-loopback address needs bearer tokens (auth.tokens_file or FIELDGATE_TOKEN_<NAME>) or [server.oauth]"
     )]
     OpenToNetwork(SocketAddr),
+    #[error(
+        "refusing to listen on {0} without TLS: set [server.tls] (docs/security.md), or server.allow_plaintext = true behind a TLS-terminating proxy"
+    )]
+    Plaintext(SocketAddr),
     #[error(
         "cannot listen on {addr}: {source} (is another program using it? choose another address with --listen or server.listen)"
     )]
     Bind { addr: SocketAddr, source: std::io::Error },
 }
 
-/// Checks the listen address against the tokens and binds it.
-pub async fn bind(listen: SocketAddr, tokens: &Tokens) -> Result<tokio::net::TcpListener, ServeError> {
-    if !listen.ip().is_loopback() && tokens.is_empty() {
-        return Err(ServeError::OpenToNetwork(listen));
+/// How a listener is protected, for [`bind`]'s checks.
+#[derive(Debug, Clone, Copy)]
+pub struct Exposure {
+    /// Callers must present a bearer token (static or OAuth).
+    pub authenticated: bool,
+    pub tls: bool,
+    /// `server.allow_plaintext`.
+    pub allow_plaintext: bool,
+}
+
+/// Checks the listen address against its protection and binds it: off loopback, callers
+/// authenticate, over TLS unless plain HTTP is allowed explicitly.
+pub async fn bind(listen: SocketAddr, exposure: Exposure) -> Result<tokio::net::TcpListener, ServeError> {
+    if !listen.ip().is_loopback() {
+        if !exposure.authenticated {
+            return Err(ServeError::OpenToNetwork(listen));
+        }
+        if !exposure.tls && !exposure.allow_plaintext {
+            return Err(ServeError::Plaintext(listen));
+        }
     }
     tokio::net::TcpListener::bind(listen).await.map_err(|source| ServeError::Bind { addr: listen, source })
 }
@@ -45,8 +66,9 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
     timeouts: Timeouts,
     shutdown: CancellationToken,
+    tls: Option<Arc<TlsListener>>,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::rt::TokioTimer;
     let mut http1 = hyper::server::conn::http1::Builder::new();
     http1.timer(TokioTimer::new()).header_read_timeout(timeouts.header);
     let connections = tokio_util::task::TaskTracker::new();
@@ -66,8 +88,8 @@ pub async fn serve(
             () = &mut stop => break,
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(super::head_refusal::EnvelopeIo::new(stream));
-        connections.spawn(connection(http1.clone(), io, app.clone(), stopping.clone(), Peer(peer.ip())));
+        let (http1, app, stopping) = (http1.clone(), app.clone(), stopping.clone());
+        connections.spawn(accepted(http1, stream, app, stopping, Peer(peer.ip()), tls.clone()));
     }
     drop(listener);
     shutdown.cancel();
@@ -102,15 +124,52 @@ impl Hangup {
     }
 }
 
-/// Serves one connection. On stop, a connection with no request in flight (idle, or a
-/// client still sending headers) is closed at once; one with a request finishes it first.
-async fn connection(
+/// An accepted socket: its TLS handshake first when the listener has TLS (a client that
+/// never finishes one is dropped after the handshake timeout, or at stop), then HTTP.
+async fn accepted(
     http1: hyper::server::conn::http1::Builder,
-    io: hyper_util::rt::TokioIo<super::head_refusal::EnvelopeIo<tokio::net::TcpStream>>,
+    stream: tokio::net::TcpStream,
     app: Router,
     stopping: CancellationToken,
     peer: Peer,
+    tls: Option<Arc<TlsListener>>,
 ) {
+    use super::head_refusal::EnvelopeIo;
+    use hyper_util::rt::TokioIo;
+    let Some(tls) = tls else {
+        return connection(http1, TokioIo::new(EnvelopeIo::new(stream)), app, stopping, peer).await;
+    };
+    let handshake = tokio::time::timeout(tls.handshake_timeout(), tls.acceptor().accept(stream));
+    let stream = tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(s)) => s,
+            Ok(Err(error)) => {
+                tls.handshake_failed();
+                tracing::debug!(%error, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tls.handshake_failed();
+                tracing::debug!("TLS handshake not finished in time");
+                return;
+            }
+        },
+        () = stopping.cancelled() => return,
+    };
+    connection(http1, TokioIo::new(EnvelopeIo::new(stream)), app, stopping, peer).await
+}
+
+/// Serves one connection. On stop, a connection with no request in flight (idle, or a
+/// client still sending headers) is closed at once; one with a request finishes it first.
+async fn connection<S>(
+    http1: hyper::server::conn::http1::Builder,
+    io: hyper_util::rt::TokioIo<super::head_refusal::EnvelopeIo<S>>,
+    app: Router,
+    stopping: CancellationToken,
+    peer: Peer,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tower::ServiceExt;
     let busy = Arc::new(AtomicUsize::new(0));

@@ -114,7 +114,7 @@ async fn sign_in(r: &axum::Router, token: &str) -> (String, String) {
 
 /// A pending work order on A_LINE1_001, by the agent; its ID.
 async fn pending_order(service: &ToolService, key: &str) -> String {
-    let agent = fieldgate::tools::Caller { id: "reporter".into(), role: fieldgate::tools::Role::Agent };
+    let agent = fieldgate::tools::Caller::with_role("reporter", fieldgate::tools::Role::Agent);
     let e = service
         .call_as(
             &agent,

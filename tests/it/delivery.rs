@@ -134,7 +134,7 @@ async fn approved_orders(dir: &std::path::Path, n: usize) -> (Arc<WorkOrderStore
 /// Creates and approves orders `first..first + n` in `store`; their IDs.
 async fn approve(store: &Arc<WorkOrderStore>, first: usize, n: usize) -> Vec<String> {
     let svc = service_with_orders(store.clone());
-    let lead = Caller { id: "lead".into(), role: Role::Operator };
+    let lead = Caller::with_role("lead", Role::Operator);
     let mut ids = Vec::new();
     for i in first..first + n {
         let args = json!({"sensor_id": format!("A_UTIL_{:03}", i % 8 + 4), "type": "inspection", "priority": "medium",

@@ -182,7 +182,7 @@ async fn bearer_tokens_are_required_once_configured() {
     let server = Server::start(plant.service.clone(), tokens()).await;
     let mut c = server.client().await;
     let r = c.post("/v1/tools/list_sensors", b"{}").await.unwrap();
-    assert_eq!((r.status, r.header("www-authenticate")), (401, Some("Bearer")));
+    assert_eq!((r.status, r.header("www-authenticate")), (401, Some("Bearer scope=\"fieldgate.read\"")));
     assert_eq!(r.json()["error"]["code"], "UNAUTHORIZED");
     let mut wrong = server.client().await.with_token("agent-token-0123456780");
     assert_eq!(wrong.post("/v1/tools/list_sensors", b"{}").await.unwrap().status, 401);
@@ -199,12 +199,17 @@ async fn bearer_tokens_are_required_once_configured() {
 }
 
 #[tokio::test]
-async fn a_network_address_needs_tokens() {
-    use fieldgate::transport::http::{ServeError, bind};
-    let open = bind("0.0.0.0:0".parse().unwrap(), &Tokens::default()).await;
-    assert!(matches!(open, Err(ServeError::OpenToNetwork(_))));
-    assert!(bind("127.0.0.1:0".parse().unwrap(), &Tokens::default()).await.is_ok());
-    assert!(bind("0.0.0.0:0".parse().unwrap(), &tokens()).await.is_ok());
+async fn a_network_address_needs_tokens_and_tls_or_an_explicit_plaintext() {
+    use fieldgate::transport::http::{Exposure, ServeError, bind};
+    let open = Exposure { authenticated: false, tls: false, allow_plaintext: false };
+    assert!(matches!(bind("0.0.0.0:0".parse().unwrap(), open).await, Err(ServeError::OpenToNetwork(_))));
+    let tls_only = Exposure { tls: true, allow_plaintext: true, ..open };
+    assert!(matches!(bind("0.0.0.0:0".parse().unwrap(), tls_only).await, Err(ServeError::OpenToNetwork(_))));
+    assert!(bind("127.0.0.1:0".parse().unwrap(), open).await.is_ok());
+    let plain = Exposure { authenticated: true, ..open };
+    assert!(matches!(bind("0.0.0.0:0".parse().unwrap(), plain).await, Err(ServeError::Plaintext(_))));
+    assert!(bind("0.0.0.0:0".parse().unwrap(), Exposure { tls: true, ..plain }).await.is_ok());
+    assert!(bind("0.0.0.0:0".parse().unwrap(), Exposure { allow_plaintext: true, ..plain }).await.is_ok());
 }
 
 #[tokio::test]

@@ -217,7 +217,13 @@ async fn bearer_tokens_decide_401_403_and_public_routes() {
         assert_eq!(got, status, "{headers:?}: {v}");
         if status == 401 {
             assert_eq!(v["error"]["code"], "UNAUTHORIZED");
-            assert_eq!(h[2].as_deref(), Some("Bearer"), "WWW-Authenticate");
+            let challenge = h[2].as_deref().unwrap_or("");
+            assert!(
+                challenge.starts_with("Bearer ") && challenge.contains("scope=\"fieldgate.read\""),
+                "{challenge}"
+            );
+            let presented = headers.first().is_some_and(|(_, v)| v.starts_with("Bearer "));
+            assert_eq!(challenge.contains("error=\"invalid_token\""), presented, "{challenge}");
         } else {
             assert_eq!(h[2], None);
         }

@@ -150,7 +150,7 @@ impl Server {
             header: std::time::Duration::from_secs(30),
             grace: std::time::Duration::from_secs(1),
         };
-        fieldgate::app::serve_http(listener, &service, Arc::new(tokens), timeouts, &stop);
+        fieldgate::app::serve_http(listener, &service, Arc::new(tokens), timeouts, &stop, None);
         Server { addr, stop }
     }
 
@@ -193,7 +193,8 @@ pub async fn listening_addr(
             .expect("fieldgate says where it listens within 30 s")
             .expect("stderr readable")
             .expect("fieldgate exited before listening");
-        if let Some(rest) = line.strip_prefix("fieldgate listening on http://") {
+        let rest = line.strip_prefix("fieldgate listening on http://");
+        if let Some(rest) = rest.or_else(|| line.strip_prefix("fieldgate listening on https://")) {
             return rest.split_whitespace().next().and_then(|a| a.parse().ok()).expect("an address");
         }
     }

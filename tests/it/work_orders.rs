@@ -169,8 +169,8 @@ async fn operators_move_orders_and_the_agent_cannot() {
         .as_str()
         .unwrap()
         .to_string();
-    let agent = fieldgate::tools::Caller { id: "reporter".into(), role: fieldgate::tools::Role::Agent };
-    let op = fieldgate::tools::Caller { id: "shift-lead".into(), role: fieldgate::tools::Role::Operator };
+    let agent = fieldgate::tools::Caller::with_role("reporter", fieldgate::tools::Role::Agent);
+    let op = fieldgate::tools::Caller::with_role("shift-lead", fieldgate::tools::Role::Operator);
     let e = svc.act_on_work_order(&agent, &id, "approve", None).await;
     assert_eq!(e.error.unwrap().code, ErrorCode::Forbidden);
     // A state conflict, not a bad argument: its own code, naming the state and what is allowed.
@@ -407,7 +407,7 @@ async fn the_outbox_delivers_at_least_once_through_failures_and_a_restart() {
             .to_string();
         // Nothing is delivered before approval.
         assert_eq!(fieldgate::work_orders::delivery::pass_at(&store, webhook.as_ref(), ttl, t0).await, 0);
-        let op = fieldgate::tools::Caller { id: "lead".into(), role: fieldgate::tools::Role::Operator };
+        let op = fieldgate::tools::Caller::with_role("lead", fieldgate::tools::Role::Operator);
         assert!(svc.act_on_work_order(&op, &id, "approve", None).await.ok);
         assert_eq!(
             fieldgate::work_orders::delivery::pass_at(&store, webhook.as_ref(), ttl, t0).await,

@@ -263,39 +263,16 @@ pub fn unfit(
     application_uri: &str,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Option<&'static str> {
-    use x509_cert::der::Decode;
-    use x509_cert::ext::pkix::{SubjectAltName, name::GeneralName};
     const MALFORMED: &str = "it is malformed or its key does not fit the security policy";
     let Ok(cert) = X509::from_der(der) else { return Some(MALFORMED) };
     if cert.is_time_valid(&now).is_err() {
         return Some("it has expired or is not valid yet");
     }
-    let Ok(parsed) = x509_cert::Certificate::from_der(der) else { return Some(MALFORMED) };
-    let names = match parsed.tbs_certificate.get::<SubjectAltName>() {
-        Ok(Some((_, SubjectAltName(names)))) => names,
-        _ => Vec::new(),
-    };
-    let ip: Option<std::net::IpAddr> = host.trim_start_matches('[').trim_end_matches(']').parse().ok();
-    let host_fits = names.iter().any(|n| match n {
-        GeneralName::DnsName(d) => d.as_str().eq_ignore_ascii_case(host),
-        GeneralName::IpAddress(o) => {
-            let b = o.as_bytes();
-            let named = match b.len() {
-                4 => <[u8; 4]>::try_from(b).ok().map(std::net::IpAddr::from),
-                16 => <[u8; 16]>::try_from(b).ok().map(std::net::IpAddr::from),
-                _ => None,
-            };
-            named.is_some() && named == ip
-        }
-        _ => false,
-    });
-    if !host_fits {
+    let Some(facts) = crate::tls::CertFacts::of(der) else { return Some(MALFORMED) };
+    if !facts.names_host(host) {
         return Some("its host names do not include the endpoint's host");
     }
-    let uri_fits = names
-        .iter()
-        .any(|n| matches!(n, GeneralName::UniformResourceIdentifier(u) if u.as_str() == application_uri));
-    if !uri_fits {
+    if !facts.names_uri(application_uri) {
         return Some("its application URI is not the server's");
     }
     None

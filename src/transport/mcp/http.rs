@@ -73,8 +73,7 @@ impl McpHttp {
         let metrics = tools.core().metrics.clone();
         // The one server instance: every request is served by a clone of it (a few
         // reference counts), never by a new one with its own tool definitions.
-        let server =
-            McpServer::new(tools, Caller { id: "anonymous".into(), role: crate::tools::Role::Agent });
+        let server = McpServer::new(tools, Caller::anonymous());
         let config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(allowed_hosts)
             .with_allowed_origins(cfg.allowed_origins.clone())
@@ -114,11 +113,7 @@ impl McpHttp {
 
     pub async fn handle(&self, req: Request) -> Response {
         // Set by the application's bearer authentication in front of /mcp.
-        let caller = req
-            .extensions()
-            .get::<Caller>()
-            .cloned()
-            .unwrap_or_else(|| Caller { id: "anonymous".into(), role: crate::tools::Role::Agent });
+        let caller = req.extensions().get::<Caller>().cloned().unwrap_or_else(Caller::anonymous);
         match *req.method() {
             Method::POST => self.post(req, &caller).await,
             Method::GET => self.get(req.headers(), &caller.id),
@@ -165,6 +160,9 @@ impl McpHttp {
                 id,
                 None,
             );
+        }
+        if let Some(refused) = super::scope::refusal(&frame, caller, &parts.extensions) {
+            return refused;
         }
         if frame.kind == Kind::Request && frame.method == "initialize" {
             return self.initialize(parts, bytes.clone(), id, caller).await;
@@ -238,7 +236,7 @@ impl McpHttp {
     /// `initialize`: admitted by the session table, answered by rmcp, and a session
     /// opened when it succeeded.
     async fn initialize(&self, parts: Parts, bytes: Bytes, id: Option<&str>, caller: &Caller) -> Response {
-        let operator = caller.role == crate::tools::Role::Operator;
+        let operator = caller.is_operator();
         let reservation = match self.inner.sessions.reserve(&caller.id, operator) {
             Ok(r) => r,
             Err(refusal) => return refused_session(&refusal, id),

@@ -31,6 +31,7 @@ use crate::tools::{CallError, Caller, Envelope, ToolService, ToolSpec};
 mod fast;
 pub mod http;
 pub mod jsonrpc;
+mod scope;
 pub mod sessions;
 pub(crate) mod stdio;
 
