@@ -24,6 +24,8 @@ pub struct Counters {
     /// Samples the poller could not hand over (the edge node's queue was full).
     pub samples_lost: std::sync::Arc<AtomicU64>,
     pub broker: Mutex<String>,
+    /// Why the link is down (the last connection's failure), while it is.
+    pub link_error: Mutex<Option<String>>,
     /// Why the store-and-forward buffer cannot be written, and since when (its values
     /// wait in memory meanwhile, within its size bound).
     pub buffer_problem: Mutex<Option<(String, chrono::DateTime<chrono::Utc>)>>,

@@ -21,8 +21,31 @@ pub const MAX_INCOMING: usize = 1 << 20;
 pub struct Settings {
     pub client_id: String,
     pub credentials: Option<(String, String)>,
-    pub tls: Option<TlsConfiguration>,
+    /// The CA and client certificate files, read again for every connection (a rotation
+    /// needs no restart), and what they held when last read whole.
+    tls_files: Option<TlsFiles>,
+    last_tls: parking_lot::Mutex<Option<TlsConfiguration>>,
     pub keep_alive: Duration,
+}
+
+struct TlsFiles {
+    ca: std::path::PathBuf,
+    client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl TlsFiles {
+    fn read(&self) -> Result<TlsConfiguration, LinkError> {
+        let read = |p: &std::path::Path| {
+            crate::toml_reader::read_text_file(p)
+                .map(String::into_bytes)
+                .map_err(|why| LinkError::File { file: p.display().to_string(), why })
+        };
+        let client_auth = match &self.client {
+            Some((cert, key)) => Some((read(cert)?, read(key)?)),
+            None => None,
+        };
+        Ok(TlsConfiguration::Simple { ca: read(&self.ca)?, alpn: None, client_auth })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -40,21 +63,12 @@ impl Settings {
         node_id: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, LinkError> {
-        let read = |p: &std::path::Path| {
-            crate::toml_reader::read_text_file(p)
-                .map(String::into_bytes)
-                .map_err(|why| LinkError::File { file: p.display().to_string(), why })
-        };
-        let tls = match &c.ca_file {
-            Some(ca) => {
-                let client_auth = match (&c.client_cert_file, &c.client_key_file) {
-                    (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
-                    _ => None,
-                };
-                Some(TlsConfiguration::Simple { ca: read(ca)?, alpn: None, client_auth })
-            }
-            None => None,
-        };
+        let tls_files = c.ca_file.as_ref().map(|ca| TlsFiles {
+            ca: ca.clone(),
+            client: c.client_cert_file.clone().zip(c.client_key_file.clone()),
+        });
+        // Read once now: a file that cannot be read stops the start.
+        let tls = tls_files.as_ref().map(TlsFiles::read).transpose()?;
         let var = |name: &str| env(name).ok_or_else(|| LinkError::Env(name.to_string()));
         let credentials = match (c.username_env.as_str(), c.password_env.as_str()) {
             ("", _) => None,
@@ -63,7 +77,48 @@ impl Settings {
         };
         let client_id =
             if c.client_id.is_empty() { format!("fieldgate-{node_id}") } else { c.client_id.clone() };
-        Ok(Settings { client_id, credentials, tls, keep_alive: Duration::from_secs(c.keep_alive_s) })
+        Ok(Settings {
+            client_id,
+            credentials,
+            tls_files,
+            last_tls: parking_lot::Mutex::new(tls),
+            keep_alive: Duration::from_secs(c.keep_alive_s),
+        })
+    }
+
+    /// The TLS files as they are now; what they held last when they cannot be read whole
+    /// (a rotation half done), with a log line.
+    fn tls(&self) -> Option<TlsConfiguration> {
+        let files = self.tls_files.as_ref()?;
+        match files.read() {
+            Ok(t) => {
+                *self.last_tls.lock() = Some(t.clone());
+                Some(t)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "sparkplug: the TLS files cannot be read; connecting with what they held before");
+                self.last_tls.lock().clone()
+            }
+        }
+    }
+}
+
+/// Why a connection failed, in a few words (never the broker's or the library's text).
+pub fn reason(e: &rumqttc::ConnectionError) -> String {
+    use rumqttc::{ConnectReturnCode as Code, ConnectionError as E};
+    match e {
+        E::ConnectionRefused(Code::BadUserNamePassword) => {
+            "the broker refused the user name or password".into()
+        }
+        // Mosquitto answers a wrong password so on MQTT 3.1.1.
+        E::ConnectionRefused(Code::NotAuthorized) => {
+            "the broker refused this client: not authorized (its user name, password or client ID)".into()
+        }
+        E::ConnectionRefused(code) => format!("the broker refused the connection ({code:?})"),
+        E::Tls(_) => "the TLS handshake with the broker failed (its certificate, or ours)".into(),
+        E::Io(io) => format!("cannot reach the broker ({})", io.kind()),
+        E::NetworkTimeout | E::FlushTimeout => "the broker did not answer in time".into(),
+        _ => "the connection to the broker broke".into(),
     }
 }
 
@@ -82,8 +137,8 @@ pub fn open(s: &Settings, broker: &Broker, will: (String, Vec<u8>)) -> (AsyncCli
     }
     if broker.tls {
         crate::tls::install_crypto_provider();
-        if let Some(t) = &s.tls {
-            o.set_transport(Transport::Tls(t.clone()));
+        if let Some(t) = s.tls() {
+            o.set_transport(Transport::Tls(t));
         }
     }
     AsyncClient::new(o, REQUESTS)

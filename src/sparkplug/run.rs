@@ -310,13 +310,16 @@ impl Node {
                     self.oversized(*size);
                 }
                 let never_connected = self.phase == Phase::Connecting;
-                self.lost(&e.to_string(), never_connected);
+                let reason = link::reason(&e);
+                *self.counters.link_error.lock() = Some(reason.clone());
+                self.lost(&reason, never_connected);
             }
         }
     }
 
     fn connected(&mut self) {
         self.connected_at = Some(Instant::now());
+        *self.counters.link_error.lock() = None;
         self.counters.connected.store(true, Ordering::Relaxed);
         Counters::add(&self.counters.connects, 1);
         tracing::info!(broker = %self.counters.broker(), bd_seq = self.bd_seq, "sparkplug: connected");

@@ -365,6 +365,9 @@ pub struct NorthboundStatus {
     /// `online` (births sent, data flowing), `connected` (waiting for the primary host
     /// application to be online; data is buffered) or `down` (data is buffered).
     pub link: String,
+    /// Why the link is down, while it is, e.g. "the broker refused the user name or
+    /// password" (data waits in the buffer meanwhile).
+    pub link_error: Option<String>,
     pub messages_sent: u64,
     pub metrics_sent: u64,
     /// Metric values waiting in the store-and-forward buffer.

@@ -130,6 +130,7 @@ fn northbound(inner: &Inner) -> Option<NorthboundStatus> {
     Some(NorthboundStatus {
         broker: c.broker(),
         link: c.state().to_string(),
+        link_error: c.link_error.lock().clone(),
         messages_sent: Counters::get(&c.messages_sent),
         metrics_sent: Counters::get(&c.metrics_sent),
         buffered: Counters::get(&c.buffered),

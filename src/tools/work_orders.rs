@@ -262,6 +262,15 @@ pub(crate) async fn act(
         .await
         .map_err(|_| ToolError::internal())?
         .map_err(store_error)?;
+    tracing::info!(
+        target: "audit",
+        event = "operator_decision",
+        caller = caller.id.as_str(),
+        work_order = %order.id,
+        action = action.as_str(),
+        outcome = "success",
+        "work order decided"
+    );
     to_data(&WorkOrderData { work_order: shown(inner, order) })
 }
 

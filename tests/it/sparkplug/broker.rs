@@ -23,8 +23,16 @@ pub struct Broker {
     pub port: u16,
     /// A second listener over TLS that asks for a client certificate, when started so.
     pub tls: Option<TlsListener>,
+    /// A third listener that takes only the user names and passwords of its password file.
+    pub auth: Option<AuthListener>,
     dir: tempfile::TempDir,
     child: Option<tokio::process::Child>,
+}
+
+/// A listener with `allow_anonymous false` and a password file (`mosquitto_passwd`).
+pub struct AuthListener {
+    pub port: u16,
+    passwords: PathBuf,
 }
 
 /// The TLS listener's port and its files: the CA that signed the broker's certificate (and
@@ -84,18 +92,59 @@ impl Broker {
         Broker::start_with(true).await
     }
 
+    /// A broker with a second listener that takes only `user` with `password`.
+    pub async fn start_auth(user: &str, password: &str) -> Broker {
+        let mut b = Broker { port: 0, tls: None, auth: None, dir: tempfile::tempdir().unwrap(), child: None };
+        let passwords = b.dir.path().join("passwords");
+        b.auth = Some(AuthListener { port: 0, passwords });
+        b.set_password(user, password);
+        b.start_on_free_ports().await;
+        b
+    }
+
+    /// Makes `user`'s password `password` from the next (re)start on.
+    pub fn set_password(&self, user: &str, password: &str) {
+        let Some(a) = &self.auth else { panic!("a broker started with start_auth") };
+        let _ = std::fs::remove_file(&a.passwords);
+        let status = std::process::Command::new("mosquitto_passwd")
+            .args(["-c", "-b"])
+            .arg(&a.passwords)
+            .args([user, password])
+            .status()
+            .expect("mosquitto_passwd runs");
+        assert!(status.success(), "mosquitto_passwd");
+    }
+
+    /// New TLS files (a new CA, its server and client certificates) in the same places,
+    /// taken by the broker at its next (re)start.
+    pub fn rotate_tls(&mut self) {
+        let port = self.tls.as_ref().map(|t| t.port).expect("a broker started with start_tls");
+        let mut files = tls_files(self.dir.path());
+        files.port = port;
+        self.tls = Some(files);
+    }
+
     async fn start_with(tls: bool) -> Broker {
-        let mut b = Broker { port: 0, tls: None, dir: tempfile::tempdir().unwrap(), child: None };
+        let mut b = Broker { port: 0, tls: None, auth: None, dir: tempfile::tempdir().unwrap(), child: None };
         if tls {
             b.tls = Some(tls_files(b.dir.path()));
         }
+        b.start_on_free_ports().await;
+        b
+    }
+
+    async fn start_on_free_ports(&mut self) {
+        let b = self;
         for _ in 0..10 {
             b.port = free_port();
             if let Some(t) = &mut b.tls {
                 t.port = free_port();
             }
+            if let Some(a) = &mut b.auth {
+                a.port = free_port();
+            }
             if b.run().await {
-                return b;
+                return;
             }
         }
         panic!("Mosquitto did not start on any of 10 free ports");
@@ -114,6 +163,13 @@ impl Broker {
             "listener {} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\nlog_type all\n",
             self.port
         );
+        if let Some(a) = &self.auth {
+            text = format!(
+                "per_listener_settings true\n{text}listener {} 127.0.0.1\nallow_anonymous false\npassword_file {}\n",
+                a.port,
+                a.passwords.display()
+            );
+        }
         if let Some(t) = &self.tls {
             text += &format!(
                 "listener {} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\nrequire_certificate true\n",
@@ -138,8 +194,10 @@ impl Broker {
                 return false;
             }
             let tls_port = self.tls.as_ref().map_or(self.port, |t| t.port);
+            let auth_port = self.auth.as_ref().map_or(self.port, |a| a.port);
             if tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_ok()
                 && tokio::net::TcpStream::connect(("127.0.0.1", tls_port)).await.is_ok()
+                && tokio::net::TcpStream::connect(("127.0.0.1", auth_port)).await.is_ok()
             {
                 self.child = Some(child);
                 return true;

@@ -204,3 +204,93 @@ async fn the_edge_node_does_not_wait_where_the_host_is_already_offline() {
     assert_eq!(status["northbound"]["broker"], b.url(), "{status}");
     node.running.stop().await.unwrap();
 }
+
+/// A user name and password against a Mosquitto that checks them: a wrong password loses
+/// nothing (the values wait in the buffer, and health says why); once the broker takes it,
+/// every buffered value is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_loses_nothing_and_health_says_why() {
+    let mut broker = Broker::start_auth("edge", "the-right-password").await;
+    let auth_port = broker.auth.as_ref().unwrap().port;
+    let sim = demo_sim().await;
+    let devices = super::edge::fast_devices(&sim);
+    let data = tempfile::tempdir().unwrap();
+    let brokers = format!("[\"mqtt://127.0.0.1:{auth_port}\"]");
+    let mut env = super::edge::node_env(&brokers);
+    env.extend([
+        ("FIELDGATE_MQTT_USERNAME_ENV", "EDGE_MQTT_USER"),
+        ("FIELDGATE_MQTT_PASSWORD_ENV", "EDGE_MQTT_PASSWORD"),
+        ("EDGE_MQTT_USER", "edge"),
+        ("EDGE_MQTT_PASSWORD", "a-wrong-password"),
+        ("FIELDGATE_MQTT_RECONNECT_MAX_MS", "200"),
+        ("FIELDGATE_STORAGE_FLUSH_INTERVAL_MS", "200"),
+    ]);
+    let mut served = crate::support::serve_binary(devices.path(), data.path(), &env).await;
+    let stderr = served.drain_stderr();
+    let addr = served.addr;
+    let status = || async move {
+        let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
+        c.post("/v1/tools/get_device_status", b"{}").await.unwrap().json()
+    };
+    crate::support::wait_until("the refusal shown and values buffered", T, || async {
+        let s = status().await;
+        let nb = &s["data"]["northbound"];
+        let refused = nb["link_error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("the broker refused this client: not authorized"));
+        refused && nb["buffered"].as_u64() > Some(0)
+    })
+    .await;
+    assert_eq!(super::outage::served_metric(addr, "fieldgate_sparkplug_connects_total").await, Some(0));
+
+    // The broker's password file now holds the node's password: connected, and the buffer
+    // drains, nothing dropped.
+    broker.stop().await;
+    broker.set_password("edge", "a-wrong-password");
+    broker.restart().await;
+    let mut host = Host::connect(broker.port).await;
+    host.until("NBIRTH once the password is taken", T, is("NBIRTH")).await;
+    crate::support::wait_until("the buffer drained", T, || async {
+        super::outage::served_metric(addr, "fieldgate_sparkplug_buffered").await == Some(0)
+    })
+    .await;
+    let s = status().await;
+    assert_eq!(s["data"]["northbound"]["link_error"], serde_json::Value::Null, "{s}");
+    assert_eq!(super::outage::served_metric(addr, "fieldgate_sparkplug_dropped_total").await, Some(0));
+    let historical = super::outage::served_metric(addr, "fieldgate_sparkplug_historical_sent_total").await;
+    assert!(historical > Some(0), "the buffered values went as historical: {historical:?}");
+    let pid = served.child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    crate::support::exited(&mut served.child, "fieldgate").await;
+    let log = stderr.await.unwrap();
+    assert!(
+        !log.contains("a-wrong-password") && !log.contains("the-right-password"),
+        "a password in the log"
+    );
+}
+
+/// The CA and client certificate files are read again for every connection: the broker
+/// moves to a new CA (new server and client certificates in the same files) and the node
+/// reconnects without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_files_are_read_again_on_reconnect() {
+    let mut broker = Broker::start_tls().await;
+    let tls = broker.tls.as_ref().unwrap();
+    let (ca, cert, key, port) = (tls.ca.clone(), tls.client_cert.clone(), tls.client_key.clone(), tls.port);
+    let mut host = Host::connect(broker.port).await;
+    let node = rig(&broker, |c| {
+        c.mqtt.brokers = vec![format!("mqtts://127.0.0.1:{port}")];
+        c.mqtt.ca_file = Some(ca.clone());
+        c.mqtt.client_cert_file = Some(cert.clone());
+        c.mqtt.client_key_file = Some(key.clone());
+    })
+    .await;
+    host.until("NBIRTH over TLS", T, is("NBIRTH")).await;
+    broker.stop().await;
+    broker.rotate_tls();
+    broker.restart().await;
+    host = Host::connect(broker.port).await;
+    host.until("NBIRTH under the new CA", T, is("NBIRTH")).await;
+    assert_eq!(metric(&node.running.tools, "fieldgate_sparkplug_connects_total"), Some(2));
+    node.running.stop().await.unwrap();
+}

@@ -290,7 +290,7 @@ async fn primary_host_offline_means_buffer_then_births_and_drain() {
 }
 
 /// A `/metrics` figure of the fieldgate at `addr`.
-async fn served_metric(addr: std::net::SocketAddr, name: &str) -> Option<u64> {
+pub(super) async fn served_metric(addr: std::net::SocketAddr, name: &str) -> Option<u64> {
     let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.ok()?;
     let text = String::from_utf8(c.get("/metrics").await.ok()?.body).ok()?;
     text.lines()
