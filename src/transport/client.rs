@@ -56,13 +56,21 @@ impl HttpClient {
         };
         let stream = tokio::time::timeout(TIMEOUT, TcpStream::connect(addr)).await.map_err(|_| late())??;
         stream.set_nodelay(true)?;
+        HttpClient::over(stream, addr.to_string()).await
+    }
+
+    /// A client over a connection already made (a TLS stream, say), sending `Host: host`.
+    pub async fn over<S>(stream: S, host: String) -> std::io::Result<HttpClient>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let (sender, connection) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(io_error)?;
         // Drives the connection until it closes (by either side, or when the client is dropped).
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        Ok(HttpClient { sender, host: addr.to_string(), token: None, timeout: TIMEOUT })
+        Ok(HttpClient { sender, host, token: None, timeout: TIMEOUT })
     }
 
     /// Requests wait at most `timeout` for their whole answer (default [`TIMEOUT`]).

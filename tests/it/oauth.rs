@@ -314,6 +314,15 @@ async fn access_tokens_of_the_plants_provider_are_checked_as_the_mcp_specificati
             .status,
         200
     );
+    // A token checked once is remembered, but only until its exp: then refused.
+    let short = idp.sign(with("exp", json!(now() + 2)), "ES256", false).await;
+    assert_eq!(call(addr, "GET", "/v1/sensors", Some(&short), "").await.status, 200);
+    assert_eq!(call(addr, "GET", "/v1/sensors", Some(&short), "").await.status, 200, "remembered");
+    wait_until("the remembered token refused once expired", T, || async {
+        let r = call(addr, "GET", "/v1/sensors", Some(&short), "").await;
+        r.status == 401 && challenge(&r).contains("the token has expired")
+    })
+    .await;
 
     // A second provider: its tokens' keys are not the configured issuer's.
     let other = Idp::start(&dir.path().join("other.json"), &resource, 0).await;

@@ -56,6 +56,8 @@ pub struct Keys {
     min_refetch: Duration,
     max_age: Duration,
     pub fetches: Fetches,
+    /// Counts the key sets fetched: tokens checked against an older set are checked again.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl Keys {
@@ -68,7 +70,13 @@ impl Keys {
             min_refetch,
             max_age,
             fetches: Fetches::default(),
+            generation: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Which key set is in use (it changes with every fetch).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Keys in the cache.
@@ -110,6 +118,7 @@ impl Keys {
                 c.jwks_uri = Some(uri);
                 c.keys = keys;
                 c.fetched = Some(Instant::now());
+                self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 self.fetches.ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok(())
             }

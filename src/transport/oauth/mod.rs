@@ -40,6 +40,18 @@ const ALGORITHMS: [Algorithm; 9] = [
 /// Longest caller identity taken from a token.
 const MAX_SUBJECT: usize = 200;
 
+/// Tokens remembered as checked, at most (then all are forgotten at once).
+const REMEMBERED: usize = 4096;
+
+/// A token that passed, remembered by its SHA-256: who it stands for, until when, and
+/// against which key set it was checked.
+struct Passed {
+    caller: Caller,
+    exp: i64,
+    nbf: Option<i64>,
+    generation: u64,
+}
+
 /// Why an access token is refused (the `error_description` of the challenge).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
@@ -99,6 +111,11 @@ pub struct OAuth {
     leeway_s: u64,
     issuer_host: String,
     keys: jwks::Keys,
+    /// Tokens that passed: an agent presents the same token on every call for its
+    /// lifetime, and checking its signature each time would cost more than the call. A
+    /// remembered token is taken while its `exp` (and `nbf`) hold and the key set it was
+    /// checked against is still the one in use; a new key set checks every token again.
+    passed: parking_lot::Mutex<std::collections::HashMap<[u8; 32], Passed>>,
 }
 
 impl OAuth {
@@ -136,6 +153,7 @@ impl OAuth {
                 Duration::from_secs(cfg.jwks_min_refetch_s),
                 Duration::from_secs(cfg.jwks_max_age_s),
             ),
+            passed: parking_lot::Mutex::default(),
         })
     }
 
@@ -146,6 +164,38 @@ impl OAuth {
 
     /// The caller a presented access token stands for.
     pub async fn verify(&self, token: &str) -> Result<Caller, TokenError> {
+        let digest: [u8; 32] =
+            match ring::digest::digest(&ring::digest::SHA256, token.as_bytes()).as_ref().try_into() {
+                Ok(d) => d,
+                Err(_) => return Err(TokenError::Malformed),
+            };
+        let now = chrono::Utc::now().timestamp();
+        let leeway = self.leeway_s as i64;
+        if let Some(p) = self.passed.lock().get(&digest)
+            && p.generation == self.keys.generation()
+        {
+            if now > p.exp + leeway {
+                return Err(TokenError::Expired);
+            }
+            if p.nbf.is_some_and(|nbf| now + leeway < nbf) {
+                return Err(TokenError::NotYetValid);
+            }
+            return Ok(p.caller.clone());
+        }
+        let generation = self.keys.generation();
+        let (caller, exp, nbf) = self.check(token).await?;
+        let mut passed = self.passed.lock();
+        if passed.len() >= REMEMBERED {
+            passed.clear();
+        }
+        // Checked against the set in use before the check began: a fetch meanwhile
+        // (another token's unknown key) makes this one be checked again next time.
+        passed.insert(digest, Passed { caller: caller.clone(), exp, nbf, generation });
+        Ok(caller)
+    }
+
+    /// The full check of a token: its caller, `exp` and `nbf`.
+    async fn check(&self, token: &str) -> Result<(Caller, i64, Option<i64>), TokenError> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Malformed)?;
         if !ALGORITHMS.contains(&header.alg) {
             return Err(TokenError::Algorithm);
@@ -184,7 +234,9 @@ impl OAuth {
             }
             _ => Scopes::NONE,
         };
-        Ok(Caller { id: format!("{who}@{}", self.issuer_host), scopes })
+        let exp = claims.get("exp").and_then(Value::as_f64).ok_or(TokenError::Claims)? as i64;
+        let nbf = claims.get("nbf").and_then(Value::as_f64).map(|f| f as i64);
+        Ok((Caller { id: format!("{who}@{}", self.issuer_host), scopes }, exp, nbf))
     }
 
     /// The URL of the resource metadata of the MCP endpoint, named in every challenge.
