@@ -176,6 +176,8 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
     tasks.extend(sparkplug.map(|s| s.task));
     let tools = ToolService::over(core);
     tasks.push(crate::work_orders::delivery::start(orders, webhook, ttl, shutdown.clone()));
+    let counted = options.tokens.clone();
+    tools.core().metrics.collect("auth", move |s| counted.report(s));
     if let Some(oauth) = options.tokens.oauth() {
         let (reported, fetching) = (oauth.clone(), oauth.clone());
         tools.core().metrics.collect("oauth", move |s| reported.report(s));
@@ -186,6 +188,10 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
         let watched = t.clone();
         tools.core().metrics.collect("tls", move |s| watched.report(s));
         tasks.push(t.clone().watch(shutdown.clone()));
+    } else {
+        // SIGHUP reloads the certificate when there is one; without, it must not end the
+        // process (its default action), whatever a service manager sends.
+        tasks.push(ignore_sighup(shutdown.clone()));
     }
     let scheme = if tls.is_some() { "https" } else { "http" };
     let server = listener.map(|l| serve_http(l, &tools, options.tokens.clone(), timeouts, &shutdown, tls));
@@ -200,6 +206,23 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
         tracing::warn!(file = %owner_file.display(), error = %error.kind(), "cannot write the owner file; other commands will not find this process");
     }
     Ok(Running { tools, addr, data_dir, shutdown, server, tasks, owner_file })
+}
+
+/// Takes SIGHUP with nothing to reload: a log line, the process goes on.
+fn ignore_sighup(stop: CancellationToken) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = hup.recv() => tracing::info!("SIGHUP: nothing to reload (no [server.tls])"),
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        stop.cancelled().await;
+    })
 }
 
 /// Serves the HTTP API of `tools` (MCP at `/mcp`, the console at `/console`) on

@@ -174,7 +174,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Check => match load().and_then(with_tokens) {
-            Ok((config, registry, _)) => cli::devices::check(&config, &registry),
+            Ok((config, registry, tokens)) => cli::devices::check(&config, &registry, &tokens),
             Err(code) => code,
         },
         Command::Call { tool, args, url, data_dir, token } => {

@@ -89,7 +89,7 @@ async fn devices_local(config: Config, registry: Registry, action: &str, id: Opt
 }
 
 /// `check`: a summary of a valid configuration and plant, with notes on OPC UA security.
-pub fn check(config: &Config, registry: &Registry) -> ExitCode {
+pub fn check(config: &Config, registry: &Registry, tokens: &crate::transport::auth::Tokens) -> ExitCode {
     out(&format!(
         "ok: {} devices, {} sensors (devices from {})",
         registry.devices().len(),
@@ -106,6 +106,15 @@ pub fn check(config: &Config, registry: &Registry) -> ExitCode {
         }
     }
     let mut failed = false;
+    let exposure = crate::transport::http::Exposure {
+        authenticated: !tokens.is_empty(),
+        tls: config.server.tls.is_some(),
+        allow_plaintext: config.server.allow_plaintext,
+    };
+    if let Some(refused) = crate::transport::http::exposure_refusal(config.server.listen, exposure) {
+        failed = true;
+        eprintln!("error: {refused}");
+    }
     if let Some(tls) = &config.server.tls {
         use crate::transport::tls_listener::{Finding, check};
         for finding in check(tls, &config.server.public_url) {

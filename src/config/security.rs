@@ -28,7 +28,8 @@ pub struct TlsConfig {
 pub struct OAuthConfig {
     /// The issuer exactly as its tokens name it (`iss`), e.g. `https://idp.plant/realms/plant`.
     pub issuer: String,
-    /// Accepted `aud` values; empty: `public_url + "/mcp"`.
+    /// Accepted `aud` values; empty: `public_url + "/mcp"` and `public_url` (the resources
+    /// of the two metadata documents).
     pub audiences: Vec<String>,
     /// The claim holding the granted scopes: a space-separated string or an array.
     pub scopes_claim: String,
@@ -43,9 +44,14 @@ pub struct OAuthConfig {
 }
 
 impl OAuthConfig {
-    /// The audiences tokens must name: as configured, else the MCP endpoint's URL.
+    /// The audiences tokens must name: as configured, else the two resources fieldgate's
+    /// metadata names (the MCP endpoint, and the server's root for `/v1`).
     pub fn audiences_for(&self, public_url: &str) -> Vec<String> {
-        if self.audiences.is_empty() { vec![format!("{public_url}/mcp")] } else { self.audiences.clone() }
+        if self.audiences.is_empty() {
+            vec![format!("{public_url}/mcp"), public_url.to_string()]
+        } else {
+            self.audiences.clone()
+        }
     }
 }
 

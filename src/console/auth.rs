@@ -96,7 +96,7 @@ impl Sessions {
         let no_random = "No session could be opened (no randomness).";
         let csrf = random_hex().ok_or(no_random)?;
         let id = random_hex().ok_or(no_random)?;
-        let session = Session { caller, csrf, expires: Instant::now() + SESSION_TTL };
+        let session = Session { expires: Instant::now() + session_ttl(&caller), caller, csrf };
         let mut map = self.map.lock();
         let now = Instant::now();
         map.retain(|_, s| s.expires > now);
@@ -159,6 +159,18 @@ impl Console {
             )));
         }
         Ok(session)
+    }
+}
+
+/// How long a session of `caller` lasts: [`SESSION_TTL`], and never past its access
+/// token's expiry (the identity provider decides how long its operator rights last).
+fn session_ttl(caller: &Caller) -> Duration {
+    match caller.expires {
+        None => SESSION_TTL,
+        Some(exp) => {
+            let left = exp.saturating_sub(chrono::Utc::now().timestamp()).max(0) as u64;
+            SESSION_TTL.min(Duration::from_secs(left))
+        }
     }
 }
 
@@ -232,6 +244,15 @@ pub async fn login(
         Err(Denied::Wrong(_)) => {
             return login_form(&c, Some("That token is not valid."), StatusCode::UNAUTHORIZED);
         }
+        Err(Denied::Unavailable) => {
+            return login_form(
+                &c,
+                Some(
+                    "That token cannot be checked now: the identity provider cannot be reached. Try again shortly.",
+                ),
+                StatusCode::SERVICE_UNAVAILABLE,
+            );
+        }
         Err(Denied::Busy) => {
             let mut res = login_form(
                 &c,
@@ -256,13 +277,14 @@ pub async fn login(
     if let Some(skipped) = allowed {
         tracing::info!(caller = caller.id.as_str(), skipped, "console sign-in");
     }
+    let ttl = session_ttl(&caller);
     let (id, _) = match c.sessions.open(caller) {
         Ok(s) => s,
         Err(why) => return ConsoleError::Refused(why.into()).into_response(),
     };
     let mut res = axum::response::Redirect::to("/console/work-orders").into_response();
     *res.status_mut() = StatusCode::SEE_OTHER;
-    set_cookie(&mut res, c.cookies.set(c.cookies.session, &id, SESSION_TTL.as_secs()));
+    set_cookie(&mut res, c.cookies.set(c.cookies.session, &id, ttl.as_secs()));
     set_cookie(&mut res, c.cookies.set(c.cookies.login, "", 0));
     res
 }
@@ -303,6 +325,20 @@ pub async fn logout(
 mod tests {
     use super::*;
     use crate::tools::Role;
+
+    /// A session opened with an access token ends when the token does, not 12 hours on.
+    #[test]
+    fn a_session_ends_with_the_access_token_that_opened_it() {
+        let now = chrono::Utc::now().timestamp();
+        let mut c = Caller::with_role("op@idp", Role::Operator);
+        assert_eq!(session_ttl(&c), SESSION_TTL, "a static token: the whole TTL");
+        c.expires = Some(now + 60);
+        assert!(session_ttl(&c) <= Duration::from_secs(60), "{:?}", session_ttl(&c));
+        c.expires = Some(now - 1);
+        let s = Sessions::default();
+        let (id, _) = s.open(c).unwrap();
+        assert!(s.get(&id).is_none(), "an expired token's session is over at once");
+    }
 
     #[test]
     fn cookies_are_found_by_name_among_others() {

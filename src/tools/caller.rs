@@ -87,12 +87,15 @@ impl Role {
 pub struct Caller {
     pub id: String,
     pub scopes: Scopes,
+    /// When the credential expires (an access token's `exp`, Unix seconds): what is opened
+    /// with it (a console session) ends then too. `None`: a static token.
+    pub expires: Option<i64>,
 }
 
 impl Caller {
     /// A caller with the scopes of `role` (static tokens).
     pub fn with_role(id: impl Into<String>, role: Role) -> Caller {
-        Caller { id: id.into(), scopes: role.scopes() }
+        Caller { id: id.into(), scopes: role.scopes(), expires: None }
     }
 
     /// The command line and MCP over stdio: a local process of the operator's.

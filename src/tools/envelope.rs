@@ -40,6 +40,9 @@ pub enum ErrorCode {
     RateLimited,
     RetryLimitReached,
     Unauthorized,
+    /// The identity provider's keys cannot be fetched, so an access token cannot be
+    /// checked now (HTTP only): retry later with the same token.
+    AuthUnavailable,
     /// A known caller without the role for this, or a refused `Host`/`Origin`.
     Forbidden,
     /// No tool of that name is served.
@@ -71,6 +74,7 @@ impl ErrorCode {
                 | ErrorCode::DeviceProtocolError
                 | ErrorCode::StorageUnavailable
                 | ErrorCode::RateLimited
+                | ErrorCode::AuthUnavailable
         )
     }
 

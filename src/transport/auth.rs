@@ -31,6 +31,9 @@ pub struct Tokens {
     tokens: Vec<Token>,
     oauth: Option<Arc<OAuth>>,
     pacer: Arc<Pacer>,
+    /// Tokens refused, by reason, and requests refused for a missing scope (`/metrics`).
+    refused: parking_lot::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    scope_refused: std::sync::atomic::AtomicU64,
 }
 
 /// Why a presented token does not let its bearer in.
@@ -40,6 +43,9 @@ pub enum Denied {
     Wrong(Option<TokenError>),
     /// Too many wrong tokens from this address wait already.
     Busy,
+    /// An access token that cannot be checked now: the identity provider's keys cannot be
+    /// fetched (not the caller's fault, so not paced).
+    Unavailable,
 }
 
 fn check_secret(secret: &str) -> Result<(), String> {
@@ -145,11 +151,7 @@ impl Tokens {
                 }
             }
         }
-        if problems.is_empty() {
-            Ok(Tokens { tokens, oauth: None, pacer: Arc::default() })
-        } else {
-            Err(problems)
-        }
+        if problems.is_empty() { Ok(Tokens { tokens, ..Tokens::default() }) } else { Err(problems) }
     }
 
     /// These tokens, and the access tokens `oauth` accepts.
@@ -183,7 +185,13 @@ impl Tokens {
             _ => self.authenticate(token).ok_or(None),
         };
         let why = verdict.as_ref().err().copied().flatten();
-        let reason = why.map_or("not a configured token", TokenError::reason);
+        let reason = why.map_or("not_configured", TokenError::reason);
+        if verdict.is_err() {
+            *self.refused.lock().entry(reason).or_default() += 1;
+        }
+        if why == Some(TokenError::Key(super::oauth::KeyError::Unavailable)) {
+            return Err(Denied::Unavailable);
+        }
         match self.pacer.check(door, from, || verdict.map_err(|_| reason)).await {
             Ok(Some(caller)) => Ok(caller),
             Ok(None) => Err(Denied::Wrong(why)),
@@ -194,6 +202,37 @@ impl Tokens {
     /// Wrong tokens seen since start, at every door.
     pub fn failures(&self) -> u64 {
         self.pacer.failures()
+    }
+
+    /// A request of `caller` for `what` (a path, a tool) refused for a missing `scope`:
+    /// counted, and one audit event.
+    pub fn scope_refused(&self, caller: &Caller, what: &str, scope: crate::tools::Scope) {
+        self.scope_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(
+            target: "audit",
+            event = "authorization",
+            outcome = "refused",
+            caller = caller.id.as_str(),
+            what,
+            scope = scope.name(),
+            "request refused: a scope is missing"
+        );
+    }
+
+    /// Writes the refusals on `/metrics`.
+    pub fn report(&self, s: &mut crate::metrics::Sheet<'_>) {
+        let refused = self.refused.lock().clone();
+        s.counters(
+            "fieldgate_auth_tokens_refused",
+            "Bearer tokens refused (every door), by reason, e.g. not_configured (no static token matches), expired, audience, issuer, unknown_key, keys_unavailable.",
+            "reason",
+            refused.iter().map(|(k, v)| (*k, *v)),
+        );
+        s.counter(
+            "fieldgate_auth_scope_refusals",
+            "Requests refused (403) because the caller's scopes do not allow them.",
+            self.scope_refused.load(std::sync::atomic::Ordering::Relaxed),
+        );
     }
 
     /// The caller a presented token belongs to. Every configured token is compared, so

@@ -449,7 +449,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Params {
     }
 }
 
-pub use super::server::{Exposure, ServeError, Timeouts, bind, serve};
+pub use super::server::{Exposure, ServeError, Timeouts, bind, exposure_refusal, serve};
 
 /// The handler of `endpoint` (every one but MCP's service) for the method `on`.
 fn handler(endpoint: Endpoint, on: MethodFilter) -> MethodRouter<AppState> {

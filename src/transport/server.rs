@@ -44,15 +44,23 @@ pub struct Exposure {
 /// Checks the listen address against its protection and binds it: off loopback, callers
 /// authenticate, over TLS unless plain HTTP is allowed explicitly.
 pub async fn bind(listen: SocketAddr, exposure: Exposure) -> Result<tokio::net::TcpListener, ServeError> {
-    if !listen.ip().is_loopback() {
-        if !exposure.authenticated {
-            return Err(ServeError::OpenToNetwork(listen));
-        }
-        if !exposure.tls && !exposure.allow_plaintext {
-            return Err(ServeError::Plaintext(listen));
-        }
+    if let Some(refused) = exposure_refusal(listen, exposure) {
+        return Err(refused);
     }
     tokio::net::TcpListener::bind(listen).await.map_err(|source| ServeError::Bind { addr: listen, source })
+}
+
+/// Why `listen` may not be served with `exposure` (`fieldgate check` says it too).
+pub fn exposure_refusal(listen: SocketAddr, exposure: Exposure) -> Option<ServeError> {
+    if listen.ip().is_loopback() {
+        None
+    } else if !exposure.authenticated {
+        Some(ServeError::OpenToNetwork(listen))
+    } else if !exposure.tls && !exposure.allow_plaintext {
+        Some(ServeError::Plaintext(listen))
+    } else {
+        None
+    }
 }
 
 /// Serves `app` on `listener` until `stop`, then lets requests in flight finish within
@@ -139,6 +147,29 @@ async fn accepted(
     let Some(tls) = tls else {
         return connection(http1, TokioIo::new(EnvelopeIo::new(stream)), app, stopping, peer).await;
     };
+    // Plain HTTP to the HTTPS port (a request line, not a TLS record): told so, in HTTP.
+    let mut first = [0u8; 1];
+    let peeked = tokio::select! {
+        p = tokio::time::timeout(tls.handshake_timeout(), stream.peek(&mut first)) => p,
+        () = stopping.cancelled() => return,
+    };
+    if !matches!(peeked, Ok(Ok(1))) {
+        // Nothing sent within the handshake's time, or the connection closed.
+        tls.handshake_failed();
+        return;
+    }
+    if first[0].is_ascii_uppercase() {
+        use tokio::io::AsyncWriteExt;
+        tls.handshake_failed();
+        let mut stream = stream;
+        let text = "This port speaks HTTPS: use https://\n";
+        let answer = format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+            text.len()
+        );
+        let _ = tokio::time::timeout(tls.handshake_timeout(), stream.write_all(answer.as_bytes())).await;
+        return;
+    }
     let handshake = tokio::time::timeout(tls.handshake_timeout(), tls.acceptor().accept(stream));
     let stream = tokio::select! {
         done = handshake => match done {

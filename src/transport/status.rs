@@ -24,7 +24,8 @@ pub fn status_of_code(code: ErrorCode) -> StatusCode {
         | ErrorCode::DeviceBusy
         | ErrorCode::CircuitOpen
         | ErrorCode::DeviceProtocolError
-        | ErrorCode::StorageUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        | ErrorCode::StorageUnavailable
+        | ErrorCode::AuthUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::DeviceRejected => StatusCode::BAD_GATEWAY,
         ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorCode::Forbidden => StatusCode::FORBIDDEN,

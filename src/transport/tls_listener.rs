@@ -127,7 +127,10 @@ fn load(cfg: &TlsConfig, now: i64) -> Result<Loaded, TlsError> {
     };
     let mut config = builder.with_single_cert(chain, key).map_err(|e| match e {
         rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch,
-        other => TlsError::BadKey(other.to_string()),
+        // ring takes RSA keys of 2048 bits or more, ECDSA P-256/P-384 and Ed25519.
+        _ => TlsError::BadKey(
+            "use an RSA key of 2048 bits or more, an ECDSA P-256 or P-384 key, or an Ed25519 key".into(),
+        ),
     })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Loaded { config: Arc::new(config), facts, stamp })
@@ -289,7 +292,8 @@ pub fn check(cfg: &TlsConfig, public_url: &str) -> Vec<Finding> {
             "server.tls: the certificate's alternative names do not include {host}, the host of server.public_url"
         )));
     }
-    let days = (loaded.facts.not_after - unix_now()) / 86_400;
+    // Whole days left, rounded up: a certificate valid 2.5 more days "expires in 3 days".
+    let days = (loaded.facts.not_after - unix_now() + 86_399) / 86_400;
     if days < 14 {
         out.push(Finding::Warning(format!(
             "server.tls: the certificate expires in {days} days ({})",

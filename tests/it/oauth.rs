@@ -357,6 +357,10 @@ async fn access_tokens_of_the_plants_provider_are_checked_as_the_mcp_specificati
         String::from_utf8_lossy(&m.body).contains("fieldgate_oauth_key_fetches_total{outcome=\"failure\"}")
     })
     .await;
+    let metrics = call(addr, "GET", "/metrics", Some(&rotated), "").await;
+    let text = String::from_utf8_lossy(&metrics.body).to_string();
+    assert!(text.contains("fieldgate_auth_tokens_refused_total{reason=\"expired\"}"), "{text}");
+    assert!(text.contains("fieldgate_auth_scope_refusals_total 3"), "{text}");
 
     assert!(
         std::process::Command::new("kill")
@@ -453,4 +457,49 @@ async fn the_mcp_python_sdk_gets_a_token_and_calls_a_tool_over_tls_unaided() {
     // the provider does not grant this client: the call never happens.
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("invalid_scope") && text.contains("fieldgate.work_orders.write"), "{text}");
+}
+
+/// The identity provider unreachable from the start: an access token cannot be checked, so
+/// it is answered 503 `AUTH_UNAVAILABLE`, retryable with `Retry-After` (not 401, which would
+/// make a client throw a good token away), at once (not paced like a guess), and counted.
+#[tokio::test]
+async fn an_unreachable_provider_is_a_retryable_503_not_a_bad_token() {
+    let closed = support::ClosedPort::new();
+    let issuer = format!("http://127.0.0.1:{}", closed.port);
+    let devices = support::demo_devices_unreachable(&support::ClosedPort::new());
+    let data = tempfile::tempdir().unwrap();
+    let mut served = serve_binary(
+        devices.path(),
+        data.path(),
+        &[
+            ("FIELDGATE_SERVER_PUBLIC_URL", PUBLIC_URL),
+            ("FIELDGATE_SERVER_OAUTH_ISSUER", &issuer),
+            ("FIELDGATE_TOKEN_CLI", "operator:static-operator-token-0123456789"),
+        ],
+    )
+    .await;
+    let _log = served.drain_stderr();
+    let addr = served.addr;
+    let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let claims = json!({"iss": issuer, "aud": format!("{PUBLIC_URL}/mcp"), "sub": "x", "exp": now() + 300});
+    let token = format!("{}.{}.c2ln", b64(&json!({"alg": "ES256", "kid": "k"})), b64(&claims));
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        let r = call(addr, "GET", "/v1/sensors", Some(&token), "").await;
+        assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+        let v = r.json();
+        assert_eq!(
+            (v["error"]["code"].as_str(), v["error"]["retryable"].as_bool()),
+            (Some("AUTH_UNAVAILABLE"), Some(true))
+        );
+        assert_eq!(r.header("retry-after"), Some("5"));
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not paced like wrong tokens: {:?}",
+        started.elapsed()
+    );
+    let m = call(addr, "GET", "/metrics", Some("static-operator-token-0123456789"), "").await;
+    let text = String::from_utf8_lossy(&m.body).to_string();
+    assert!(text.contains("fieldgate_auth_tokens_refused_total{reason=\"keys_unavailable\"} 5"), "{text}");
 }

@@ -203,6 +203,8 @@ async fn handshakes_that_never_finish_are_dropped_and_hold_up_nobody() {
     plain.write_all(get("/healthz").as_bytes()).await.unwrap();
     let mut rest = Vec::new();
     let _ = tokio::time::timeout(T, plain.read_to_end(&mut rest)).await.expect("closed within 30 s");
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.starts_with("HTTP/1.1 400") && rest.contains("use https://"), "{rest}");
     for mut s in silent {
         let mut buf = [0u8; 1];
         let n = tokio::time::timeout(T, s.read(&mut buf)).await.expect("closed by the server within 30 s");
@@ -254,6 +256,46 @@ async fn check_refuses_bad_pairs_with_a_clear_error() {
     let (code, err, _) = check(&good, &good_key, "https://edge02.plant:8443");
     assert_eq!(code, Some(1));
     assert!(err.contains("do not include edge02.plant"), "{err}");
+    // `check` refuses what `serve` would: plain HTTP off loopback.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["check", "--devices"])
+        .arg(devices.path())
+        .env_clear()
+        .env("FIELDGATE_SERVER_LISTEN", "0.0.0.0:8080")
+        .env("FIELDGATE_TOKEN_BOT", TOKEN)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("without TLS"), "{err}");
+}
+
+/// SIGHUP without `[server.tls]` reloads nothing and ends nothing (its default action
+/// would end the process).
+#[tokio::test]
+async fn sighup_without_tls_leaves_the_service_running() {
+    let devices = support::demo_devices_unreachable(&support::ClosedPort::new());
+    let data = tempfile::tempdir().unwrap();
+    let mut served = serve_binary(devices.path(), data.path(), &[]).await;
+    let mut lines = served.stderr.take().unwrap();
+    let pid = served.child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    tokio::time::timeout(T, async {
+        while let Ok(Some(l)) = lines.next_line().await {
+            if l.contains("SIGHUP: nothing to reload") {
+                return;
+            }
+        }
+        panic!("fieldgate ended on SIGHUP");
+    })
+    .await
+    .expect("the SIGHUP logged within 30 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let mut c = fieldgate::transport::client::HttpClient::connect(served.addr).await.unwrap();
+    assert_eq!(c.get("/healthz").await.unwrap().status, 200);
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = support::exited(&mut served.child, "fieldgate").await;
+    assert!(status.success(), "a clean stop after SIGHUP: {status:?}");
 }
 
 /// Off loopback, plain HTTP is refused unless the configuration allows it explicitly.

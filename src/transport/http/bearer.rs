@@ -21,7 +21,9 @@ fn needed(req: &Request) -> (Vec<Scope>, Vec<Scope>) {
     let path = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or("");
     let route = ROUTES.iter().find(|r| r.path == path && r.verb.name() == req.method().as_str());
     match route.map(|r| (r.endpoint, r.access)) {
-        Some((Endpoint::Mcp, _)) => (Vec::new(), vec![Scope::Read, Scope::WriteWorkOrders]),
+        // Each tool call is checked by the MCP endpoint; the endpoint itself (sessions,
+        // tools/list) needs reading.
+        Some((Endpoint::Mcp, _)) => (vec![Scope::Read], vec![Scope::Read, Scope::WriteWorkOrders]),
         Some((Endpoint::CallTool, _)) => {
             let name = req.uri().path().rsplit('/').next().unwrap_or("");
             let scope = Tool::named(name).map_or(Scope::Read, Tool::scope);
@@ -50,7 +52,11 @@ pub(super) async fn authenticate(State(st): State<AppState>, mut req: Request, n
             if req.uri().path() == "/" && wants_html(req.headers()) {
                 return see_console();
             }
-            return unauthorized("A bearer token is required.", st.challenge.unauthorized(&asks, None));
+            return unauthorized(
+                "A bearer token is required.",
+                st.challenge.unauthorized(&asks, None),
+                false,
+            );
         };
         // Wrong tokens are answered after a pause, one at a time per address (`pacing.rs`).
         let from = req
@@ -62,7 +68,19 @@ pub(super) async fn authenticate(State(st): State<AppState>, mut req: Request, n
             Err(Denied::Wrong(why)) => {
                 let text = why.map_or_else(|| "the token is not valid".to_string(), |w| w.to_string());
                 let message = format!("The bearer token is not valid: {text}.");
-                return unauthorized(&message, st.challenge.unauthorized(&asks, Some(&text)));
+                return unauthorized(&message, st.challenge.unauthorized(&asks, Some(&text)), why.is_some());
+            }
+            Err(Denied::Unavailable) => {
+                let mut res = refusal(
+                    ToolError::new(
+                        ErrorCode::AuthUnavailable,
+                        "The access token cannot be checked now: the identity provider cannot be reached.",
+                        "Retry the same call with the same token after retry_after_ms; tell an operator if it persists.",
+                    )
+                    .with_retry_after(5000),
+                );
+                res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+                return res;
             }
             Err(Denied::Busy) => {
                 let mut res = refusal(ToolError::new(
@@ -80,30 +98,25 @@ pub(super) async fn authenticate(State(st): State<AppState>, mut req: Request, n
     }
     req.extensions_mut().insert(caller);
     req.extensions_mut().insert(st.challenge.clone());
+    req.extensions_mut().insert(st.tokens.clone());
     next.run(req).await
 }
 
-fn unauthorized(message: &str, challenge: HeaderValue) -> Response {
-    let mut res = refusal(ToolError::new(
-        ErrorCode::Unauthorized,
-        message,
-        "Send the header Authorization: Bearer <token>.",
-    ));
+/// 401; `access_token`: the refused token was the identity provider's.
+fn unauthorized(message: &str, challenge: HeaderValue, access_token: bool) -> Response {
+    let hint = if access_token {
+        "Get a new access token from the identity provider (WWW-Authenticate names its metadata) and call again."
+    } else {
+        "Send the header Authorization: Bearer <token> with a valid token."
+    };
+    let mut res = refusal(ToolError::new(ErrorCode::Unauthorized, message, hint));
     res.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
     res
 }
 
 /// 403 for a caller whose scopes lack `missing`, logged for the audit.
 fn forbidden(st: &AppState, caller: &Caller, missing: Scope, path: &str) -> Response {
-    tracing::warn!(
-        target: "audit",
-        event = "authorization",
-        outcome = "refused",
-        caller = caller.id.as_str(),
-        path,
-        scope = missing.name(),
-        "request refused: a scope is missing"
-    );
+    st.tokens.scope_refused(caller, path, missing);
     let message = match missing {
         Scope::Operate => format!("Only an operator can do this: it needs the scope {}.", missing.name()),
         other => format!("This needs the scope {}.", other.name()),

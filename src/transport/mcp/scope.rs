@@ -25,15 +25,9 @@ struct Named<'a> {
 /// server's [`Challenge`] (set by the bearer check).
 pub fn refusal(frame: &Frame<'_>, caller: &Caller, extensions: &Extensions) -> Option<Response> {
     let (scope, tool) = missing(frame, caller)?;
-    tracing::warn!(
-        target: "audit",
-        event = "authorization",
-        outcome = "refused",
-        caller = caller.id.as_str(),
-        tool,
-        scope = scope.name(),
-        "tool call refused: a scope is missing"
-    );
+    if let Some(tokens) = extensions.get::<Arc<crate::transport::auth::Tokens>>() {
+        tokens.scope_refused(caller, tool, scope);
+    }
     let challenge = extensions.get::<Arc<Challenge>>().map_or_else(Challenge::default, |c| (**c).clone());
     let message = format!("Forbidden: calling {tool} needs the scope {}", scope.name());
     let mut res =

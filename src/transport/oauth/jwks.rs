@@ -4,6 +4,7 @@
 //! `max_age`. A failed fetch keeps the cached keys: the provider being down does not lock
 //! out tokens signed with keys already known. A key never seen is never trusted.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse};
@@ -38,6 +39,8 @@ struct Cache {
     /// Last successful fetch, and last attempt.
     fetched: Option<Instant>,
     tried: Option<Instant>,
+    /// The last attempt failed.
+    failing: bool,
 }
 
 /// Counters for `/metrics`.
@@ -58,6 +61,8 @@ pub struct Keys {
     pub fetches: Fetches,
     /// Counts the key sets fetched: tokens checked against an older set are checked again.
     generation: std::sync::atomic::AtomicU64,
+    /// A refresh of a stale cache runs in the background (one at a time).
+    refreshing: std::sync::atomic::AtomicBool,
 }
 
 impl Keys {
@@ -71,6 +76,7 @@ impl Keys {
             max_age,
             fetches: Fetches::default(),
             generation: std::sync::atomic::AtomicU64::new(0),
+            refreshing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -84,22 +90,34 @@ impl Keys {
         self.cache.read().keys.len()
     }
 
-    /// The key that signed a token with header `kid` and `alg`.
-    pub async fn key_for(&self, kid: Option<&str>, alg: Algorithm) -> Result<DecodingKey, KeyError> {
+    /// The key that signed a token with header `kid` and `alg`. A cached key is used at
+    /// once, even from a stale cache (which is then refreshed in the background): the
+    /// provider being slow or down never holds up a token of a known key. Only a key the
+    /// cache lacks waits for a fetch.
+    pub async fn key_for(
+        self: &Arc<Self>,
+        kid: Option<&str>,
+        alg: Algorithm,
+    ) -> Result<DecodingKey, KeyError> {
         let (found, stale) = {
             let c = self.cache.read();
             (pick(&c.keys, kid, alg), c.fetched.is_none_or(|t| t.elapsed() >= self.max_age))
         };
-        if let Some(k) = &found
-            && !stale
-        {
-            return Ok(k.clone());
+        if let Some(k) = found {
+            if stale && !self.refreshing.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let _ = me.refresh().await;
+                    me.refreshing.store(false, std::sync::atomic::Ordering::Release);
+                });
+            }
+            return Ok(k);
         }
-        let fetched = self.refresh().await;
+        let _ = self.refresh().await;
         let c = self.cache.read();
-        match pick(&c.keys, kid, alg).or(found) {
+        match pick(&c.keys, kid, alg) {
             Some(k) => Ok(k),
-            None if c.keys.is_empty() && fetched.is_err() => Err(KeyError::Unavailable),
+            None if c.keys.is_empty() && c.failing => Err(KeyError::Unavailable),
             None => Err(KeyError::Unknown),
         }
     }
@@ -118,11 +136,13 @@ impl Keys {
                 c.jwks_uri = Some(uri);
                 c.keys = keys;
                 c.fetched = Some(Instant::now());
+                c.failing = false;
                 self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 self.fetches.ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok(())
             }
             Err(why) => {
+                self.cache.write().failing = true;
                 self.fetches.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(
                     target: "audit",
@@ -163,9 +183,26 @@ impl Keys {
                     if issuer.trim_end_matches('/') != base {
                         return Err(format!("the metadata at {url} names another issuer"));
                     }
+                    if issuer != self.issuer {
+                        // Tokens carry the provider's own spelling: none would pass.
+                        tracing::error!(
+                            target: "audit",
+                            event = "jwks_fetch",
+                            outcome = "misconfigured",
+                            configured = self.issuer.as_str(),
+                            provider = issuer,
+                            "server.oauth.issuer must be exactly the issuer the provider names: its tokens carry that `iss`"
+                        );
+                    }
                     let Some(uri) = doc.get("jwks_uri").and_then(|v| v.as_str()) else {
                         return Err(format!("the metadata at {url} has no jwks_uri"));
                     };
+                    // The keys come over HTTPS, unless the issuer itself is plain HTTP on loopback.
+                    let secure = uri.starts_with("https://");
+                    let loopback_http = uri.starts_with("http://") && self.issuer.starts_with("http://");
+                    if !(secure || loopback_http) {
+                        return Err(format!("the metadata at {url} names a jwks_uri that is not https"));
+                    }
                     return Ok(uri.to_string());
                 }
                 Err(why) => tried.push(why),
@@ -311,5 +348,45 @@ mod tests {
         assert!(pick(&keys, Some("a"), Algorithm::ES384).is_none(), "another curve");
         assert!(pick(&keys, Some("a"), Algorithm::RS256).is_none(), "another family");
         assert!(pick(&keys, Some("b"), Algorithm::ES256).is_none(), "another kid");
+    }
+
+    /// A provider that answered once and now hangs: a token of a cached key is checked at
+    /// once from the stale cache (its refresh runs in the background), not after the
+    /// provider's timeout.
+    #[tokio::test]
+    async fn a_stale_cache_answers_at_once_while_the_provider_hangs() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        crate::tls::install_crypto_provider();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let issuer = format!("http://{}", listener.local_addr().unwrap());
+        let key = serde_json::json!({"keys": [{"kty":"EC","crv":"P-256","kid":"a","alg":"ES256",
+            "x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]});
+        let meta = serde_json::json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")});
+        tokio::spawn(async move {
+            let mut answered = 0;
+            let mut held = Vec::new();
+            while let Ok((mut s, _)) = listener.accept().await {
+                if answered == 2 {
+                    held.push(s); // never answered
+                    continue;
+                }
+                answered += 1;
+                let mut buf = vec![0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let body = if String::from_utf8_lossy(&buf[..n]).contains("/jwks") { &key } else { &meta };
+                let body = body.to_string();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(format!("{head}{body}").as_bytes()).await;
+            }
+        });
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        let keys = Arc::new(Keys::new(&issuer, client, Duration::ZERO, Duration::ZERO));
+        keys.key_for(Some("a"), Algorithm::ES256).await.expect("fetched");
+        let again =
+            tokio::time::timeout(Duration::from_secs(2), keys.key_for(Some("a"), Algorithm::ES256)).await;
+        assert!(again.expect("answered from the cache at once, not after the provider's timeout").is_ok());
     }
 }

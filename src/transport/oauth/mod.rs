@@ -110,7 +110,7 @@ pub struct OAuth {
     scopes_claim: String,
     leeway_s: u64,
     issuer_host: String,
-    keys: jwks::Keys,
+    keys: std::sync::Arc<jwks::Keys>,
     /// Tokens that passed: an agent presents the same token on every call for its
     /// lifetime, and checking its signature each time would cost more than the call. A
     /// remembered token is taken while its `exp` (and `nbf`) hold and the key set it was
@@ -123,11 +123,11 @@ impl OAuth {
         crate::tls::install_crypto_provider();
         ring_jwt::install();
         let mut builder = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10))
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(5))
             // The provider's documents are where its metadata says; a redirect is a failure.
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy();
+            // A proxy in HTTPS_PROXY / NO_PROXY is used (plants often reach cloud providers so).
+            .redirect(reqwest::redirect::Policy::none());
         if let Some(path) = &cfg.ca_file {
             let certs = crate::config::webhook::read_ca_file(path).map_err(OAuthError::CaFile)?;
             builder = builder.tls_certs_merge(certs);
@@ -147,12 +147,12 @@ impl OAuth {
             scopes_claim: cfg.scopes_claim.clone(),
             leeway_s: cfg.leeway_s,
             issuer_host,
-            keys: jwks::Keys::new(
+            keys: std::sync::Arc::new(jwks::Keys::new(
                 &cfg.issuer,
                 client,
                 Duration::from_secs(cfg.jwks_min_refetch_s),
                 Duration::from_secs(cfg.jwks_max_age_s),
-            ),
+            )),
             passed: parking_lot::Mutex::default(),
         })
     }
@@ -236,7 +236,7 @@ impl OAuth {
         };
         let exp = claims.get("exp").and_then(Value::as_f64).ok_or(TokenError::Claims)? as i64;
         let nbf = claims.get("nbf").and_then(Value::as_f64).map(|f| f as i64);
-        Ok((Caller { id: format!("{who}@{}", self.issuer_host), scopes }, exp, nbf))
+        Ok((Caller { id: format!("{who}@{}", self.issuer_host), scopes, expires: Some(exp) }, exp, nbf))
     }
 
     /// The URL of the resource metadata of the MCP endpoint, named in every challenge.

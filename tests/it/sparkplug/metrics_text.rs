@@ -15,7 +15,8 @@ use crate::support;
 const T: Duration = Duration::from_secs(20);
 
 /// Every sample family `/metrics` had before the exposition moved to `prometheus-client`.
-const EVERY_METRIC: [&str; 28] = [
+const EVERY_METRIC: [&str; 29] = [
+    "fieldgate_auth_scope_refusals_total",
     "fieldgate_tool_calls_total",
     "fieldgate_tool_call_seconds_bucket",
     "fieldgate_tool_call_seconds_sum",
