@@ -242,7 +242,9 @@ where
         match tokio::time::timeout_at(deadline, check()).await {
             Ok(Some(v)) => return v,
             Ok(None) => {}
-            Err(_) => panic!("timed out after {timeout:?} waiting for {what} (the check did not return)"),
+            Err(_) => panic!(
+                "timed out after {timeout:?} waiting for {what} (a check was still running at the deadline)"
+            ),
         }
         assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         tokio::time::sleep(POLL).await;
