@@ -17,20 +17,27 @@ use crate::transport::routes::{Access, Endpoint, ROUTES};
 
 /// The scopes the request's route needs (a tool call: its tool's; MCP: each call its own,
 /// checked by the MCP endpoint), and the scopes a 401 asks a client to get.
-fn needed(req: &Request) -> (Vec<Scope>, Vec<Scope>) {
+fn needed(req: &Request) -> (&'static [Scope], &'static [Scope]) {
+    const READ: &[Scope] = &[Scope::Read];
+    const WRITE: &[Scope] = &[Scope::WriteWorkOrders];
+    const OPERATE: &[Scope] = &[Scope::Operate];
+    const AGENT: &[Scope] = &[Scope::Read, Scope::WriteWorkOrders];
     let path = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or("");
     let route = ROUTES.iter().find(|r| r.path == path && r.verb.name() == req.method().as_str());
     match route.map(|r| (r.endpoint, r.access)) {
         // Each tool call is checked by the MCP endpoint; the endpoint itself (sessions,
         // tools/list) needs reading.
-        Some((Endpoint::Mcp, _)) => (vec![Scope::Read], vec![Scope::Read, Scope::WriteWorkOrders]),
+        Some((Endpoint::Mcp, _)) => (READ, AGENT),
         Some((Endpoint::CallTool, _)) => {
             let name = req.uri().path().rsplit('/').next().unwrap_or("");
-            let scope = Tool::named(name).map_or(Scope::Read, Tool::scope);
-            (vec![scope], vec![scope])
+            match Tool::named(name).map(Tool::scope) {
+                Some(Scope::WriteWorkOrders) => (WRITE, WRITE),
+                Some(Scope::Operate) => (OPERATE, OPERATE),
+                _ => (READ, READ),
+            }
         }
-        Some((_, Access::Operator)) => (vec![Scope::Operate], vec![Scope::Operate]),
-        _ => (vec![Scope::Read], vec![Scope::Read]),
+        Some((_, Access::Operator)) => (OPERATE, OPERATE),
+        _ => (READ, READ),
     }
 }
 
@@ -52,11 +59,7 @@ pub(super) async fn authenticate(State(st): State<AppState>, mut req: Request, n
             if req.uri().path() == "/" && wants_html(req.headers()) {
                 return see_console();
             }
-            return unauthorized(
-                "A bearer token is required.",
-                st.challenge.unauthorized(&asks, None),
-                false,
-            );
+            return unauthorized("A bearer token is required.", st.challenge.unauthorized(asks, None), false);
         };
         // Wrong tokens are answered after a pause, one at a time per address (`pacing.rs`).
         let from = req
@@ -68,7 +71,7 @@ pub(super) async fn authenticate(State(st): State<AppState>, mut req: Request, n
             Err(Denied::Wrong(why)) => {
                 let text = why.map_or_else(|| "the token is not valid".to_string(), |w| w.to_string());
                 let message = format!("The bearer token is not valid: {text}.");
-                return unauthorized(&message, st.challenge.unauthorized(&asks, Some(&text)), why.is_some());
+                return unauthorized(&message, st.challenge.unauthorized(asks, Some(&text)), why.is_some());
             }
             Err(Denied::Unavailable) => {
                 let mut res = refusal(
@@ -96,9 +99,12 @@ pub(super) async fn authenticate(State(st): State<AppState>, mut req: Request, n
     if let Some(missing) = needs.iter().find(|s| !caller.may(**s)) {
         return forbidden(&st, &caller, *missing, req.uri().path());
     }
+    // The MCP endpoint answers its own scope refusals: it needs the challenge and the counts.
+    if req.uri().path() == "/mcp" && !(caller.may(Scope::Read) && caller.may(Scope::WriteWorkOrders)) {
+        req.extensions_mut().insert(st.challenge.clone());
+        req.extensions_mut().insert(st.tokens.clone());
+    }
     req.extensions_mut().insert(caller);
-    req.extensions_mut().insert(st.challenge.clone());
-    req.extensions_mut().insert(st.tokens.clone());
     next.run(req).await
 }
 
