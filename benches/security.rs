@@ -168,6 +168,7 @@ async fn run() {
         jwks_min_refetch_s: 10,
         jwks_max_age_s: 3600,
         ca_file: None,
+        require_at_jwt: false,
     };
     let oauth = Arc::new(OAuth::new(&oauth_cfg, "https://bench.plant").unwrap());
     oauth.prefetch().await;

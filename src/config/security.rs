@@ -41,6 +41,9 @@ pub struct OAuthConfig {
     pub jwks_max_age_s: u64,
     /// Certificate authorities (PEM) trusted for the identity provider besides the system's.
     pub ca_file: Option<PathBuf>,
+    /// Accept only tokens typed `at+jwt` (RFC 9068 access tokens); otherwise a token may
+    /// also be untyped or typed `JWT`, as many providers issue them.
+    pub require_at_jwt: bool,
 }
 
 impl OAuthConfig {
@@ -97,6 +100,7 @@ pub(super) fn read_keys(s: &Table<'_, '_>, c: &mut ServerConfig) {
             jwks_min_refetch_s: 10,
             jwks_max_age_s: 3600,
             ca_file: None,
+            require_at_jwt: false,
         });
         if let Some(v) = o.str("issuer") {
             match check_issuer(v) {
@@ -122,6 +126,9 @@ pub(super) fn read_keys(s: &Table<'_, '_>, c: &mut ServerConfig) {
         }
         if let Some(v) = o.int("jwks_max_age_s", 60..=7 * 86_400) {
             oauth.jwks_max_age_s = v as u64;
+        }
+        if let Some(v) = o.bool("require_at_jwt") {
+            oauth.require_at_jwt = v;
         }
         pem_key(&o, "ca_file", "CERTIFICATE", |p| oauth.ca_file = p);
         o.finish();

@@ -167,3 +167,22 @@ fn cross_key_rules() {
         ])
     );
 }
+
+#[test]
+fn oauth_keys_are_read_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let oauth =
+        "[server]\npublic_url = \"https://edge01.plant\"\n[server.oauth]\nissuer = \"https://idp.plant/\"\n";
+    std::fs::write(&path, format!("{oauth}require_at_jwt = true\nleeway_s = 5\n")).unwrap();
+    let cfg = Config::load(Some(&path), []).unwrap();
+    let o = cfg.server.oauth.expect("the table turns it on");
+    assert!(o.require_at_jwt);
+    assert_eq!((o.leeway_s, o.issuer.as_str()), (5, "https://idp.plant/"));
+    std::fs::write(&path, oauth).unwrap();
+    assert!(!Config::load(Some(&path), []).unwrap().server.oauth.unwrap().require_at_jwt, "off by default");
+    std::fs::write(&path, format!("{oauth}require_at_jwt = \"yes\"\n")).unwrap();
+    let text: Vec<String> =
+        Config::load(Some(&path), []).unwrap_err().0.iter().map(|p| p.to_string()).collect();
+    assert!(text.len() == 1 && text[0].contains("`require_at_jwt` in [server.oauth]"), "{text:?}");
+}

@@ -192,7 +192,12 @@ impl Tokens {
         if why == Some(TokenError::Key(super::oauth::KeyError::Unavailable)) {
             return Err(Denied::Unavailable);
         }
-        match self.pacer.check(door, from, || verdict.map_err(|_| reason)).await {
+        let refused = |_| {
+            let (claimed_sub, claimed_iss) =
+                if why.is_some() { super::oauth::claimed(token) } else { (None, None) };
+            super::pacing::Refusal { reason, claimed_sub, claimed_iss }
+        };
+        match self.pacer.check(door, from, || verdict.map_err(refused)).await {
             Ok(Some(caller)) => Ok(caller),
             Ok(None) => Err(Denied::Wrong(why)),
             Err(Busy::Address) => Err(Denied::Busy),

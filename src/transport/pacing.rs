@@ -26,6 +26,21 @@ const WAITING_PER_ADDRESS: usize = 3;
 /// request itself, holding its address's place.
 const QUEUED: usize = 256;
 
+/// Why a token is wrong, for the audit log: a word, and for an access token who it
+/// claims to be (unverified, already cut to printable text).
+#[derive(Debug, Default)]
+pub struct Refusal {
+    pub reason: &'static str,
+    pub claimed_sub: Option<String>,
+    pub claimed_iss: Option<String>,
+}
+
+impl From<&'static str> for Refusal {
+    fn from(reason: &'static str) -> Refusal {
+        Refusal { reason, ..Refusal::default() }
+    }
+}
+
 /// Why a token was not checked.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Busy {
@@ -90,11 +105,11 @@ impl Pacer {
         self: &Arc<Self>,
         what: &'static str,
         from: IpAddr,
-        authenticate: impl FnOnce() -> Result<Caller, &'static str>,
+        authenticate: impl FnOnce() -> Result<Caller, Refusal>,
     ) -> Result<Option<Caller>, Busy> {
-        let reason = match authenticate() {
+        let refusal = match authenticate() {
             Ok(caller) => return Ok(Some(caller)),
-            Err(reason) => reason,
+            Err(refusal) => refusal,
         };
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(skipped) = self.log.lock().allow(what) {
@@ -104,7 +119,9 @@ impl Pacer {
                 outcome = "failure",
                 door = what,
                 address = %from,
-                reason,
+                reason = refusal.reason,
+                claimed_sub = refusal.claimed_sub.as_deref(),
+                claimed_iss = refusal.claimed_iss.as_deref(),
                 failures,
                 skipped,
                 "{what} refused: the token is not valid"
@@ -167,7 +184,7 @@ mod tests {
             let caller = move || {
                 right
                     .then(|| crate::tools::Caller::with_role(token, crate::tools::Role::Operator))
-                    .ok_or("wrong")
+                    .ok_or_else(|| "wrong".into())
             };
             p.check("test", from, caller).await
         }

@@ -100,7 +100,12 @@ impl Idp {
 
     /// A token signed by the provider's own `alg` key (or, `foreign`, by a key not in its set).
     pub async fn sign(&self, claims: Value, alg: &str, foreign: bool) -> String {
-        let body = json!({"claims": claims, "alg": alg, "foreign": foreign}).to_string();
+        self.sign_typed(claims, alg, foreign, "at+jwt").await
+    }
+
+    /// As `sign`, with the header's `typ`.
+    pub async fn sign_typed(&self, claims: Value, alg: &str, foreign: bool, typ: &str) -> String {
+        let body = json!({"claims": claims, "alg": alg, "foreign": foreign, "typ": typ}).to_string();
         let (status, token) = self.post("/test/sign", "application/json", body).await;
         assert_eq!(status, 200, "{token}");
         token
@@ -275,8 +280,7 @@ async fn access_tokens_of_the_plants_provider_are_checked_as_the_mcp_specificati
 
     // Tokens no honest provider would issue here: each 401 invalid_token, saying why.
     let iss = idp.issuer.clone();
-    let good =
-        json!({"iss": iss, "aud": resource, "sub": "x", "exp": now() + 300, "scope": "fieldgate.read"});
+    let good = json!({"iss": iss, "aud": resource, "sub": "claimed-sub-7", "exp": now() + 300, "scope": "fieldgate.read"});
     let with = |k: &str, v: Value| {
         let mut c = good.clone();
         c[k] = v;
@@ -298,6 +302,11 @@ async fn access_tokens_of_the_plants_provider_are_checked_as_the_mcp_specificati
         (idp.sign(with("aud", Value::Null), "RS256", false).await, "the token lacks a required claim"),
         (unsigned, "the token is not a signed JWT"),
         (hs256, "the token's signing algorithm is not accepted"),
+        // Signed by the provider, but a logout token, not an access token.
+        (
+            idp.sign_typed(good.clone(), "ES256", false, "logout+jwt").await,
+            "the token is not an access token",
+        ),
     ];
     for (token, why) in &cases {
         let r = call(addr, "GET", "/v1/sensors", Some(token), "").await;
@@ -375,6 +384,10 @@ async fn access_tokens_of_the_plants_provider_are_checked_as_the_mcp_specificati
         log.contains("event=\"authentication\"") || log.contains("event=authentication"),
         "audit events: {log}"
     );
+    // The first refused token at the API (the expired one): who it claimed to be is logged.
+    let refused = log.lines().find(|l| l.contains("reason=\"expired\"") || l.contains("reason=expired"));
+    let refused = refused.unwrap_or_else(|| panic!("no audit event for the expired token: {log}"));
+    assert!(refused.contains("claimed-sub-7") && refused.contains(&iss), "{refused}");
     for secret in [&agent, &reader, &rotated] {
         assert!(!log.contains(secret.as_str()), "a token in the log");
     }

@@ -73,6 +73,8 @@ pub enum TokenError {
     Audience,
     #[error("the token lacks a required claim")]
     Claims,
+    #[error("the token is not an access token")]
+    Type,
 }
 
 impl TokenError {
@@ -89,6 +91,7 @@ impl TokenError {
             TokenError::Issuer => "issuer",
             TokenError::Audience => "audience",
             TokenError::Claims => "claims",
+            TokenError::Type => "type",
         }
     }
 }
@@ -109,6 +112,7 @@ pub struct OAuth {
     public_url: String,
     scopes_claim: String,
     leeway_s: u64,
+    require_at_jwt: bool,
     issuer_host: String,
     keys: std::sync::Arc<jwks::Keys>,
     /// Tokens that passed: an agent presents the same token on every call for its
@@ -146,6 +150,7 @@ impl OAuth {
             public_url: public_url.to_string(),
             scopes_claim: cfg.scopes_claim.clone(),
             leeway_s: cfg.leeway_s,
+            require_at_jwt: cfg.require_at_jwt,
             issuer_host,
             keys: std::sync::Arc::new(jwks::Keys::new(
                 &cfg.issuer,
@@ -199,6 +204,9 @@ impl OAuth {
         let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Malformed)?;
         if !ALGORITHMS.contains(&header.alg) {
             return Err(TokenError::Algorithm);
+        }
+        if !access_token_type(header.typ.as_deref(), self.require_at_jwt) {
+            return Err(TokenError::Type);
         }
         let key = self.keys.key_for(header.kid.as_deref(), header.alg).await?;
         let mut v = Validation::new(header.alg);
@@ -273,6 +281,35 @@ impl OAuth {
     }
 }
 
+/// Whether a JWT's `typ` header fits an access token: `at+jwt` (RFC 9068), and unless
+/// `strict` also none or `JWT` (how many providers type theirs). Any other type (an ID
+/// token's provider may type it, a logout token is `logout+jwt`, a DPoP proof `dpop+jwt`) is
+/// some other JWT presented as a bearer token.
+fn access_token_type(typ: Option<&str>, strict: bool) -> bool {
+    let Some(typ) = typ else { return !strict };
+    let typ = typ.to_ascii_lowercase();
+    let typ = typ.strip_prefix("application/").unwrap_or(&typ);
+    typ == "at+jwt" || (!strict && typ == "jwt")
+}
+
+/// Who a refused access token claims to be, for the audit log: its `sub` (or `client_id`,
+/// `azp`) and `iss`, unverified, each cut to 100 printable characters. Never the token.
+pub fn claimed(token: &str) -> (Option<String>, Option<String>) {
+    const MAX: usize = 100;
+    let payload = token
+        .split('.')
+        .nth(1)
+        .filter(|p| p.len() <= 16 * 1024)
+        .and_then(|p| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(p).ok())
+        .and_then(|p| serde_json::from_slice::<serde_json::Map<String, Value>>(&p).ok());
+    let Some(claims) = payload else { return (None, None) };
+    let text = |name: &str| {
+        let s = claims.get(name)?.as_str()?;
+        Some(s.chars().filter(|c| !c.is_control()).take(MAX).collect::<String>()).filter(|s| !s.is_empty())
+    };
+    (["sub", "client_id", "azp"].iter().find_map(|c| text(c)), text("iss"))
+}
+
 /// Whether a presented bearer token is a JWT (three base64url parts, the first a JSON
 /// object) rather than a static token.
 pub fn looks_like_jwt(token: &str) -> bool {
@@ -294,5 +331,37 @@ mod tests {
         for other in ["a-very-long-agent-token", "a.b.c", "eyJhbGciOiJFUzI1NiJ9.e30", "x.eyJ9.e30.z"] {
             assert!(!looks_like_jwt(other), "{other}");
         }
+    }
+
+    #[test]
+    fn only_access_tokens_are_taken() {
+        for (typ, lenient, strict) in [
+            (None, true, false),
+            (Some("JWT"), true, false),
+            (Some("at+jwt"), true, true),
+            (Some("application/AT+JWT"), true, true),
+            (Some("logout+jwt"), false, false),
+            (Some("dpop+jwt"), false, false),
+            (Some("secevent+jwt"), false, false),
+            (Some(""), false, false),
+        ] {
+            assert_eq!(access_token_type(typ, false), lenient, "{typ:?}");
+            assert_eq!(access_token_type(typ, true), strict, "{typ:?} strict");
+        }
+    }
+
+    #[test]
+    fn a_refused_tokens_claimed_caller_is_plain_short_text() {
+        let b64 = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let token = |payload: &str| format!("{}.{}.sig", b64(r#"{"alg":"ES256"}"#), b64(payload));
+        let long = "m".repeat(500);
+        let hostile = format!(r#"{{"sub":"mallory\n\u001b[31mroot","iss":"{long}"}}"#);
+        let (sub, iss) = claimed(&token(&hostile));
+        assert_eq!(sub.as_deref(), Some("mallory[31mroot"));
+        assert_eq!(iss.map(|s| s.len()), Some(100));
+        assert_eq!(claimed(&token(r#"{"client_id":"agent","iss":7}"#)), (Some("agent".into()), None));
+        assert_eq!(claimed("not.a-jwt.at-all"), (None, None));
+        assert_eq!(claimed(&token("[1,2]")), (None, None));
+        assert_eq!(claimed(&token(r#"{"sub":""}"#)), (None, None));
     }
 }

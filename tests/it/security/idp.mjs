@@ -13,8 +13,8 @@
 //   reader    fieldgate.read only
 //   operator  every scope
 // Test tooling beside the provider (for tokens no honest provider issues):
-//   POST /test/sign {claims, alg?, kid?, foreign?} signs `claims` with the provider's own key
-//   of that alg (or, foreign: true, with a key not in its set).
+//   POST /test/sign {claims, alg?, typ?, foreign?} signs `claims` with the provider's own key
+//   of that alg (or, foreign: true, with a key not in its set), typed `typ` (at+jwt).
 import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
@@ -87,7 +87,7 @@ server.on("request", async (req, res) => {
   if (req.method === "POST" && req.url === "/test/sign") {
     let body = "";
     for await (const chunk of req) body += chunk;
-    const { claims, alg = "ES256", foreign: other } = JSON.parse(body);
+    const { claims, alg = "ES256", typ = "at+jwt", foreign: other } = JSON.parse(body);
     let key;
     let kid;
     if (other) {
@@ -99,7 +99,7 @@ server.on("request", async (req, res) => {
       key = await jose.importJWK(jwk, alg);
       kid = jwk.kid;
     }
-    const token = await new jose.SignJWT(claims).setProtectedHeader({ alg, kid, typ: "at+jwt" }).sign(key);
+    const token = await new jose.SignJWT(claims).setProtectedHeader({ alg, kid, typ }).sign(key);
     res.writeHead(200, { "content-type": "text/plain" });
     res.end(token);
     return;
