@@ -43,6 +43,10 @@ pub struct MqttConfig {
     /// After a message too large to take arrived on the command topics, how long NCMD/DCMD
     /// stay unsubscribed (so that a retained one cannot drop every connection).
     pub commands_pause_s: u64,
+    /// After each connection's NBIRTH, data waits up to this long for the broker to deliver
+    /// the NBIRTH back to the node (a broker's ACL drops a publish without telling the
+    /// client); not delivered by then, the connection is tried again. 0: no such check.
+    pub confirm_birth_s: u64,
 }
 
 impl Default for MqttConfig {
@@ -65,6 +69,7 @@ impl Default for MqttConfig {
             buffer_max_mb: 256,
             buffer_max_age_h: 168,
             commands_pause_s: 600,
+            confirm_birth_s: 10,
         }
     }
 }
@@ -89,6 +94,7 @@ impl MqttConfig {
             buffer_max_mb: 1,
             buffer_max_age_h: 1,
             commands_pause_s: 1,
+            confirm_birth_s: 1,
             ..Default::default()
         }
     }
@@ -211,6 +217,7 @@ pub fn read_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
     int("buffer_max_mb", 1..=1_048_576, &mut m.buffer_max_mb);
     int("buffer_max_age_h", 1..=87_600, &mut m.buffer_max_age_h);
     int("commands_pause_s", 1..=86_400, &mut m.commands_pause_s);
+    int("confirm_birth_s", 0..=600, &mut m.confirm_birth_s);
 }
 
 /// Cross-key rules and the environment variables the keys name.

@@ -55,6 +55,9 @@ pub struct Edge {
     /// (sensor, timestamp) of every value a DBIRTH carried while the buffer held values: the
     /// drain skips them, even after the connection that sent the birth is gone.
     carried: std::collections::HashSet<(usize, i64)>,
+    /// The entries of `carried` whose births the broker has not yet been seen to take
+    /// (`run/echo.rs`): if it dropped them, they are taken out again (`births_dropped`).
+    unconfirmed: Vec<(usize, i64)>,
     /// Per sensor: the quality last sent (a change carries the `Quality` property).
     sent_quality: Vec<u8>,
     max_silence_ms: i64,
@@ -77,6 +80,7 @@ impl Edge {
             last: (0..s).map(|_| None).collect(),
             birth_t: vec![None; s],
             carried: std::collections::HashSet::new(),
+            unconfirmed: Vec::new(),
             sent_quality: vec![0; s],
             max_silence_ms,
         }
@@ -182,8 +186,10 @@ impl Edge {
             metrics.push(metric::birth(s, dt, now.as_ref().map(|(t, v, q)| (*t, v, *q))));
             self.sent_quality[s.place.sensor] = now.as_ref().map_or(2, |(_, _, q)| *q);
             self.birth_t[s.place.sensor] = now.as_ref().map(|(t, _, _)| *t);
-            if let Some((t, _, _)) = &now {
-                self.carried.insert((s.place.sensor, *t));
+            if let Some((t, _, _)) = &now
+                && self.carried.insert((s.place.sensor, *t))
+            {
+                self.unconfirmed.push((s.place.sensor, *t));
             }
             self.last[s.place.sensor] = now.map(|(t, value, quality)| Last { t, value, quality });
         }
@@ -207,6 +213,20 @@ impl Edge {
     /// The buffer is empty: no value in it can repeat a birth any more.
     pub fn forget_carried(&mut self) {
         self.carried.clear();
+        self.unconfirmed.clear();
+    }
+
+    /// The births sent so far reached the broker.
+    pub fn births_taken(&mut self) {
+        self.unconfirmed.clear();
+    }
+
+    /// The births sent since the last `births_taken` never reached a host (the broker
+    /// dropped them): the buffered values they carried are drained after all.
+    pub fn births_dropped(&mut self) {
+        for c in self.unconfirmed.drain(..) {
+            self.carried.remove(&c);
+        }
     }
 
     /// Whether a live value of sensor `id` at `t` is no newer than what its device's current

@@ -141,6 +141,8 @@ pub struct Node {
     commands_off_until: Option<Instant>,
     /// Oversized messages in a row (commands, then STATE): each doubles the next pause.
     oversized: Oversized,
+    /// Whether the broker was seen to take this connection's NBIRTH (`echo.rs`).
+    echo: echo::Echo,
 }
 
 /// How often in a row a message too large to take dropped the connection, and what waits.
@@ -220,6 +222,7 @@ impl Node {
             commands_subscribed: false,
             commands_off_until: None,
             oversized: Oversized::default(),
+            echo: echo::Echo::Off,
         }
     }
 
@@ -292,6 +295,8 @@ impl Node {
         match ev {
             Ok(Event::Incoming(Incoming::ConnAck(_))) => self.connected(),
             Ok(Event::Incoming(Incoming::Publish(p))) => self.on_message(&p.topic, &p.payload),
+            Ok(Event::Incoming(Incoming::SubAck(ack))) => self.echo_suback(ack.pkid, &ack.return_codes),
+            Ok(Event::Outgoing(Outgoing::Subscribe(pkid))) => self.echo_subscribe_written(pkid),
             Ok(Event::Outgoing(Outgoing::Publish(_))) => {
                 self.queued = self.queued.saturating_sub(1);
                 self.written += 1;
@@ -319,10 +324,14 @@ impl Node {
 
     fn connected(&mut self) {
         self.connected_at = Some(Instant::now());
-        *self.counters.link_error.lock() = None;
+        // With the check on, the link works once the broker takes the NBIRTH (`echo.rs`).
+        if self.cfg.confirm_birth_s == 0 {
+            *self.counters.link_error.lock() = None;
+        }
         self.counters.connected.store(true, Ordering::Relaxed);
         Counters::add(&self.counters.connects, 1);
         tracing::info!(broker = %self.counters.broker(), bd_seq = self.bd_seq, "sparkplug: connected");
+        self.echo_subscribe();
         let Some(l) = &self.link else { return };
         let now = Instant::now();
         // While STATE is known to hold a message too large to take, commands stay out too, so
@@ -354,6 +363,9 @@ impl Node {
     fn lost(&mut self, why: &str, next_broker: bool) {
         let was = self.phase;
         self.link = None;
+        self.echo = echo::Echo::Off;
+        // Live values not sent yet wait in the buffer (the next births would not carry them).
+        std::mem::take(&mut self.live).into_iter().for_each(|r| self.buffer.push(r));
         // What the client had not written stays in the buffer for the next connection.
         self.unwritten.clear();
         self.drain_cursor = None;
@@ -470,6 +482,7 @@ impl Node {
     fn on_tick(&mut self) {
         let now = chrono::Utc::now().timestamp_millis();
         self.commands_back();
+        self.echo_due();
         if self.rebirth_pending && self.online_at.elapsed() >= REBIRTH_EVERY {
             self.rebirth();
         }
@@ -542,3 +555,4 @@ impl Node {
 mod births;
 mod commands;
 mod drain;
+mod echo;

@@ -73,6 +73,8 @@ pub enum Incoming<'a> {
     State {
         host: &'a str,
     },
+    /// This node's own NBIRTH, delivered back by the broker (`run/echo.rs`).
+    OwnBirth,
     /// Anything else (not ours, or not a command).
     Other,
 }
@@ -103,6 +105,7 @@ impl Topics {
         match parts.as_slice() {
             [NAMESPACE, "STATE", host] => Incoming::State { host },
             [NAMESPACE, g, "NCMD", n] if *g == self.group && *n == self.node => Incoming::NodeCommand,
+            [NAMESPACE, g, "NBIRTH", n] if *g == self.group && *n == self.node => Incoming::OwnBirth,
             [NAMESPACE, g, "DCMD", n, device] if *g == self.group && *n == self.node => {
                 Incoming::DeviceCommand { device }
             }
@@ -132,9 +135,16 @@ mod tests {
         assert_eq!(t.parse("spBv1.0/A/NCMD/fieldgate-a"), Incoming::NodeCommand);
         assert_eq!(t.parse("spBv1.0/A/DCMD/fieldgate-a/d1"), Incoming::DeviceCommand { device: "d1" });
         assert_eq!(t.parse("spBv1.0/STATE/scada"), Incoming::State { host: "scada" });
-        for other in
-            ["spBv1.0/B/NCMD/fieldgate-a", "spBv1.0/A/NCMD/other", "x", "", "spBv1.0/A/DCMD/fieldgate-a"]
-        {
+        assert_eq!(t.parse("spBv1.0/A/NBIRTH/fieldgate-a"), Incoming::OwnBirth);
+        for other in [
+            "spBv1.0/B/NCMD/fieldgate-a",
+            "spBv1.0/A/NCMD/other",
+            "x",
+            "",
+            "spBv1.0/A/DCMD/fieldgate-a",
+            "spBv1.0/A/NBIRTH/other",
+            "spBv1.0/B/NBIRTH/fieldgate-a",
+        ] {
             assert_eq!(t.parse(other), Incoming::Other, "{other}");
         }
         assert_eq!(state("scada"), "spBv1.0/STATE/scada");

@@ -16,7 +16,8 @@ impl Node {
         }
         self.phase = Phase::Online;
         self.drain_idle = false;
-        self.counters.online.store(true, Ordering::Relaxed);
+        // Online once the broker is seen to take the births (at once when not checked).
+        self.echo_birth_sent();
     }
 
     pub(super) fn dbirth(&mut self, device: usize) {
@@ -33,6 +34,10 @@ impl Node {
         let edge = &self.edge;
         self.live.retain(|r| !edge.birth_covers(&r.sensor, r.t));
         self.send(out);
+        if !self.echo_unconfirmed() {
+            // On a connection the broker was seen to take (or not checked).
+            self.edge.births_taken();
+        }
         self.drain_idle = false;
     }
 
@@ -65,11 +70,13 @@ impl Node {
             && reader.guard(&d.id).is_none_or(|g| g.breaker.snapshot().state != SnapshotState::Open)
     }
 
-    /// Whether the birth sequence is not over: a rebirth was asked, or, within `BIRTH_WAIT` of
+    /// Whether the birth sequence is not over: a rebirth was asked, the broker is not yet
+    /// seen to take the NBIRTH (`echo.rs`), or, within `BIRTH_WAIT` of
     /// the NBIRTH, a device that is up is not born yet. No data message goes out meanwhile
     /// (Sparkplug: a rebirth request stops data; every DBIRTH precedes any DDATA).
     pub(super) fn births_pending(&self) -> bool {
         self.rebirth_pending
+            || self.echo_pending()
             || (self.online_at.elapsed() < BIRTH_WAIT
                 && (0..self.edge.registry().devices().len())
                     .any(|d| !self.edge.is_born(d) && self.device_up(d)))

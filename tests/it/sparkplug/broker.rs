@@ -33,6 +33,8 @@ pub struct Broker {
 pub struct AuthListener {
     pub port: u16,
     passwords: PathBuf,
+    /// Mosquitto's ACL file for the listener, when `set_acl` wrote one.
+    acl: Option<PathBuf>,
 }
 
 /// The TLS listener's port and its files: the CA that signed the broker's certificate (and
@@ -96,7 +98,7 @@ impl Broker {
     pub async fn start_auth(user: &str, password: &str) -> Broker {
         let mut b = Broker { port: 0, tls: None, auth: None, dir: tempfile::tempdir().unwrap(), child: None };
         let passwords = b.dir.path().join("passwords");
-        b.auth = Some(AuthListener { port: 0, passwords });
+        b.auth = Some(AuthListener { port: 0, passwords, acl: None });
         b.set_password(user, password);
         b.start_on_free_ports().await;
         b
@@ -113,6 +115,15 @@ impl Broker {
             .status()
             .expect("mosquitto_passwd runs");
         assert!(status.success(), "mosquitto_passwd");
+    }
+
+    /// Makes the auth listener's ACL `text` (Mosquitto's `acl_file` format) from the next
+    /// (re)start on.
+    pub fn set_acl(&mut self, text: &str) {
+        let path = self.dir.path().join("acl");
+        std::fs::write(&path, text).unwrap();
+        let Some(a) = &mut self.auth else { panic!("a broker started with start_auth") };
+        a.acl = Some(path);
     }
 
     /// New TLS files (a new CA, its server and client certificates) in the same places,
@@ -169,6 +180,9 @@ impl Broker {
                 a.port,
                 a.passwords.display()
             );
+            if let Some(acl) = &a.acl {
+                text += &format!("acl_file {}\n", acl.display());
+            }
         }
         if let Some(t) = &self.tls {
             text += &format!(

@@ -1,6 +1,7 @@
 //! The Sparkplug B edge node against a real Mosquitto broker; every payload it publishes
 //! read by Eclipse Tahu's decoder (`tahu.rs`), which we did not write.
 
+mod acl;
 mod broker;
 mod conformance;
 mod edge;

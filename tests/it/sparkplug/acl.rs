@@ -1,0 +1,78 @@
+//! A broker whose ACL forbids the node's topics drops its messages without telling it
+//! (Mosquitto on MQTT 3.1.1 even acknowledges them). The node finds out because its own
+//! NBIRTH does not come back (`run/echo.rs`): nothing is lost, it waits in the buffer, and
+//! `get_device_status` says why; once the ACL allows the topics, the buffer drains.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::broker::Broker;
+use super::outage::served_metric;
+
+const T: Duration = Duration::from_secs(30);
+
+/// Only the node's group is forbidden: it may read STATE and everything else.
+const FORBIDDEN: &str = "user edge\ntopic readwrite spBv1.0/STATE/#\ntopic readwrite spBv1.0/elsewhere/#\n";
+const ALLOWED: &str = "user edge\ntopic readwrite spBv1.0/#\n";
+
+async fn status(addr: std::net::SocketAddr) -> Value {
+    let mut c = fieldgate::transport::client::HttpClient::connect(addr).await.unwrap();
+    c.post("/v1/tools/get_device_status", b"{}").await.unwrap().json()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_topic_loses_nothing_and_health_says_why() {
+    let mut broker = Broker::start_auth("edge", "the-password").await;
+    broker.set_acl(FORBIDDEN);
+    broker.stop().await;
+    broker.restart().await;
+    let auth_port = broker.auth.as_ref().unwrap().port;
+    let sim = super::edge::demo_sim().await;
+    let devices = super::edge::fast_devices(&sim);
+    let data = tempfile::tempdir().unwrap();
+    let brokers = format!("[\"mqtt://127.0.0.1:{auth_port}\"]");
+    let mut env = super::edge::node_env(&brokers);
+    env.extend([
+        ("FIELDGATE_MQTT_USERNAME_ENV", "EDGE_MQTT_USER"),
+        ("FIELDGATE_MQTT_PASSWORD_ENV", "EDGE_MQTT_PASSWORD"),
+        ("EDGE_MQTT_USER", "edge"),
+        ("EDGE_MQTT_PASSWORD", "the-password"),
+        ("FIELDGATE_MQTT_RECONNECT_MAX_MS", "200"),
+        ("FIELDGATE_MQTT_CONFIRM_BIRTH_S", "1"),
+        ("FIELDGATE_STORAGE_FLUSH_INTERVAL_MS", "200"),
+    ]);
+    let mut served = crate::support::serve_binary(devices.path(), data.path(), &env).await;
+    let _log = served.drain_stderr();
+    let addr = served.addr;
+    // Connected (the password is right), but the NBIRTH never comes back: not online, the
+    // values buffered, and the status says why.
+    crate::support::wait_until("the dropped NBIRTH shown and values buffered", T, || async {
+        let s = status(addr).await;
+        let nb = &s["data"]["northbound"];
+        let said = nb["link_error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("the broker did not deliver this node's NBIRTH back"));
+        said && nb["buffered"].as_u64() > Some(0)
+    })
+    .await;
+    assert!(served_metric(addr, "fieldgate_sparkplug_connects_total").await > Some(0), "it did connect");
+    assert_eq!(served_metric(addr, "fieldgate_sparkplug_online").await, Some(0));
+    assert_ne!(status(addr).await["data"]["northbound"]["link"], "online");
+
+    // The ACL allows the node's topics: online, the buffer drains, nothing dropped.
+    broker.set_acl(ALLOWED);
+    broker.stop().await;
+    broker.restart().await;
+    crate::support::wait_until("online once the ACL allows it", T, || async {
+        served_metric(addr, "fieldgate_sparkplug_online").await == Some(1)
+    })
+    .await;
+    crate::support::wait_until("the buffer drained", T, || async {
+        served_metric(addr, "fieldgate_sparkplug_buffered").await == Some(0)
+    })
+    .await;
+    let s = status(addr).await;
+    assert_eq!(s["data"]["northbound"]["link_error"], Value::Null, "{s}");
+    assert_eq!(served_metric(addr, "fieldgate_sparkplug_dropped_total").await, Some(0));
+}
