@@ -256,3 +256,7 @@ pub(super) fn crc16(bytes: &[u8]) -> u16 {
     }
     crc
 }
+
+#[cfg(test)]
+#[path = "wire_tests.rs"]
+mod tests;
