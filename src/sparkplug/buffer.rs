@@ -424,9 +424,16 @@ mod tests {
         ] {
             assert_eq!(Rec::decode(r.t as u64, &r.encode()).unwrap(), r);
         }
-        for junk in
-            [&b""[..], b"\x00", b"\x00\x05ab", b"\x00\x01a\x09", b"\x00\x01a\x00\x01", b"\x00\x01a\x03\xff"]
-        {
+        for junk in [
+            &b""[..],
+            b"\x00",
+            b"\x00\x05ab",
+            b"\x00\x01a\x09",
+            b"\x00\x01a\x00\x01",
+            b"\x00\x01a\x03\xff",
+            b"\x00\x01a\x02",
+            b"\x00\x01a\x02\x01\x01",
+        ] {
             assert!(Rec::decode(0, junk).is_err(), "{junk:?}");
         }
     }
@@ -485,5 +492,107 @@ mod tests {
         // Age: everything older than 1 s before now goes.
         let f = b.flush(6025).unwrap();
         assert_eq!((f.dropped, b.len()), (5, 5));
+    }
+
+    #[test]
+    fn storage_failures_are_told_from_corrupt_values() {
+        assert!(BufferError::Db("disk full".into()).is_storage());
+        assert!(!BufferError::Corrupt.is_storage());
+    }
+
+    #[test]
+    fn what_waits_is_counted_in_values_and_bytes() {
+        let mut b = Buffer::memory(1 << 20, 3_600_000).unwrap();
+        assert!(b.is_empty());
+        assert_eq!(b.bytes(), 0);
+        let text = Rec { value: Stored::Text("a longer text value".into()), ..rec(2, 0.0) };
+        let (a, t) = (Buffer::size_of(&rec(1, 1.0)), Buffer::size_of(&text));
+        // A value costs its key and value: more for a longer sensor ID or text.
+        assert!(a > Buffer::size_of(&Rec { sensor: "A".into(), ..rec(1, 1.0) }));
+        assert_eq!(t, a + "a longer text value".len() as u64);
+        b.push(rec(1, 1.0));
+        b.push(text.clone());
+        b.flush(10).unwrap();
+        b.push(rec(3, 3.0));
+        assert!(!b.is_empty());
+        assert_eq!((b.len(), b.bytes()), (3, 2 * a + t), "stored and pending alike");
+        // Pending values are flushed before the oldest are read.
+        let got = b.oldest(10, 10, None, |_| true).unwrap();
+        assert_eq!(got.iter().map(|(_, r)| r.t).collect::<Vec<_>>(), [1, 2, 3]);
+        let keys: Vec<_> = got[..2].iter().map(|(k, r)| (*k, Buffer::size_of(r))).collect();
+        b.remove(&keys).unwrap();
+        assert_eq!((b.len(), b.bytes()), (1, a));
+    }
+
+    #[test]
+    fn the_size_bound_counts_what_each_value_costs() {
+        let one = Buffer::size_of(&rec(0, 0.0));
+        let mut b = Buffer::memory(2 * one + one / 2, 3_600_000).unwrap();
+        for t in 0..3 {
+            b.push(rec(t, 0.0));
+        }
+        assert_eq!((b.len(), b.dropped()), (2, 1));
+        // A text longer than the bound alone cannot wait at all.
+        b.push(Rec { value: Stored::Text("x".repeat(3 * one as usize)), ..rec(9, 0.0) });
+        assert_eq!((b.len(), b.dropped()), (0, 4));
+    }
+
+    #[test]
+    fn a_reopened_buffer_keeps_its_counts_and_never_reuses_a_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        let bytes = {
+            let mut b = Buffer::open(&path, 1 << 20, 3_600_000).unwrap();
+            for v in 0..3 {
+                b.push(rec(10, v as f64));
+            }
+            b.flush(20).unwrap();
+            b.bytes()
+        };
+        let mut b = Buffer::open(&path, 1 << 20, 3_600_000).unwrap();
+        assert_eq!((b.len(), b.bytes()), (3, bytes));
+        // Same timestamp as those stored: a new key, not one of theirs.
+        b.push(rec(10, 9.0));
+        b.flush(20).unwrap();
+        let values: Vec<f64> = b
+            .oldest(10, 20, None, |_| true)
+            .unwrap()
+            .into_iter()
+            .map(|(_, r)| if let Stored::Float(f) = r.value { f } else { f64::NAN })
+            .collect();
+        assert_eq!(values, [0.0, 1.0, 2.0, 9.0]);
+    }
+
+    #[test]
+    fn a_flush_after_removals_writes_a_mark_so_its_durable_commit_carries_them() {
+        let mut b = Buffer::memory(1 << 20, 3_600_000).unwrap();
+        let removed = |b: &Buffer| {
+            b.db.read(|d| {
+                let tx = d.begin_read().map_err(db_err)?;
+                let meta = tx.open_table(META).map_err(db_err)?;
+                Ok::<_, BufferError>(meta.get("removed").map_err(db_err)?.map(|v| v.value()))
+            })
+            .unwrap()
+        };
+        for t in 0..3 {
+            b.push(rec(t, 0.0));
+        }
+        b.flush(10).unwrap();
+        assert_eq!(removed(&b), None, "no removal yet");
+        let keys: Vec<_> =
+            b.oldest(3, 10, None, |_| true).unwrap().iter().map(|(k, r)| (*k, r.size())).collect();
+        b.remove(&keys[..1]).unwrap();
+        b.remove(&keys[1..]).unwrap();
+        b.flush(10).unwrap();
+        assert_eq!(removed(&b), Some(3), "both removals counted in the mark");
+    }
+
+    #[test]
+    fn values_past_the_age_bound_are_dropped_and_counted() {
+        let mut b = Buffer::memory(1 << 20, 1000).unwrap();
+        b.push(rec(100, 0.0));
+        b.push(rec(5000, 0.0));
+        let f = b.flush(5500).unwrap();
+        assert_eq!((f.dropped, b.len(), b.dropped()), (1, 1, 1));
     }
 }
