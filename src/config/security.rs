@@ -109,7 +109,14 @@ pub(super) fn read_keys(s: &Table<'_, '_>, c: &mut ServerConfig) {
             }
         }
         if let Some(v) = o.strings("audiences") {
-            oauth.audiences = v;
+            if v.iter().any(|a| a.trim().is_empty()) {
+                o.problem(
+                    "audiences",
+                    "must not hold an empty audience (a token with an empty `aud` would pass)",
+                );
+            } else {
+                oauth.audiences = v;
+            }
         }
         if let Some(v) = o.str("scopes_claim") {
             if v.is_empty() {
@@ -190,17 +197,21 @@ fn check_public_url(v: &str) -> Result<String, String> {
 }
 
 /// An issuer is `https://…`; `http://` only on a loopback host (a provider on the same box).
-fn check_issuer(v: &str) -> Result<(), String> {
-    let u = url::Url::parse(v).map_err(|_| format!("must be the issuer's URL, found {v:?}"))?;
-    let loopback = match u.host() {
+/// Whether `u` names a loopback host (`localhost`, 127.0.0.0/8, ::1).
+pub fn loopback_host(u: &url::Url) -> bool {
+    match u.host() {
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(a)) => a.is_loopback(),
         Some(url::Host::Ipv6(a)) => a.is_loopback(),
         None => false,
-    };
+    }
+}
+
+fn check_issuer(v: &str) -> Result<(), String> {
+    let u = url::Url::parse(v).map_err(|_| format!("must be the issuer's URL, found {v:?}"))?;
     match u.scheme() {
         "https" => {}
-        "http" if loopback => {}
+        "http" if loopback_host(&u) => {}
         _ => return Err(format!("must be an https:// URL (http:// only on a loopback host), found {v:?}")),
     }
     if !u.username().is_empty() || u.password().is_some() || u.query().is_some() || u.fragment().is_some() {

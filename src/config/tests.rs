@@ -181,6 +181,10 @@ fn oauth_keys_are_read_and_checked() {
     assert_eq!((o.leeway_s, o.issuer.as_str()), (5, "https://idp.plant/"));
     std::fs::write(&path, oauth).unwrap();
     assert!(!Config::load(Some(&path), []).unwrap().server.oauth.unwrap().require_at_jwt, "off by default");
+    std::fs::write(&path, format!("{oauth}audiences = [\"https://edge01.plant/mcp\", \" \"]\n")).unwrap();
+    let text: Vec<String> =
+        Config::load(Some(&path), []).unwrap_err().0.iter().map(|p| p.to_string()).collect();
+    assert!(text.len() == 1 && text[0].contains("must not hold an empty audience"), "{text:?}");
     std::fs::write(&path, format!("{oauth}require_at_jwt = \"yes\"\n")).unwrap();
     let text: Vec<String> =
         Config::load(Some(&path), []).unwrap_err().0.iter().map(|p| p.to_string()).collect();

@@ -48,7 +48,12 @@ impl Scopes {
 
     /// The scopes fieldgate knows in a space-separated `scope` claim; others are ignored.
     pub fn parse(text: &str) -> Scopes {
-        Scopes::of(&text.split_ascii_whitespace().filter_map(Scope::named).collect::<Vec<_>>())
+        // Separated by spaces only (RFC 6749 §3.3): a tab is part of a (then unknown) name.
+        Scopes::of(&text.split(' ').filter_map(Scope::named).collect::<Vec<_>>())
+    }
+
+    pub fn union(self, other: Scopes) -> Scopes {
+        Scopes(self.0 | other.0)
     }
 
     pub fn has(self, scope: Scope) -> bool {
@@ -137,6 +142,12 @@ mod tests {
         assert!(s.has(Scope::Read) && s.has(Scope::Operate) && !s.has(Scope::WriteWorkOrders));
         assert_eq!(s.names(), ["fieldgate.read", "fieldgate.operator"]);
         assert_eq!(Scopes::parse(""), Scopes::NONE);
+        // Spaces separate scopes, nothing else does (RFC 6749 §3.3).
+        assert_eq!(Scopes::parse("fieldgate.read\tfieldgate.operator"), Scopes::NONE);
+        assert_eq!(
+            Scopes::parse("fieldgate.read\nfieldgate.operator fieldgate.read").names(),
+            ["fieldgate.read"]
+        );
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct Tokens {
     /// Tokens refused, by reason, and requests refused for a missing scope (`/metrics`).
     refused: parking_lot::Mutex<std::collections::BTreeMap<&'static str, u64>>,
     scope_refused: std::sync::atomic::AtomicU64,
+    /// One audit line a minute per caller refused for a scope (a caller with a valid token
+    /// can send refused requests as fast as it likes).
+    scope_log: parking_lot::Mutex<crate::logs::Throttle<String>>,
 }
 
 /// Why a presented token does not let its bearer in.
@@ -210,9 +213,10 @@ impl Tokens {
     }
 
     /// A request of `caller` for `what` (a path, a tool) refused for a missing `scope`:
-    /// counted, and one audit event.
+    /// counted, and an audit event (one a minute per caller, with those left out counted).
     pub fn scope_refused(&self, caller: &Caller, what: &str, scope: crate::tools::Scope) {
         self.scope_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(skipped) = self.scope_log.lock().allow(caller.id.clone()) else { return };
         tracing::warn!(
             target: "audit",
             event = "authorization",
@@ -220,6 +224,7 @@ impl Tokens {
             caller = caller.id.as_str(),
             what,
             scope = scope.name(),
+            skipped,
             "request refused: a scope is missing"
         );
     }

@@ -6,7 +6,7 @@
 use axum::http::HeaderValue;
 
 use super::auth::Tokens;
-use crate::tools::Scope;
+use crate::tools::{Scope, Scopes};
 
 /// Challenges of one server.
 #[derive(Debug, Clone, Default)]
@@ -47,9 +47,12 @@ impl Challenge {
         }
     }
 
-    /// 403: the token lacks `needed`.
-    pub fn insufficient(&self, needed: &[Scope]) -> HeaderValue {
-        self.header(&[("error", "insufficient_scope"), ("scope", &names(needed))])
+    /// 403: the token, granted `held`, lacks `needed`. The scope asked for is both: a
+    /// client that asks its provider for exactly the challenge's scopes (MCP 2025-11-25's
+    /// step-up, as the Python SDK does) keeps what it could do before.
+    pub fn insufficient(&self, needed: Scope, held: Scopes) -> HeaderValue {
+        let all = Scopes::of(&[needed]).union(held).names().join(" ");
+        self.header(&[("error", "insufficient_scope"), ("scope", &all)])
     }
 }
 
@@ -75,8 +78,12 @@ mod tests {
             "Bearer resource_metadata=\"https://e:8443/.well-known/oauth-protected-resource/mcp\", error=\"invalid_token\", error_description=\"the token has expired\", scope=\"fieldgate.read\""
         );
         assert_eq!(
-            Challenge::default().insufficient(&[Scope::Read, Scope::WriteWorkOrders]),
+            Challenge::default().insufficient(Scope::WriteWorkOrders, Scopes::of(&[Scope::Read])),
             "Bearer error=\"insufficient_scope\", scope=\"fieldgate.read fieldgate.work_orders.write\""
+        );
+        assert_eq!(
+            Challenge::default().insufficient(Scope::Operate, Scopes::NONE),
+            "Bearer error=\"insufficient_scope\", scope=\"fieldgate.operator\""
         );
     }
 }

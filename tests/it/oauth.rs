@@ -221,11 +221,10 @@ async fn access_tokens_of_the_plants_provider_are_checked_as_the_mcp_specificati
     let metadata_url = format!("{PUBLIC_URL}/.well-known/oauth-protected-resource/mcp");
     assert_eq!(
         challenge(&r),
-        format!(
-            "Bearer resource_metadata=\"{metadata_url}\", scope=\"fieldgate.read fieldgate.work_orders.write\""
-        )
+        format!("Bearer resource_metadata=\"{metadata_url}\", scope=\"fieldgate.read\"")
     );
 
+    let idp_port = idp.port();
     // Tokens the provider issues, ES256 and RS256: served over MCP and /v1.
     for client in ["agent", "agent-rs"] {
         let token = idp.token(client, "fieldgate.read fieldgate.work_orders.write", None).await;
@@ -255,13 +254,14 @@ async fn access_tokens_of_the_plants_provider_are_checked_as_the_mcp_specificati
     assert_eq!(
         challenge(&r),
         format!(
-            "Bearer resource_metadata=\"{metadata_url}\", error=\"insufficient_scope\", scope=\"fieldgate.work_orders.write\""
+            "Bearer resource_metadata=\"{metadata_url}\", error=\"insufficient_scope\", scope=\"fieldgate.read fieldgate.work_orders.write\""
         )
     );
     let r = call(addr, "POST", "/mcp", Some(&reader), &mcp_call("create_work_order", order.clone())).await;
     assert_eq!(r.status, 403);
     assert!(
-        challenge(&r).contains("error=\"insufficient_scope\", scope=\"fieldgate.work_orders.write\""),
+        challenge(&r)
+            .contains("error=\"insufficient_scope\", scope=\"fieldgate.read fieldgate.work_orders.write\""),
         "{}",
         challenge(&r)
     );
@@ -270,7 +270,11 @@ async fn access_tokens_of_the_plants_provider_are_checked_as_the_mcp_specificati
     // Operator routes need the operator scope; the static operator token has it.
     let r = call(addr, "POST", "/v1/devices/oven2/probe", Some(&agent), "").await;
     assert_eq!(r.status, 403);
-    assert!(challenge(&r).contains("scope=\"fieldgate.operator\""));
+    assert!(
+        challenge(&r).contains("scope=\"fieldgate.read fieldgate.work_orders.write fieldgate.operator\""),
+        "what it holds and what it lacks: {}",
+        challenge(&r)
+    );
     let op = idp.token("operator", "fieldgate.read fieldgate.operator", None).await;
     assert_ne!(call(addr, "POST", "/v1/devices/oven2/probe", Some(&op), "").await.status, 403);
     assert_eq!(
@@ -298,6 +302,8 @@ async fn access_tokens_of_the_plants_provider_are_checked_as_the_mcp_specificati
             "the token is from another issuer",
         ),
         (other_audience, "the token is for another audience"),
+        // The issuer in a list is not the issuer.
+        (idp.sign(with("iss", json!([iss])), "ES256", false).await, "the token is from another issuer"),
         (idp.sign(good.clone(), "ES256", true).await, "the token's signature is not valid"),
         (idp.sign(with("aud", Value::Null), "RS256", false).await, "the token lacks a required claim"),
         (unsigned, "the token is not a signed JWT"),
@@ -384,6 +390,12 @@ async fn access_tokens_of_the_plants_provider_are_checked_as_the_mcp_specificati
         log.contains("event=\"authentication\"") || log.contains("event=authentication"),
         "audit events: {log}"
     );
+    // Authorization refusals: one audit line a minute per caller (the reader was refused twice).
+    let reader_refusals = log
+        .lines()
+        .filter(|l| l.contains("authorization") && l.contains(&format!("reader@127.0.0.1:{}", idp_port)))
+        .count();
+    assert_eq!(reader_refusals, 1, "{log}");
     // The first refused token at the API (the expired one): who it claimed to be is logged.
     let refused = log.lines().find(|l| l.contains("reason=\"expired\"") || l.contains("reason=expired"));
     let refused = refused.unwrap_or_else(|| panic!("no audit event for the expired token: {log}"));
@@ -460,8 +472,24 @@ async fn the_mcp_python_sdk_gets_a_token_and_calls_a_tool_over_tls_unaided() {
     assert!(v["result"]["structured"]["data"]["sensors"].as_array().is_some_and(|s| !s.is_empty()), "{v}");
     assert!(v["tools"].as_array().unwrap().contains(&json!("create_work_order")), "{v}");
 
-    // A client granted only reading: the tool it may not call is refused (403), and the
-    // SDK's attempt to get the scope is refused by the provider.
+    // A client granted only reading reads: the first 401 asks for reading only.
+    let out =
+        sdk("reader", "fieldgate.read", "list_sensors", json!({"limit": 1})).output_within().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("\"isError\": false"), "{text}");
+    // The agent's client, granted reading first, steps up on the 403 of a work order.
+    let order = json!({"sensor_id": "A_LINE1_001", "type": "inspection", "priority": "low",
+        "summary": "Vibration above normal on the pump.", "idempotency_key": "sdk-test-0002"});
+    let out = sdk("agent", "fieldgate.read fieldgate.work_orders.write", "create_work_order", order)
+        .output_within()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("\"isError\": false") && text.contains("WO-"), "{text}");
+    // The reader's client: the tool it may not call is refused (403), and the SDK's attempt
+    // to get the scope is refused by the provider.
     let order = json!({"sensor_id": "A_LINE1_001", "type": "inspection", "priority": "low",
         "summary": "Vibration above normal on the pump.", "idempotency_key": "sdk-test-0001"});
     let out = sdk("reader", "fieldgate.read", "create_work_order", order).output_within().await.unwrap();

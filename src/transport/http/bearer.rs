@@ -21,13 +21,13 @@ fn needed(req: &Request) -> (&'static [Scope], &'static [Scope]) {
     const READ: &[Scope] = &[Scope::Read];
     const WRITE: &[Scope] = &[Scope::WriteWorkOrders];
     const OPERATE: &[Scope] = &[Scope::Operate];
-    const AGENT: &[Scope] = &[Scope::Read, Scope::WriteWorkOrders];
     let path = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or("");
     let route = ROUTES.iter().find(|r| r.path == path && r.verb.name() == req.method().as_str());
     match route.map(|r| (r.endpoint, r.access)) {
         // Each tool call is checked by the MCP endpoint; the endpoint itself (sessions,
-        // tools/list) needs reading.
-        Some((Endpoint::Mcp, _)) => (READ, AGENT),
+        // tools/list) needs reading, and a 401 asks for that only (MCP's scope selection:
+        // the least that works; a call that needs more gets a 403 naming it, step-up).
+        Some((Endpoint::Mcp, _)) => (READ, READ),
         Some((Endpoint::CallTool, _)) => {
             let name = req.uri().path().rsplit('/').next().unwrap_or("");
             match Tool::named(name).map(Tool::scope) {
@@ -132,6 +132,6 @@ fn forbidden(st: &AppState, caller: &Caller, missing: Scope, path: &str) -> Resp
         message,
         "Ask for an access token with that scope; fieldgate's administrator grants it at the identity provider.",
     ));
-    res.headers_mut().insert(header::WWW_AUTHENTICATE, st.challenge.insufficient(&[missing]));
+    res.headers_mut().insert(header::WWW_AUTHENTICATE, st.challenge.insufficient(missing, caller.scopes));
     res
 }

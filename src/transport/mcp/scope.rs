@@ -34,7 +34,7 @@ pub fn refusal(frame: &Frame<'_>, caller: &Caller, extensions: &Extensions) -> O
         Response::new(Body::from(super::jsonrpc::error_json(INVALID_REQUEST, &message, frame.id, None)));
     *res.status_mut() = StatusCode::FORBIDDEN;
     res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    res.headers_mut().insert(header::WWW_AUTHENTICATE, challenge.insufficient(&[scope]));
+    res.headers_mut().insert(header::WWW_AUTHENTICATE, challenge.insufficient(scope, caller.scopes));
     Some(res)
 }
 

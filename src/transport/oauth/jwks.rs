@@ -50,6 +50,17 @@ pub struct Fetches {
     pub failed: std::sync::atomic::AtomicU64,
 }
 
+/// The keys come over HTTPS, or plain HTTP from a loopback host only (whatever the
+/// issuer's own scheme).
+fn fit_jwks_uri(uri: &str) -> bool {
+    url::Url::parse(uri).is_ok_and(|u| {
+        u.scheme() == "https" || (u.scheme() == "http" && crate::config::security::loopback_host(&u))
+    })
+}
+
+/// How long a request waits for the keys to be fetched (a key the cache lacks).
+const WAIT_FOR_KEYS: Duration = Duration::from_secs(4);
+
 pub struct Keys {
     issuer: String,
     client: reqwest::Client,
@@ -113,7 +124,16 @@ impl Keys {
             }
             return Ok(k);
         }
-        let _ = self.refresh().await;
+        // The fetch runs in a task of its own: a request waits for it `WAIT_FOR_KEYS` at most
+        // (then the token cannot be checked now: 503, not the request's own timeout), and
+        // the fetch goes on for the next one.
+        let me = self.clone();
+        let fetch = tokio::spawn(async move {
+            let _ = me.refresh().await;
+        });
+        if tokio::time::timeout(WAIT_FOR_KEYS, fetch).await.is_err() {
+            return Err(KeyError::Unavailable);
+        }
         let c = self.cache.read();
         match pick(&c.keys, kid, alg) {
             Some(k) => Ok(k),
@@ -197,10 +217,7 @@ impl Keys {
                     let Some(uri) = doc.get("jwks_uri").and_then(|v| v.as_str()) else {
                         return Err(format!("the metadata at {url} has no jwks_uri"));
                     };
-                    // The keys come over HTTPS, unless the issuer itself is plain HTTP on loopback.
-                    let secure = uri.starts_with("https://");
-                    let loopback_http = uri.starts_with("http://") && self.issuer.starts_with("http://");
-                    if !(secure || loopback_http) {
+                    if !fit_jwks_uri(uri) {
                         return Err(format!("the metadata at {url} names a jwks_uri that is not https"));
                     }
                     return Ok(uri.to_string());
@@ -348,6 +365,37 @@ mod tests {
         assert!(pick(&keys, Some("a"), Algorithm::ES384).is_none(), "another curve");
         assert!(pick(&keys, Some("a"), Algorithm::RS256).is_none(), "another family");
         assert!(pick(&keys, Some("b"), Algorithm::ES256).is_none(), "another kid");
+    }
+
+    #[test]
+    fn keys_come_over_https_or_from_loopback() {
+        for fit in ["https://idp.plant/keys", "http://127.0.0.1:9000/jwks", "http://localhost/jwks"] {
+            assert!(fit_jwks_uri(fit), "{fit}");
+        }
+        for unfit in ["http://192.0.2.2:18600/jwks", "http://idp.plant/jwks", "ftp://h/k", "jwks"] {
+            assert!(!fit_jwks_uri(unfit), "{unfit}");
+        }
+    }
+
+    /// A provider that hangs from the start: a request waits `WAIT_FOR_KEYS` for the keys,
+    /// then the token cannot be checked now (not after every discovery URL's timeout).
+    #[tokio::test(start_paused = true)]
+    async fn a_provider_that_hangs_from_the_start_costs_a_request_four_seconds() {
+        crate::tls::install_crypto_provider();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let issuer = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                held.push(s); // never answered
+            }
+        });
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        let keys = Arc::new(Keys::new(&issuer, client, Duration::ZERO, Duration::from_secs(3600)));
+        let started = tokio::time::Instant::now();
+        let got = keys.key_for(Some("a"), Algorithm::ES256).await;
+        assert!(matches!(got, Err(KeyError::Unavailable)));
+        assert_eq!(started.elapsed(), WAIT_FOR_KEYS, "paused time: exactly the wait");
     }
 
     /// A provider that answered once and now hangs: a token of a cached key is checked at

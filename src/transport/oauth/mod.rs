@@ -228,6 +228,10 @@ impl OAuth {
             }
         })?;
         let claims = data.claims;
+        // Exactly the issuer, as a string (the library also takes a list holding it).
+        if claims.get("iss").and_then(Value::as_str) != Some(self.issuer.as_str()) {
+            return Err(TokenError::Issuer);
+        }
         let who = ["sub", "client_id", "azp"]
             .iter()
             .find_map(|c| claims.get(*c).and_then(Value::as_str).filter(|s| !s.is_empty()))
