@@ -96,6 +96,17 @@ fn local(
     })?;
     let id = cmd.id.clone().unwrap_or_default();
     let by = cmd.by.clone().or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "operator".into());
+    // What a person types is shown on the console and in terminals: plain text only.
+    let plain = |what: &str, text: &str| {
+        crate::tools::validate::text::check(what, text).map_err(|e| (2, format!("--{what}: {}", e.message)))
+    };
+    plain("by", &by)?;
+    if by.chars().count() > 100 {
+        return Err((2, "--by: at most 100 characters".into()));
+    }
+    if let Some(note) = &cmd.note {
+        plain("note", note)?;
+    }
     // Shown as the tools show it (with no webhook configured, delivery says so).
     let one = |o| Answer::One(Box::new(render(o, webhook_configured)));
     let result = match (cmd.action.as_str(), to) {
@@ -103,7 +114,21 @@ fn local(
             store.list().map(|l| Answer::List(l.into_iter().map(|o| render(o, webhook_configured)).collect()))
         }
         (_, None) => store.get(&id).map(one),
-        (_, Some(to)) => store.transition(&id, to, &by, cmd.note.clone()).map(one),
+        (_, Some(to)) => store
+            .transition(&id, to, &by, cmd.note.clone())
+            .inspect(|order| {
+                tracing::info!(
+                    target: "audit",
+                    event = "operator_decision",
+                    caller = by.as_str(),
+                    door = "command line",
+                    work_order = %order.id,
+                    action = cmd.action.as_str(),
+                    outcome = "success",
+                    "work order decided"
+                );
+            })
+            .map(one),
     };
     result.map_err(|e| (2, e.to_string()))
 }

@@ -44,7 +44,50 @@ impl TlsFiles {
             Some((cert, key)) => Some((read(cert)?, read(key)?)),
             None => None,
         };
-        Ok(TlsConfiguration::Simple { ca: read(&self.ca)?, alpn: None, client_auth })
+        let ca = read(&self.ca)?;
+        self.usable(&ca, client_auth.as_ref())?;
+        Ok(TlsConfiguration::Simple { ca, alpn: None, client_auth })
+    }
+
+    /// Whether the files hold what a connection needs: the CA certificates, and the client
+    /// certificate with its own key. A file half written (a rotation caught in the middle)
+    /// or a key of another certificate is refused here, so the last good files are used.
+    fn usable(&self, ca: &[u8], client: Option<&(Vec<u8>, Vec<u8>)>) -> Result<(), LinkError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let invalid = |p: &std::path::Path, why: &str| LinkError::File {
+            file: p.display().to_string(),
+            why: why.into(),
+        };
+        let certs = |pem: &[u8], p: &std::path::Path| {
+            let list: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<_, _>>()
+                .map_err(|_| invalid(p, "a certificate in it is not valid PEM"))?;
+            if list.is_empty() { Err(invalid(p, "it holds no certificate")) } else { Ok(list) }
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for c in certs(ca, &self.ca)? {
+            roots.add(c).map_err(|_| invalid(&self.ca, "a certificate in it cannot be read"))?;
+        }
+        let (Some((cert, key)), Some((cert_path, key_path))) = (client, &self.client) else { return Ok(()) };
+        let chain = certs(cert, cert_path)?;
+        let key =
+            PrivateKeyDer::from_pem_slice(key).map_err(|_| invalid(key_path, "it holds no private key"))?;
+        crate::tls::install_crypto_provider();
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|_| invalid(key_path, "no TLS version to use"))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map(drop)
+        .map_err(|e| match e {
+            rustls::Error::InconsistentKeys(_) => {
+                invalid(key_path, "it is not the key of the client certificate")
+            }
+            _ => invalid(key_path, "the key cannot be used"),
+        })
     }
 }
 
@@ -173,5 +216,72 @@ pub fn publish(
             true
         }
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+
+    /// A CA, and a client certificate with its key, as PEM.
+    fn files() -> (String, String, String) {
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["edge".into()]).unwrap().signed_by(&key, &ca).unwrap();
+        (ca.pem(), cert.pem(), key.serialize_pem())
+    }
+
+    fn client_cert(t: &TlsConfiguration) -> Vec<u8> {
+        match t {
+            TlsConfiguration::Simple { client_auth: Some((cert, _)), .. } => cert.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A rotation caught half way (a file cut short, a key that is not the certificate's)
+    /// is not used: the connection is made with what the files held when last whole.
+    #[test]
+    fn half_written_or_mismatched_files_fall_back_to_the_last_good_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = files();
+        let p = |n: &str| dir.path().join(n);
+        std::fs::write(p("ca.pem"), &ca).unwrap();
+        std::fs::write(p("c.pem"), &cert).unwrap();
+        std::fs::write(p("c.key"), &key).unwrap();
+        let cfg = MqttConfig {
+            ca_file: Some(p("ca.pem")),
+            client_cert_file: Some(p("c.pem")),
+            client_key_file: Some(p("c.key")),
+            ..MqttConfig::default()
+        };
+        let s = Settings::of(&cfg, "gw", |_| None).unwrap();
+        let good = client_cert(&s.tls().unwrap());
+        assert_eq!(good, cert.as_bytes());
+
+        std::fs::write(p("c.pem"), &cert[..300]).unwrap();
+        assert_eq!(client_cert(&s.tls().unwrap()), good, "a certificate cut short");
+        std::fs::write(p("c.pem"), &cert).unwrap();
+        let (_, _, other_key) = files();
+        std::fs::write(p("c.key"), &other_key).unwrap();
+        assert_eq!(client_cert(&s.tls().unwrap()), good, "another certificate's key");
+        std::fs::write(p("c.key"), &key[..100]).unwrap();
+        assert_eq!(client_cert(&s.tls().unwrap()), good, "a key cut short");
+        std::fs::write(p("ca.pem"), "not a certificate").unwrap();
+        assert_eq!(client_cert(&s.tls().unwrap()), good, "a CA file without a certificate");
+
+        // A new whole pair is taken.
+        let (ca2, cert2, key2) = files();
+        for (n, text) in [("ca.pem", &ca2), ("c.pem", &cert2), ("c.key", &key2)] {
+            std::fs::write(p(n), text).unwrap();
+        }
+        assert_eq!(client_cert(&s.tls().unwrap()), cert2.as_bytes());
+
+        // At start, files that cannot be used stop the start, naming the file.
+        std::fs::write(p("c.key"), &other_key).unwrap();
+        let e = Settings::of(&cfg, "gw", |_| None).err().expect("refused").to_string();
+        assert!(e.contains("c.key") && e.contains("not the key of the client certificate"), "{e}");
     }
 }

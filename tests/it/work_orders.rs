@@ -552,6 +552,49 @@ async fn the_work_orders_command_agrees_with_itself_locally_and_remotely() {
     assert_eq!(a[0]["id"], "WO-000001");
 }
 
+/// A decision made with the local command is an audit event like one made over HTTP; what
+/// a person types as `--by` or `--note` is plain text, or refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_decision_is_audited_and_its_text_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    {
+        let store = std::sync::Arc::new(fieldgate::work_orders::WorkOrderStore::open_in(&data).unwrap());
+        let svc = service_with_orders(store);
+        svc.call("create_work_order", order("A_LINE1_005", "inspection", "cli-audit-01")).await.unwrap();
+    }
+    let closed = ClosedPort::new();
+    let decide = |extra: &[&str]| {
+        let mut args: Vec<String> =
+            ["work-orders", "approve", "WO-000001", "--data-dir"].map(String::from).into();
+        args.push(data.to_str().unwrap().to_string());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let listen = closed.addr().to_string();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+                .args(&args)
+                .env_clear()
+                .env("FIELDGATE_SERVER_LISTEN", listen)
+                .env("FIELDGATE_LOG", "info")
+                .output_within()
+                .unwrap()
+        })
+    };
+    for hostile in [&["--by", "evil\n\u{1b}[31mop"][..], &["--by", "lead", "--note", "ok\u{202e}gnp.exe"]] {
+        let o = decide(hostile).await.unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{hostile:?}: {err}");
+        assert!(err.contains(" holds a ") && (err.contains("--by: ") || err.contains("--note: ")), "{err}");
+    }
+    let o = decide(&["--by", "shift-lead"]).await.unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("operator_decision") && err.contains("shift-lead") && err.contains("command line"),
+        "{err}"
+    );
+}
+
 /// An agent whose create_work_order timed out asks by its key whether it happened; a key
 /// that created nothing is NOT_FOUND with the hint that sending it again is safe. A replay
 /// answers exactly like the first call, duplicate_of included.
