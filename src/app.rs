@@ -23,6 +23,7 @@ use crate::store::history::Limits;
 use crate::tools::ToolService;
 use crate::transport::auth::Tokens;
 use crate::transport::http;
+use crate::transport::service_url::ServiceUrl;
 use crate::transport::tls_listener::TlsListener;
 use crate::work_orders::webhook::{Webhook, WebhookError};
 use crate::work_orders::{WorkOrderError, WorkOrderStore};
@@ -131,6 +132,28 @@ pub fn open_stores(config: &Config, dir: &Path) -> Result<(HistoryStore, WorkOrd
     Ok((history.with_limits(Limits::of(&config.storage)), orders))
 }
 
+/// The URL a command on this box reaches the service of `server` with: `public_url` when
+/// it is served over TLS (its certificate names that host), else the listen address
+/// (loopback for an unspecified one).
+pub fn own_url(server: &crate::config::ServerConfig) -> ServiceUrl {
+    if server.tls.is_some()
+        && let Ok(u) = ServiceUrl::parse(&server.public_url)
+    {
+        return u;
+    }
+    let l = server.listen;
+    let ip = match l.ip() {
+        std::net::IpAddr::V4(a) if a.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(a) if a.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    let host = match ip {
+        std::net::IpAddr::V6(a) => format!("[{a}]"),
+        v4 => v4.to_string(),
+    };
+    ServiceUrl { https: server.tls.is_some(), host, port: l.port() }
+}
+
 /// Starts fieldgate over `registry` as `config` and `options` say.
 pub async fn start(mut config: Config, registry: Registry, options: Options) -> Result<Running, StartError> {
     let data_dir = absolute(&config.storage.data_dir);
@@ -193,12 +216,11 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
         // process (its default action), whatever a service manager sends.
         tasks.push(ignore_sighup(shutdown.clone()));
     }
-    let scheme = if tls.is_some() { "https" } else { "http" };
     let server = listener.map(|l| serve_http(l, &tools, options.tokens.clone(), timeouts, &shutdown, tls));
     let owner = Owner {
         pid: std::process::id(),
         mode: options.mode.to_string(),
-        url: addr.map(|a| format!("{scheme}://{a}")),
+        url: addr.map(|_| own_url(&tools.config().server).to_string()),
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     };
     let owner_file = data_dir.join(OWNER_FILE);

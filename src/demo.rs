@@ -47,12 +47,28 @@ pub enum DemoError {
 }
 
 impl Demo {
-    /// Starts the simulator on free loopback ports and the service on `listen`.
+    /// Starts the simulator on free loopback ports and the service on `listen`, with the
+    /// configuration's static tokens.
     pub async fn start(
+        config: Config,
+        registry: Registry,
+        listen: SocketAddr,
+        data_dir: Option<PathBuf>,
+    ) -> Result<Demo, DemoError> {
+        let tokens = Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars()).map_err(|p| {
+            DemoError::Tokens(p.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+        })?;
+        Demo::start_with(config, registry, listen, data_dir, Arc::new(tokens)).await
+    }
+
+    /// As `start`, with `tokens` (the configuration's, and the identity provider's when
+    /// `[server.oauth]` is set: the demo honours them as `serve` does).
+    pub async fn start_with(
         config: Config,
         mut registry: Registry,
         listen: SocketAddr,
         data_dir: Option<PathBuf>,
+        tokens: Arc<Tokens>,
     ) -> Result<Demo, DemoError> {
         let devices =
             fieldgate_sim::plant::load_dir(&config.devices.dir).map_err(|e| DemoError::Sim(e.to_string()))?;
@@ -96,17 +112,10 @@ impl Demo {
         let mut config = config;
         config.storage.data_dir = data_dir.clone();
         // The demo honours configured tokens, so an operator can approve work orders in it.
-        let tokens = Tokens::load(config.auth.tokens_file.as_deref(), std::env::vars()).map_err(|p| {
-            DemoError::Tokens(p.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
-        })?;
         let with_tokens = !tokens.is_empty();
         let tour_token = tokens.secret_of(Role::Agent).or_else(|| tokens.secret_of(Role::Operator));
-        let options = crate::app::Options {
-            listen: Some(listen),
-            listen_required: true,
-            tokens: Arc::new(tokens),
-            mode: "demo",
-        };
+        let options =
+            crate::app::Options { listen: Some(listen), listen_required: true, tokens, mode: "demo" };
         let running = crate::app::start(config, registry, options).await.map_err(|e| match e {
             crate::app::StartError::Serve(e) => DemoError::Serve(e),
             other => DemoError::Start(other),
@@ -136,7 +145,7 @@ impl Demo {
     /// `fieldgate mcp --url` (a relay to the demo's `/mcp`). With tokens configured both
     /// carry a placeholder for the caller's own token, never a configured secret.
     pub fn mcp_config(&self) -> serde_json::Value {
-        let base = format!("http://{}", self.addr);
+        let base = self.url().to_string();
         let command =
             std::env::current_exe().map_or_else(|_| "fieldgate".to_string(), |p| p.display().to_string());
         let mut http = json!({ "type": "http", "url": format!("{base}/mcp") });
@@ -148,9 +157,14 @@ impl Demo {
         json!({ "mcpServers": { "fieldgate": http, "fieldgate-stdio": stdio } })
     }
 
+    /// Where clients reach it: `https://` and `public_url` under TLS.
+    pub fn url(&self) -> crate::transport::service_url::ServiceUrl {
+        crate::app::own_url(&self.tools.config().server)
+    }
+
     /// What a person needs to start using it.
     pub fn banner(&self) -> String {
-        let base = format!("http://{}", self.addr);
+        let base = self.url().to_string();
         let auth = if self.tokens { " -H 'Authorization: Bearer YOUR_TOKEN'" } else { "" };
         let tokens_note = if self.tokens {
             "\n  (tokens are configured: replace YOUR_TOKEN with one of yours; the console asks for it at sign-in)"
@@ -229,9 +243,12 @@ async fn step(
 
 /// The scripted tour. Returns whether every step answered as expected.
 pub async fn tour(demo: &Demo, out: &mut dyn FnMut(&str)) -> bool {
-    let Ok(mut client) = HttpClient::connect(demo.addr).await else {
-        out("cannot reach the demo's HTTP API");
-        return false;
+    let mut client = match demo.url().connect_to(demo.addr).await {
+        Ok(c) => c,
+        Err(e) => {
+            out(&format!("cannot reach the demo's HTTP API: {e}"));
+            return false;
+        }
     };
     if let Some(token) = &demo.tour_token {
         client = client.with_token(token);

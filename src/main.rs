@@ -240,8 +240,8 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         #[cfg(feature = "demo")]
-        Command::Demo { tour, data_dir, listen, mqtt } => match load() {
-            Ok((mut c, registry)) => {
+        Command::Demo { tour, data_dir, listen, mqtt } => match load().and_then(with_tokens) {
+            Ok((mut c, registry, tokens)) => {
                 if let Some(url) = mqtt {
                     if let Err(why) = fieldgate::config::mqtt::parse_broker(&url) {
                         eprintln!("error: --mqtt {url}: {why}");
@@ -251,7 +251,7 @@ fn main() -> ExitCode {
                 }
                 let free = SocketAddr::from(([127, 0, 0, 1], 0));
                 let listen = listen.unwrap_or(if tour { free } else { c.server.listen });
-                runtime.block_on(cli::run::demo(c, registry, listen, data_dir, tour))
+                runtime.block_on(cli::run::demo(c, registry, tokens, listen, data_dir, tour))
             }
             Err(code) => code,
         },

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 use crate::transport::client::{HttpClient, HttpResponse};
+use crate::transport::service_url::ServiceUrl;
 
 pub mod devices;
 pub mod discover;
@@ -31,13 +32,8 @@ fn fail(code: u8, message: &str) -> ExitCode {
 
 /// A client of the running service at `url`.
 pub async fn connect(url: &str, token: Option<String>) -> Result<HttpClient, (u8, String)> {
-    let Some(authority) = url.strip_prefix("http://").map(|r| r.trim_end_matches('/')) else {
-        return Err((2, "--url must be http://host:port".into()));
-    };
-    let Some(addr) = tokio::net::lookup_host(authority).await.ok().and_then(|mut a| a.next()) else {
-        return Err((1, format!("cannot resolve {authority}")));
-    };
-    let client = HttpClient::connect(addr).await.map_err(|e| (1, format!("cannot reach {url}: {e}")))?;
+    let target = ServiceUrl::parse(url).map_err(|e| (2, e.to_string()))?;
+    let client = target.connect().await.map_err(|e| (1, e.to_string()))?;
     Ok(match &token {
         Some(t) => client.with_token(t),
         None => client,
@@ -52,34 +48,26 @@ pub async fn connect(url: &str, token: Option<String>) -> Result<HttpClient, (u8
 pub async fn running_service(config: &crate::config::Config, named_dir: bool) -> Option<String> {
     let dir = crate::app::absolute(&config.storage.data_dir);
     // An owner file left by a process that died (kill -9, power loss) names nobody.
-    let owner = crate::app::owner_of(&dir)
-        .and_then(|o| o.url)
-        .and_then(|u| u.strip_prefix("http://").and_then(|a| a.parse::<std::net::SocketAddr>().ok()));
-    if let Some(addr) = owner
-        && let Some(url) = answers(addr).await
+    let owner = crate::app::owner_of(&dir).and_then(|o| o.url).and_then(|u| ServiceUrl::parse(&u).ok());
+    if let Some(url) = owner
+        && let Some(url) = answers(&url).await
     {
         return Some(url);
     }
     if named_dir {
         return None;
     }
-    let listen = config.server.listen;
-    let addr = if listen.ip().is_unspecified() {
-        std::net::SocketAddr::from(([127, 0, 0, 1], listen.port()))
-    } else {
-        listen
-    };
-    answers(addr).await
+    answers(&crate::app::own_url(&config.server)).await
 }
 
-/// `http://addr` when a fieldgate answers there within 2 s.
-async fn answers(addr: std::net::SocketAddr) -> Option<String> {
+/// The URL when a fieldgate answers there within 2 s.
+async fn answers(url: &ServiceUrl) -> Option<String> {
     let ask = async {
-        let mut client = HttpClient::connect(addr).await.ok()?;
+        let mut client = url.connect().await.ok()?;
         let r = client.get("/").await.ok()?;
         // Itself a fieldgate (open on loopback), or one that wants a token for its index.
         let ours = r.json()["service"] == "fieldgate" || r.json()["error"]["code"] == "UNAUTHORIZED";
-        ours.then(|| format!("http://{addr}"))
+        ours.then(|| url.to_string())
     };
     tokio::time::timeout(std::time::Duration::from_secs(2), ask).await.ok().flatten()
 }

@@ -55,12 +55,13 @@ pub async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> E
 pub async fn demo(
     config: Config,
     registry: Registry,
+    tokens: std::sync::Arc<crate::transport::auth::Tokens>,
     listen: std::net::SocketAddr,
     data_dir: Option<std::path::PathBuf>,
     tour: bool,
 ) -> ExitCode {
     let mut signals = super::StopSignal::listen();
-    let demo = match crate::demo::Demo::start(config, registry, listen, data_dir).await {
+    let demo = match crate::demo::Demo::start_with(config, registry, listen, data_dir, tokens).await {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {e}");
@@ -68,7 +69,7 @@ pub async fn demo(
         }
     };
     if tour {
-        out(&format!("fieldgate demo tour against http://{}", demo.addr));
+        out(&format!("fieldgate demo tour against {}", demo.url()));
         let ok = crate::demo::tour(&demo, &mut |line: &str| out(line)).await;
         demo.stop().await;
         out(if ok { "\ntour complete" } else { "\ntour finished with unexpected answers" });

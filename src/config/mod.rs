@@ -19,7 +19,14 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 /// Environment variables with the `FIELDGATE_` prefix that are not configuration keys.
 /// Variables of fieldgate's that are not configuration keys: the log filter, and the
 /// command line's own token (`--token`).
-const NON_CONFIG_ENV: [&str; 2] = ["FIELDGATE_LOG", "FIELDGATE_CLI_TOKEN"];
+const NON_CONFIG_ENV: [&str; 5] = [
+    "FIELDGATE_LOG",
+    "FIELDGATE_CLI_TOKEN",
+    // The command line's HTTPS client (`transport/service_url.rs`).
+    "FIELDGATE_CA_FILE",
+    "FIELDGATE_CLIENT_CERT_FILE",
+    "FIELDGATE_CLIENT_KEY_FILE",
+];
 /// Prefix of environment variables that carry bearer tokens (see `transport::auth`).
 pub const TOKEN_ENV_PREFIX: &str = "FIELDGATE_TOKEN_";
 

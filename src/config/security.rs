@@ -148,10 +148,13 @@ fn pem_key(t: &Table<'_, '_>, key: &'static str, label: &str, set: impl FnOnce(O
     match t.str(key) {
         None => {}
         Some("") => set(None),
-        Some(v) => match pem_file(Path::new(v), label) {
-            Ok(()) => set(Some(PathBuf::from(v))),
-            Err(why) => t.problem(key, why),
-        },
+        Some(v) => {
+            if let Err(why) = pem_file(Path::new(v), label) {
+                t.problem(key, why);
+            }
+            // Named either way: the rules across keys ("needs both files") hold.
+            set(Some(PathBuf::from(v)))
+        }
     }
 }
 
@@ -162,6 +165,9 @@ pub fn problems(c: &ServerConfig) -> Vec<String> {
         && (t.cert_file.as_os_str().is_empty() || t.key_file.as_os_str().is_empty())
     {
         out.push("[server.tls] needs cert_file and key_file (PEM files)".into());
+    }
+    if c.tls.is_some() && c.public_url.starts_with("http://") {
+        out.push("server.public_url must start with https:// when [server.tls] is set: clients use that URL".into());
     }
     if c.oauth.as_ref().is_some_and(|o| o.issuer.is_empty()) {
         out.push(

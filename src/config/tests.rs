@@ -190,3 +190,32 @@ fn oauth_keys_are_read_and_checked() {
         Config::load(Some(&path), []).unwrap_err().0.iter().map(|p| p.to_string()).collect();
     assert!(text.len() == 1 && text[0].contains("`require_at_jwt` in [server.oauth]"), "{text:?}");
 }
+
+#[test]
+fn tls_keys_say_one_thing_per_mistake() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    std::fs::write(p("cert.pem"), "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").unwrap();
+    std::fs::write(p("key.pem"), "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n").unwrap();
+    std::fs::write(p("junk"), "not pem").unwrap();
+    let text = |toml: String| {
+        std::fs::write(p("c.toml"), toml).unwrap();
+        match Config::load(Some(&p("c.toml")), []) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(|x| x.to_string()).collect::<Vec<_>>(),
+        }
+    };
+    let tls = |cert: &str, url: &str| {
+        format!(
+            "[server]\npublic_url = \"{url}\"\n[server.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+            p(cert).display(),
+            p("key.pem").display()
+        )
+    };
+    assert_eq!(text(tls("cert.pem", "https://edge01.plant")), Vec::<String>::new());
+    // A file that is not PEM: that, and not also "needs cert_file and key_file".
+    let t = text(tls("junk", "https://edge01.plant"));
+    assert!(t.len() == 1 && t[0].contains("holds no PEM CERTIFICATE block"), "{t:?}");
+    let t = text(tls("cert.pem", "http://edge01.plant"));
+    assert!(t.len() == 1 && t[0].contains("public_url must start with https://"), "{t:?}");
+}

@@ -4,8 +4,6 @@
 //! request still gets an answer: a JSON-RPC error saying so. When no service can be
 //! reached at all, [`refuse_stdio`] answers every request with why and what to run.
 
-use std::net::SocketAddr;
-
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -57,16 +55,11 @@ fn messages(r: &HttpResponse) -> Vec<String> {
 pub async fn bridge_stdio(url: &str, token: Option<String>, max_line: usize) -> Result<(), String> {
     // The address of the service, with or without its `/mcp` (as HTTP clients are given it).
     let url = url.trim_end_matches('/').trim_end_matches("/mcp");
-    let authority = url.strip_prefix("http://").ok_or("--url must be http://host:port")?;
-    let addr: SocketAddr = tokio::net::lookup_host(authority)
-        .await
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| format!("cannot resolve {authority}"))?;
+    let target = super::service_url::ServiceUrl::parse(url).map_err(|e| e.to_string())?;
     tracing::info!(%url, "relaying MCP over stdio to the running fieldgate");
     let mut lines = LineReader::new(tokio::io::stdin(), max_line);
     let mut stdout = tokio::io::stdout();
-    let mut relay = Relay { addr, url: url.to_string(), token, client: None, session: None, version: None };
+    let mut relay = Relay { target, url: url.to_string(), token, client: None, session: None, version: None };
     'relay: loop {
         // What cannot be relayed is answered here, as the service would: never silence.
         let line = match lines.next().await {
@@ -110,7 +103,7 @@ pub async fn bridge_stdio(url: &str, token: Option<String>, max_line: usize) -> 
 
 /// The relay's connection to the service and the MCP session it carries on.
 struct Relay {
-    addr: SocketAddr,
+    target: super::service_url::ServiceUrl,
     url: String,
     token: Option<String>,
     client: Option<HttpClient>,
@@ -146,7 +139,7 @@ impl Relay {
         }
         for _ in 0..2 {
             if self.client.is_none() {
-                self.client = HttpClient::connect(self.addr).await.ok().map(|c| match &self.token {
+                self.client = self.target.connect().await.ok().map(|c| match &self.token {
                     Some(t) => c.with_token(t),
                     None => c,
                 });

@@ -17,6 +17,7 @@ pub mod openapi;
 mod pacing;
 pub mod routes;
 mod server;
+pub mod service_url;
 pub mod status;
 pub mod tls_listener;
 pub use server::{Hangup, Peer};

@@ -39,6 +39,7 @@ mod stdio_service;
 mod storage;
 mod support;
 mod tls;
+mod tls_cli;
 mod validation;
 mod webhook;
 mod work_orders;

@@ -107,7 +107,8 @@ async fn the_demo_tour_runs_with_tokens_configured() {
     tour_with(&[("FIELDGATE_TOKEN_SHIFT", "operator:tour-test-token-0123456789abcdef")]).await;
 }
 
-/// A bad token is reported as what it is (it was prefixed "simulator:").
+/// A bad token is reported as what it is (it was prefixed "simulator:"), as `serve`
+/// reports it.
 #[tokio::test]
 async fn the_demo_names_a_bad_token_as_a_token_problem() {
     let data = tempfile::tempdir().unwrap();
@@ -122,7 +123,8 @@ async fn the_demo_names_a_bad_token_as_a_token_problem() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("tokens: environment variable FIELDGATE_TOKEN_AG1") && !err.contains("simulator"),
+        err.contains("environment variable FIELDGATE_TOKEN_AG1: a token must be at least 16 characters")
+            && !err.contains("simulator"),
         "{err}"
     );
 }
@@ -278,6 +280,43 @@ async fn the_demo_prints_its_fault_control_and_a_fault_set_there_shows_in_the_se
         e["ok"] == true
     })
     .await;
+    let _ = child.kill().await;
+}
+
+/// The demo honours `[server.oauth]` as `serve` does (it ignored it, answering 404 to the
+/// resource metadata and refusing every access token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_honours_the_identity_provider_of_its_configuration() {
+    let data = tempfile::tempdir().unwrap();
+    let closed = ClosedPort::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["demo", "--listen", "127.0.0.1:0", "--data-dir", data.path().to_str().unwrap()])
+        .current_dir(root())
+        .env_clear()
+        .env("FIELDGATE_SERVER_PUBLIC_URL", "http://127.0.0.1:8080")
+        .env("FIELDGATE_SERVER_OAUTH_ISSUER", format!("http://127.0.0.1:{}", closed.port))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut api = None;
+    while api.is_none() {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("the demo's banner")
+            .unwrap()
+            .expect("the demo's banner");
+        if let Some(rest) = line.trim().strip_prefix("HTTP API   http://") {
+            api = rest.split('/').next().map(|a| a.parse::<std::net::SocketAddr>().unwrap());
+        }
+    }
+    let mut c = HttpClient::connect(api.unwrap()).await.unwrap();
+    let r = c.get("/.well-known/oauth-protected-resource/mcp").await.unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["resource"], "http://127.0.0.1:8080/mcp");
     let _ = child.kill().await;
 }
 
