@@ -167,7 +167,10 @@ pub fn problems(c: &ServerConfig) -> Vec<String> {
         out.push("[server.tls] needs cert_file and key_file (PEM files)".into());
     }
     if c.tls.is_some() && c.public_url.starts_with("http://") {
-        out.push("server.public_url must start with https:// when [server.tls] is set: clients use that URL".into());
+        out.push(
+            "server.public_url must start with https:// when [server.tls] is set: clients use that URL"
+                .into(),
+        );
     }
     if c.oauth.as_ref().is_some_and(|o| o.issuer.is_empty()) {
         out.push(

@@ -177,3 +177,77 @@ fn a_refused_message_returns_its_records_and_the_rest_and_takes_back_their_seq()
     let outs = e.ddata(&recs[..2], true, 3);
     assert!(hand_over(&mut e, outs, |_| true).is_empty());
 }
+
+#[test]
+fn deaths_and_messages_carry_the_time_they_are_made() {
+    let mut e = edge();
+    let before = chrono::Utc::now().timestamp_millis() as u64;
+    let death = decode(&e.ndeath(4));
+    let birth = decode(&e.nbirth(4));
+    let after = chrono::Utc::now().timestamp_millis() as u64;
+    for (what, p) in [("NDEATH", &death), ("NBIRTH", &birth)] {
+        let t = p.timestamp.unwrap_or_else(|| panic!("{what} has no timestamp"));
+        assert!((before..=after).contains(&t), "{what}: {t} not within {before}..={after}");
+        // bdSeq has no sample time of its own: it gets the payload's.
+        assert_eq!(p.metrics[0].timestamp, Some(t), "{what}");
+    }
+}
+
+#[test]
+fn a_lost_connection_leaves_no_device_born() {
+    let mut e = edge();
+    e.nbirth(0);
+    e.dbirth(0, |_| None);
+    e.dbirth(1, |_| None);
+    assert!(e.is_born(0) && e.is_born(1));
+    e.all_dead();
+    assert!(!e.is_born(0) && !e.is_born(1));
+}
+
+#[test]
+fn a_births_values_are_known_as_carried_until_its_births_are_dropped() {
+    let mut e = edge();
+    e.nbirth(0);
+    let reg = e.registry.clone();
+    let s = reg.sensor(&"A_LINE1_001".parse().unwrap()).unwrap();
+    let id = s.id.to_string();
+    e.dbirth(s.place.device, |x| (x.id == s.id).then(|| sample(4.0, 1000, SampleQuality::Good)));
+    assert!(e.carried_by_birth(&id, 1000));
+    assert!(!e.carried_by_birth(&id, 999) && !e.carried_by_birth("A_LINE1_002", 1000));
+    assert!(!e.carried_by_birth("NOT_A_SENSOR", 1000));
+    assert_eq!(e.carried(), [(id.clone(), 1000)]);
+    // The broker took those births: dropping later ones leaves these carried.
+    e.births_taken();
+    e.dbirth(s.place.device, |x| (x.id == s.id).then(|| sample(5.0, 2000, SampleQuality::Good)));
+    e.births_dropped();
+    assert!(e.carried_by_birth(&id, 1000), "taken");
+    assert!(!e.carried_by_birth(&id, 2000), "dropped: drained after all");
+    e.forget_carried();
+    assert!(e.carried().is_empty());
+}
+
+#[test]
+fn an_opc_ua_metrics_datatype_is_decided_by_a_good_value_only() {
+    let mut e = edge();
+    e.nbirth(0);
+    let reg = e.registry.clone();
+    let s = reg.sensor(&"B_OVEN2_001".parse().unwrap()).unwrap();
+    let at = |v: RawValue, quality| Sample {
+        value: v,
+        at: chrono::DateTime::from_timestamp_millis(1000).unwrap(),
+        quality,
+    };
+    let datatype = |o: &Out| {
+        decode(o).metrics.iter().find(|m| m.name.as_deref() == Some(s.id.as_str())).and_then(|m| m.datatype)
+    };
+    // A bad value may be a stand-in: it does not decide the type.
+    let b =
+        e.dbirth(s.place.device, |x| (x.id == s.id).then(|| at(RawValue::Bool(true), SampleQuality::Bad)));
+    assert_eq!(datatype(&b), Some(metric::datatype_of(s, None)));
+    let b = e.dbirth(s.place.device, |x| (x.id == s.id).then(|| at(RawValue::Int(7), SampleQuality::Good)));
+    assert_eq!(datatype(&b), Some(crate::sparkplug::payload::datatype::INT64));
+    // Decided once, kept across births (hosts take a change of type as an error).
+    let b =
+        e.dbirth(s.place.device, |x| (x.id == s.id).then(|| at(RawValue::Bool(true), SampleQuality::Good)));
+    assert_eq!(datatype(&b), Some(crate::sparkplug::payload::datatype::INT64));
+}
