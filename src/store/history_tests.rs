@@ -191,3 +191,124 @@ fn size_pruning_keeps_only_open_chunks_when_the_limit_is_below_them() {
     assert_eq!(b.len(), 10);
     assert_eq!(store.size().unwrap().1, 2);
 }
+
+/// A realistic base time: arithmetic on `first` shows (a chunk starting at 0 hides it).
+const T0: i64 = 1_750_000_000_000;
+const HOUR: i64 = 3_600_000;
+
+#[test]
+fn a_chunk_spans_six_hours_at_most_counted_from_its_first_point() {
+    let store = HistoryStore::in_memory().unwrap();
+    // 0 h and exactly 6 h: one chunk.
+    assert!(store.append("S", &p(T0, 1.0)) && store.append("S", &p(T0 + 6 * HOUR, 1.0)));
+    assert_eq!(store.flush().unwrap(), 1);
+    // One millisecond past six hours from the first: a new chunk, plus the open one.
+    for h in [1, 2, 3, 4, 5] {
+        assert!(store.append("T", &p(T0 + h * HOUR, 1.0)));
+    }
+    assert!(store.append("T", &p(T0 + 7 * HOUR, 1.0)));
+    assert!(store.append("T", &p(T0 + 7 * HOUR + 1, 1.0)));
+    assert_eq!(store.flush().unwrap(), 2, "[1 h .. 5 h] sealed, [7 h ..] open");
+    // Nothing changed since: nothing is written again.
+    assert_eq!(store.flush().unwrap(), 0);
+    assert_eq!(store.points("T", 0, i64::MAX).unwrap().len(), 7);
+}
+
+/// The bytes of one sealed chunk of `MAX_POINTS` constant points.
+fn chunk_bytes() -> usize {
+    let mut w = ChunkWriter::new(Kind::of(&Stored::Float(0.0)));
+    (0..MAX_POINTS as i64).for_each(|i| w.push(&p(T0 + i, 1.0)));
+    w.bytes().len()
+}
+
+/// Seals `n` chunks of `sensor` (its points from `from` on, 1 ms apart); returns the next t.
+fn seal(store: &HistoryStore, sensor: &str, from: i64, n: usize) -> i64 {
+    let mut t = from;
+    for _ in 0..n * MAX_POINTS as usize {
+        assert!(store.append(sensor, &p(t, 1.0)));
+        t += 1;
+    }
+    t
+}
+
+#[test]
+fn chunks_waiting_for_a_flush_are_bounded_in_bytes_oldest_dropped_first() {
+    let b = chunk_bytes();
+    let limits = Limits { reserve_bytes: 0, reserve_percent: 0, max_unflushed_bytes: 2 * b };
+    let store = HistoryStore::in_memory().unwrap().with_limits(limits);
+    // A chunk is sealed by the point after its last: 2 × 1024 points seal one, the second
+    // stays open.
+    let t = seal(&store, "S", T0, 2);
+    assert_eq!(store.dropped_points(), 0);
+    // Written: the two waiting chunks leave memory, and their bytes with them.
+    store.flush().unwrap();
+    let t = seal(&store, "S", t, 2);
+    assert_eq!(store.dropped_points(), 0, "two more fit again after the flush");
+    let t = seal(&store, "S", t, 3);
+    // Five sealed since the flush, two bytes-worth kept: the three oldest went.
+    assert_eq!(store.dropped_points(), 3 * u64::from(MAX_POINTS));
+    let kept = store.points("S", 0, i64::MAX).unwrap();
+    assert_eq!(kept.last().map(|q| q.t), Some(t - 1));
+}
+
+#[test]
+fn clock_steps_are_counted_each() {
+    let store = HistoryStore::in_memory().unwrap();
+    assert!(store.append("S", &p(T0, 1.0)));
+    assert!(store.append("S", &p(T0 - CLOCK_STEP_MS, 1.0)));
+    assert!(store.append("S", &p(T0 - 3 * CLOCK_STEP_MS, 1.0)));
+    assert_eq!(store.clock_steps(), 2);
+}
+
+#[test]
+fn a_range_starting_at_a_flushed_chunks_last_point_includes_it() {
+    let store = HistoryStore::in_memory().unwrap();
+    let t = seal(&store, "S", T0, 1);
+    assert!(store.append("S", &p(t + 10, 2.0)));
+    store.flush().unwrap();
+    let last_sealed = t - 1;
+    let got = store.points("S", last_sealed, last_sealed + 1).unwrap();
+    assert_eq!(got.iter().map(|q| q.t).collect::<Vec<_>>(), [last_sealed]);
+}
+
+#[test]
+fn the_disk_reserve_holds_history_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    // The whole filesystem as the reserve: never reached by a real disk's free space.
+    let all = Limits { reserve_bytes: u64::MAX, reserve_percent: 100, max_unflushed_bytes: 1 << 20 };
+    let store = HistoryStore::open_in(dir.path()).unwrap().with_limits(all);
+    assert!(store.append("S", &p(T0, 1.0)));
+    assert!(matches!(store.flush(), Err(StoreError::Reserve { .. })));
+    assert!(store.problem().is_some());
+    assert_eq!(store.points("S", 0, i64::MAX).unwrap().len(), 1, "kept in memory");
+    // No reserve: written.
+    let none = Limits { reserve_bytes: 0, reserve_percent: 0, max_unflushed_bytes: 1 << 20 };
+    let store = store.with_limits(none);
+    assert_eq!(store.flush().unwrap(), 1);
+    let (free, total) = store.disk_space().expect("a file on a filesystem");
+    assert!(free > 0 && free <= total);
+}
+
+#[test]
+fn limits_come_from_the_storage_configuration_in_mebibytes() {
+    let c = crate::config::StorageConfig {
+        reserve_mb: 3,
+        reserve_percent: 7,
+        unflushed_max_mb: 5,
+        ..crate::config::Config::default().storage
+    };
+    let l = Limits::of(&c);
+    assert_eq!((l.reserve_bytes, l.reserve_percent, l.max_unflushed_bytes), (3 << 20, 7, 5 << 20));
+}
+
+#[test]
+fn storage_failures_are_told_from_corrupt_chunks() {
+    assert!(StoreError::Db("disk full".into()).is_storage());
+    assert!(!StoreError::Corrupt.is_storage());
+    assert!(!StoreError::Reserve { free: 1 }.is_storage());
+}
+
+#[test]
+fn the_store_answers_reads_when_open() {
+    assert!(HistoryStore::in_memory().unwrap().is_open());
+}
