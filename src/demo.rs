@@ -154,6 +154,10 @@ impl Demo {
             http["headers"] = json!({ "Authorization": "Bearer YOUR_TOKEN" });
             stdio["env"] = json!({ "FIELDGATE_CLI_TOKEN": "YOUR_TOKEN" });
         }
+        if self.tools.config().server.tls.is_some() {
+            // The relay checks the certificate: a plant's own CA must be named.
+            stdio["env"]["FIELDGATE_CA_FILE"] = json!("/path/to/the-ca-that-signed-the-server.pem");
+        }
         json!({ "mcpServers": { "fieldgate": http, "fieldgate-stdio": stdio } })
     }
 

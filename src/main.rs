@@ -273,8 +273,9 @@ fn init_logs(cli: &Cli) {
         // even under security policy None (which needs none), and errors with the server's
         // own text for refusals fieldgate reports itself (untrusted certificate, user
         // refused); FIELDGATE_LOG=opcua_client=debug,opcua_types=debug brings them back.
+        // Audit events (operator decisions at the command line among them) always.
         tracing_subscriber::EnvFilter::new(format!(
-            "{level},rmcp=warn,opcua_server=error,opcua_client=off,opcua_crypto=off,opcua_types=off,opcua_core::comms::secure_channel=off"
+            "{level},audit=info,rmcp=warn,opcua_server=error,opcua_client=off,opcua_crypto=off,opcua_types=off,opcua_core::comms::secure_channel=off"
         ))
     });
     // Colour only for a person at a terminal, and never when NO_COLOR is set.

@@ -294,6 +294,12 @@ impl Node {
     fn on_event(&mut self, ev: Result<Event, ConnectionError>) {
         match ev {
             Ok(Event::Incoming(Incoming::ConnAck(_))) => self.connected(),
+            // A retained message on the node's own NBIRTH topic is not this connection's.
+            Ok(Event::Incoming(Incoming::Publish(p)))
+                if p.retain && self.edge.topics().parse(&p.topic) == Topic::OwnBirth =>
+            {
+                self.echo_received(&p.payload, true)
+            }
             Ok(Event::Incoming(Incoming::Publish(p))) => self.on_message(&p.topic, &p.payload),
             Ok(Event::Incoming(Incoming::SubAck(ack))) => self.echo_suback(ack.pkid, &ack.return_codes),
             Ok(Event::Outgoing(Outgoing::Subscribe(pkid))) => self.echo_subscribe_written(pkid),

@@ -59,7 +59,16 @@ pub async fn bridge_stdio(url: &str, token: Option<String>, max_line: usize) -> 
     tracing::info!(%url, "relaying MCP over stdio to the running fieldgate");
     let mut lines = LineReader::new(tokio::io::stdin(), max_line);
     let mut stdout = tokio::io::stdout();
-    let mut relay = Relay { target, url: url.to_string(), token, client: None, session: None, version: None };
+    let mut relay = Relay {
+        target,
+        url: url.to_string(),
+        token,
+        client: None,
+        session: None,
+        version: None,
+        initialize: None,
+        unreachable: None,
+    };
     'relay: loop {
         // What cannot be relayed is answered here, as the service would: never silence.
         let line = match lines.next().await {
@@ -89,7 +98,7 @@ pub async fn bridge_stdio(url: &str, token: Option<String>, max_line: usize) -> 
             continue;
         }
         let id = request_id(line);
-        let answer = relay.post(line).await;
+        let answer = relay.exchange(line).await;
         let out = relay.answers(answer, id.as_ref());
         for m in out {
             if write_line(&mut stdout, &m).await.is_err() {
@@ -109,6 +118,10 @@ struct Relay {
     client: Option<HttpClient>,
     session: Option<String>,
     version: Option<String>,
+    /// The client's `initialize`, sent again when the service lost the session.
+    initialize: Option<String>,
+    /// Why the last connection could not be made, for the client's error.
+    unreachable: Option<String>,
 }
 
 impl Relay {
@@ -126,6 +139,28 @@ impl Relay {
         tracing::debug!(ended = ended.is_ok(), "relay: session ended");
     }
 
+    /// Relays one message. When the service no longer knows the session (it restarted, or
+    /// the session expired), a new one is opened with the client's own `initialize` and the
+    /// message sent again: a stdio client cannot open one by itself.
+    async fn exchange(&mut self, line: &str) -> Option<HttpResponse> {
+        let method =
+            serde_json::from_str::<Value>(line).ok().and_then(|v| v["method"].as_str().map(str::to_string));
+        if method.as_deref() == Some("initialize") {
+            self.initialize = Some(line.to_string());
+            self.session = None;
+        }
+        let r = self.post(line).await?;
+        let lost = r.status == 404 && self.session.is_some() && method.as_deref() != Some("initialize");
+        let Some(init) = self.initialize.clone().filter(|_| lost) else { return Some(r) };
+        self.session = None;
+        let opened = self.post(&init).await.and_then(|a| a.header("mcp-session-id").map(str::to_string));
+        let Some(session) = opened else { return Some(r) };
+        tracing::info!(url = %self.url, "relay: the service no longer knew the session; a new one is open");
+        self.session = Some(session);
+        let _ = self.post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
+        self.post(line).await
+    }
+
     /// Posts one message to `/mcp`, reconnecting once (a keep-alive connection the service
     /// closed meanwhile). `None` when the service does not answer.
     async fn post(&mut self, line: &str) -> Option<HttpResponse> {
@@ -139,10 +174,25 @@ impl Relay {
         }
         for _ in 0..2 {
             if self.client.is_none() {
-                self.client = self.target.connect().await.ok().map(|c| match &self.token {
-                    Some(t) => c.with_token(t),
-                    None => c,
-                });
+                match self.target.connect().await {
+                    Ok(c) => {
+                        self.unreachable = None;
+                        self.client = Some(match &self.token {
+                            Some(t) => c.with_token(t),
+                            None => c,
+                        });
+                    }
+                    Err(e) => {
+                        // Refused or not found: the service is not there (stopped). Anything
+                        // else (a certificate not trusted) is worth the client's reading.
+                        use super::service_url::ConnectError;
+                        self.unreachable = match e {
+                            ConnectError::Io { refused: true, .. } | ConnectError::Resolve(_) => None,
+                            other => Some(other.to_string()),
+                        };
+                        return None;
+                    }
+                }
             }
             let c = self.client.as_mut()?;
             // A service that stopped answering (hung, paused) must not hold the client forever.
@@ -167,12 +217,14 @@ impl Relay {
             return match id {
                 Some(id) => {
                     tracing::warn!(%url, "the service relayed to does not answer");
-                    vec![error_line(
-                        id,
-                        &format!(
+                    let message = match &self.unreachable {
+                        // Why the connection failed (a certificate not trusted, refused).
+                        Some(why) => format!("{why}; `fieldgate mcp` tries again with the next request"),
+                        None => format!(
                             "the fieldgate service at {url} does not answer (stopped, hung or unreachable); restart `fieldgate mcp` to serve or relay again"
                         ),
-                    )]
+                    };
+                    vec![error_line(id, &message)]
                 }
                 None => Vec::new(),
             };

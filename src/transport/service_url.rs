@@ -38,7 +38,7 @@ pub enum ConnectError {
     #[error("{0}")]
     Trust(String),
     #[error("cannot reach {url}: {why}")]
-    Io { url: String, why: String },
+    Io { url: String, why: String, refused: bool },
 }
 
 impl ServiceUrl {
@@ -65,47 +65,84 @@ impl ServiceUrl {
         format!("{}:{}", self.host, self.port)
     }
 
-    /// Connects to the address the host resolves to.
+    /// Connects to the first address the host resolves to that takes the connection (a
+    /// name may resolve to `::1` and `127.0.0.1` with the service on one of them).
     pub async fn connect(&self) -> Result<HttpClient, ConnectError> {
         let authority = self.authority();
-        let addr = tokio::net::lookup_host(&authority)
-            .await
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| ConnectError::Resolve(authority.clone()))?;
-        self.connect_to(addr).await
+        let addrs: Vec<SocketAddr> =
+            tokio::net::lookup_host(&authority).await.map(Iterator::collect).unwrap_or_default();
+        self.connect_any(addrs).await
+    }
+
+    /// Connects to the first of `addrs` that takes the connection.
+    async fn connect_any(&self, addrs: Vec<SocketAddr>) -> Result<HttpClient, ConnectError> {
+        let mut last = ConnectError::Resolve(self.authority());
+        for addr in addrs {
+            match self.connect_to(addr).await {
+                Ok(c) => return Ok(c),
+                // Refused or unreachable there: the next address may answer. A TLS failure
+                // is the service's own answer: no other address is tried.
+                Err(e @ ConnectError::Io { refused: true, .. }) => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
     }
 
     /// Connects to `addr`, speaking to it as this URL's host (TLS checks its name).
     pub async fn connect_to(&self, addr: SocketAddr) -> Result<HttpClient, ConnectError> {
-        let io = |e: std::io::Error| ConnectError::Io { url: self.to_string(), why: e.to_string() };
+        let io = |e: std::io::Error| ConnectError::Io {
+            url: self.to_string(),
+            why: e.to_string(),
+            refused: false,
+        };
+        let tcp_failed =
+            |e: std::io::Error| ConnectError::Io { url: self.to_string(), why: e.to_string(), refused: true };
         if !self.https {
-            return HttpClient::connect(addr).await.map_err(io);
+            return HttpClient::connect(addr).await.map_err(tcp_failed);
         }
         let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config()?));
         let name = ServerName::try_from(self.host.trim_start_matches('[').trim_end_matches(']').to_string())
             .map_err(|_| ConnectError::Url)?;
         let tcp = tokio::time::timeout(super::client::TIMEOUT, tokio::net::TcpStream::connect(addr))
             .await
-            .map_err(|_| io(std::io::ErrorKind::TimedOut.into()))?
-            .map_err(io)?;
+            .map_err(|_| tcp_failed(std::io::ErrorKind::TimedOut.into()))?
+            .map_err(tcp_failed)?;
         tcp.set_nodelay(true).map_err(io)?;
         let tls = tokio::time::timeout(std::time::Duration::from_secs(10), connector.connect(name, tcp))
             .await
             .map_err(|_| io(std::io::ErrorKind::TimedOut.into()))?
-            .map_err(|e| ConnectError::Io { url: self.to_string(), why: short(&e) })?;
+            .map_err(|e| ConnectError::Io { url: self.to_string(), why: self.short(&e), refused: false })?;
         HttpClient::over(tls, self.authority()).await.map_err(io)
     }
 }
 
-/// A TLS failure in a few words (rustls's own text names the certificate problem).
-fn short(e: &std::io::Error) -> String {
-    match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
-        Some(rustls::Error::InvalidCertificate(why)) => {
-            format!("its certificate is not trusted ({why:?}); name the CA's PEM file in FIELDGATE_CA_FILE")
+impl ServiceUrl {
+    /// A TLS failure in a few words, with what to do about it.
+    fn short(&self, e: &std::io::Error) -> String {
+        use rustls::CertificateError as C;
+        let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) else {
+            return e.to_string();
+        };
+        match tls {
+            rustls::Error::InvalidCertificate(C::UnknownIssuer | C::BadSignature) => {
+                "its certificate is not signed by a CA this command trusts; name the CA's PEM file in FIELDGATE_CA_FILE".into()
+            }
+            rustls::Error::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => {
+                "its certificate has expired".into()
+            }
+            rustls::Error::InvalidCertificate(C::NotValidYet | C::NotValidYetContext { .. }) => {
+                "its certificate is not valid yet".into()
+            }
+            rustls::Error::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
+                format!("its certificate does not name {}", self.host)
+            }
+            rustls::Error::InvalidCertificate(_) => "its certificate is refused".into(),
+            rustls::Error::AlertReceived(_) => {
+                "it refused the TLS handshake (a listener that asks for a client certificate: set FIELDGATE_CLIENT_CERT_FILE and FIELDGATE_CLIENT_KEY_FILE)".into()
+            }
+            _ => "the TLS handshake failed".into(),
         }
-        Some(other) => format!("the TLS handshake failed ({other})"),
-        None => e.to_string(),
     }
 }
 
@@ -114,7 +151,7 @@ fn short(e: &std::io::Error) -> String {
 fn client_config() -> Result<rustls::ClientConfig, ConnectError> {
     crate::tls::install_crypto_provider();
     let read = |var: &str| -> Result<Option<(String, Vec<u8>)>, ConnectError> {
-        let Some(path) = std::env::var_os(var) else { return Ok(None) };
+        let Some(path) = std::env::var_os(var).filter(|p| !p.is_empty()) else { return Ok(None) };
         let path = std::path::PathBuf::from(path);
         crate::toml_reader::read_text_file(&path)
             .map(|t| Some((path.display().to_string(), t.into_bytes())))
@@ -166,6 +203,22 @@ fn client_config() -> Result<rustls::ClientConfig, ConnectError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name that resolves to several addresses: the first refusing, the next taken.
+    #[tokio::test]
+    async fn the_next_address_is_tried_when_one_refuses() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let open = listener.local_addr().unwrap();
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let url = ServiceUrl { https: false, host: "both.test".into(), port: open.port() };
+        assert!(url.connect_any(vec![closed, open]).await.is_ok());
+        let e = url.connect_any(vec![closed]).await.err().expect("refused").to_string();
+        assert!(e.starts_with("cannot reach http://both.test:"), "{e}");
+        assert!(matches!(url.connect_any(Vec::new()).await, Err(ConnectError::Resolve(_))));
+    }
 
     #[test]
     fn urls_are_parsed_once() {

@@ -7,6 +7,7 @@ impl Node {
     /// NBIRTH, then DBIRTH for every device that is up; data flows from here.
     pub(super) fn birth(&mut self) {
         let nbirth = self.edge.nbirth(self.bd_seq);
+        let sent = nbirth.payload.clone();
         self.send(nbirth);
         self.online_at = Instant::now();
         for d in 0..self.edge.registry().devices().len() {
@@ -17,7 +18,7 @@ impl Node {
         self.phase = Phase::Online;
         self.drain_idle = false;
         // Online once the broker is seen to take the births (at once when not checked).
-        self.echo_birth_sent();
+        self.echo_birth_sent(&sent);
     }
 
     pub(super) fn dbirth(&mut self, device: usize) {

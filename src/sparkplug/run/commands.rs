@@ -8,7 +8,7 @@ impl Node {
     pub(super) fn on_message(&mut self, topic: &str, payload: &[u8]) {
         match self.edge.topics().parse(topic) {
             Topic::State { host } if host == self.cfg.primary_host_id => self.on_state(payload),
-            Topic::OwnBirth => self.echo_received(payload),
+            Topic::OwnBirth => self.echo_received(payload, false),
             Topic::NodeCommand => match Payload::decode_bytes(payload) {
                 Ok(p) if asks_rebirth(&p) => {
                     if self.phase == Phase::Online {

@@ -17,14 +17,14 @@ use rumqttc::SubscribeReasonCode;
 use super::*;
 
 /// The check on the current connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Echo {
     /// Not checked (turned off, or the broker refused the subscription).
     Off,
     /// Subscribed (`pkid` once written), NBIRTH not sent yet.
     Subscribed { pkid: Option<u16> },
-    /// NBIRTH sent: data waits until it comes back, or until `until`.
-    Waiting { pkid: Option<u16>, until: Instant },
+    /// NBIRTH sent (`sent`, its bytes): data waits until it comes back, or until `until`.
+    Waiting { pkid: Option<u16>, until: Instant, sent: Vec<u8> },
     /// It came back: the broker takes this node's messages.
     Confirmed,
 }
@@ -56,14 +56,15 @@ impl Node {
         matches!(self.echo, Echo::Subscribed { .. } | Echo::Waiting { .. })
     }
 
-    /// An NBIRTH was sent: the first on this connection starts the wait.
-    pub(super) fn echo_birth_sent(&mut self) {
-        match self.echo {
+    /// An NBIRTH (`payload`) was sent: the first on this connection starts the wait.
+    pub(super) fn echo_birth_sent(&mut self, payload: &[u8]) {
+        match &mut self.echo {
             Echo::Subscribed { pkid } => {
                 let until = Instant::now() + Duration::from_secs(self.cfg.confirm_birth_s);
-                self.echo = Echo::Waiting { pkid, until };
+                self.echo = Echo::Waiting { pkid: *pkid, until, sent: payload.to_vec() };
             }
-            Echo::Waiting { .. } => {}
+            // A rebirth meanwhile: its NBIRTH is the one to come back.
+            Echo::Waiting { sent, .. } => *sent = payload.to_vec(),
             Echo::Off | Echo::Confirmed => self.births_taken(),
         }
     }
@@ -77,7 +78,8 @@ impl Node {
 
     /// A SUBACK: the check's refused means the node may not read its own topics.
     pub(super) fn echo_suback(&mut self, id: u16, codes: &[SubscribeReasonCode]) {
-        let (Echo::Subscribed { pkid } | Echo::Waiting { pkid, .. }) = self.echo else { return };
+        let (Echo::Subscribed { pkid } | Echo::Waiting { pkid, .. }) = &self.echo else { return };
+        let pkid = *pkid;
         if pkid != Some(id) || !matches!(codes.first(), Some(SubscribeReasonCode::Failure)) {
             return;
         }
@@ -94,18 +96,13 @@ impl Node {
         }
     }
 
-    /// The node's own NBIRTH, delivered back: this connection's (its `bdSeq`) confirms.
-    pub(super) fn echo_received(&mut self, payload: &[u8]) {
-        if !self.echo_pending() {
-            return;
-        }
-        let ours = Payload::decode_bytes(payload).is_ok_and(|p| {
-            p.metrics.iter().any(|m| {
-                m.name.as_deref() == Some(super::super::node::BD_SEQ)
-                    && m.value == Some(super::super::payload::Value::Long(self.bd_seq))
-            })
-        });
-        if ours {
+    /// The node's own NBIRTH, delivered back (not retained): the very bytes this connection
+    /// sent confirm. Another's NBIRTH on the node's topic (a client that may publish there
+    /// guessing the next `bdSeq`, or a retained one) does not: it would have to match the
+    /// payload's millisecond timestamp too.
+    pub(super) fn echo_received(&mut self, payload: &[u8], retained: bool) {
+        let Echo::Waiting { sent, .. } = &self.echo else { return };
+        if !retained && sent.as_slice() == payload {
             self.echo = Echo::Confirmed;
             self.births_taken();
         }
@@ -113,13 +110,17 @@ impl Node {
 
     /// Every tick: the wait over without the NBIRTH, the connection is given up.
     pub(super) fn echo_due(&mut self) {
-        let Echo::Waiting { until, .. } = self.echo else { return };
-        if Instant::now() < until {
+        let Echo::Waiting { until, .. } = &self.echo else { return };
+        if Instant::now() < *until {
             return;
         }
         self.echo = Echo::Off;
         self.edge.births_dropped();
         *self.counters.link_error.lock() = Some(DROPPED.to_string());
+        // Not a connection that worked: the backoff goes on growing, and the line is
+        // logged as failed connections are (once a minute).
+        self.connected_at = None;
+        self.phase = Phase::Connecting;
         self.lost(DROPPED, true);
     }
 

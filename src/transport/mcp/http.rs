@@ -308,7 +308,7 @@ impl McpHttp {
             StatusCode::NOT_FOUND,
             SESSION_NOT_FOUND,
             &format!(
-                "Session not found: it was ended, or expired after {} s unused (server.mcp_session_idle_s); send initialize for a new one",
+                "Session not found: it was ended, expired after {} s unused (server.mcp_session_idle_s), or the service restarted; send initialize for a new one",
                 self.inner.idle_s
             ),
             id,

@@ -309,7 +309,8 @@ pub fn claimed(token: &str) -> (Option<String>, Option<String>) {
     let Some(claims) = payload else { return (None, None) };
     let text = |name: &str| {
         let s = claims.get(name)?.as_str()?;
-        Some(s.chars().filter(|c| !c.is_control()).take(MAX).collect::<String>()).filter(|s| !s.is_empty())
+        let shown = s.chars().filter(|c| !crate::plain::is_hidden(*c)).take(MAX).collect::<String>();
+        Some(shown).filter(|s| !s.is_empty())
     };
     (["sub", "client_id", "azp"].iter().find_map(|c| text(c)), text("iss"))
 }
@@ -359,9 +360,11 @@ mod tests {
         let b64 = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
         let token = |payload: &str| format!("{}.{}.sig", b64(r#"{"alg":"ES256"}"#), b64(payload));
         let long = "m".repeat(500);
-        let hostile = format!(r#"{{"sub":"mallory\n\u001b[31mroot","iss":"{long}"}}"#);
+        let hostile = format!(
+            r#"{{"sub":"mallory\n\u001b[31mroot\u202eexe.txt\u200b\u2028\u00ad\ufeff","iss":"{long}"}}"#
+        );
         let (sub, iss) = claimed(&token(&hostile));
-        assert_eq!(sub.as_deref(), Some("mallory[31mroot"));
+        assert_eq!(sub.as_deref(), Some("mallory[31mrootexe.txt"));
         assert_eq!(iss.map(|s| s.len()), Some(100));
         assert_eq!(claimed(&token(r#"{"client_id":"agent","iss":7}"#)), (Some("agent".into()), None));
         assert_eq!(claimed("not.a-jwt.at-all"), (None, None));

@@ -12,8 +12,35 @@ use super::outage::served_metric;
 
 const T: Duration = Duration::from_secs(30);
 
-/// Only the node's group is forbidden: it may read STATE and everything else.
-const FORBIDDEN: &str = "user edge\ntopic readwrite spBv1.0/STATE/#\ntopic readwrite spBv1.0/elsewhere/#\n";
+/// The node may not publish in its group; it may read its own NBIRTH topic (where a
+/// spoofer publishes too) and STATE.
+const FORBIDDEN: &str = "user edge\ntopic readwrite spBv1.0/STATE/#\ntopic read spBv1.0/plant/NBIRTH/gw\n";
+
+/// Another client of the broker publishes NBIRTHs on the node's topic with every `bdSeq`
+/// the node may use, one of them retained: none may pass for the node's own.
+fn spoof(port: u16) -> tokio::task::JoinHandle<()> {
+    use fieldgate::sparkplug::payload::{Metric, Payload, Value, datatype};
+    tokio::spawn(async move {
+        let o = rumqttc::MqttOptions::new(format!("spoofer-{port}"), "127.0.0.1", port);
+        let (client, mut events) = rumqttc::AsyncClient::new(o, 64);
+        tokio::spawn(async move { while events.poll().await.is_ok() {} });
+        let birth = |bd_seq: u64| {
+            let m = Metric::new(Some("bdSeq"), None, datatype::INT64, Some(Value::Long(bd_seq)));
+            Payload { timestamp: Some(0), seq: Some(0), metrics: vec![m], ..Payload::default() }
+                .encode_to_bytes()
+        };
+        let topic = "spBv1.0/plant/NBIRTH/gw";
+        let _ = client.publish(topic, rumqttc::QoS::AtLeastOnce, true, birth(0)).await;
+        loop {
+            for bd_seq in 0..8 {
+                let _ = client.publish(topic, rumqttc::QoS::AtMostOnce, false, birth(bd_seq)).await;
+            }
+            // Paced by the broker's round trips, not by a clock the test waits on.
+            let _ = client.publish("spBv1.0/STATE/nobody", rumqttc::QoS::AtLeastOnce, false, "x").await;
+            tokio::task::yield_now().await;
+        }
+    })
+}
 const ALLOWED: &str = "user edge\ntopic readwrite spBv1.0/#\n";
 
 async fn status(addr: std::net::SocketAddr) -> Value {
@@ -27,6 +54,7 @@ async fn a_forbidden_topic_loses_nothing_and_health_says_why() {
     broker.set_acl(FORBIDDEN);
     broker.stop().await;
     broker.restart().await;
+    let spoofer = spoof(broker.port);
     let auth_port = broker.auth.as_ref().unwrap().port;
     let sim = super::edge::demo_sim().await;
     let devices = super::edge::fast_devices(&sim);
@@ -61,6 +89,7 @@ async fn a_forbidden_topic_loses_nothing_and_health_says_why() {
     assert_ne!(status(addr).await["data"]["northbound"]["link"], "online");
 
     // The ACL allows the node's topics: online, the buffer drains, nothing dropped.
+    spoofer.abort();
     broker.set_acl(ALLOWED);
     broker.stop().await;
     broker.restart().await;
