@@ -312,3 +312,20 @@ fn storage_failures_are_told_from_corrupt_chunks() {
 fn the_store_answers_reads_when_open() {
     assert!(HistoryStore::in_memory().unwrap().is_open());
 }
+
+#[test]
+fn retention_keeps_a_chunk_with_a_point_at_the_cutoff_and_a_store_at_its_size_limit() {
+    let store = HistoryStore::in_memory().unwrap();
+    let t = seal(&store, "S", T0, 2);
+    store.flush().unwrap();
+    let (bytes, chunks) = store.size().unwrap();
+    assert_eq!(chunks, 2, "one sealed, one open");
+    // Exactly at the size limit: nothing goes.
+    assert_eq!(store.prune(i64::MIN, bytes).unwrap().chunks, 0);
+    // The sealed chunk's last point is at the cutoff: it is still within retention.
+    let last_sealed = T0 + i64::from(MAX_POINTS) - 1;
+    assert_eq!(store.prune(last_sealed, u64::MAX).unwrap().chunks, 0);
+    assert_eq!(store.prune(last_sealed + 1, u64::MAX).unwrap().chunks, 1);
+    assert_eq!(store.points("S", 0, i64::MAX).unwrap().first().map(|q| q.t), Some(last_sealed + 1));
+    assert!(t > last_sealed);
+}
