@@ -60,16 +60,8 @@ async fn a_forbidden_topic_loses_nothing_and_health_says_why() {
     let devices = super::edge::fast_devices(&sim);
     let data = tempfile::tempdir().unwrap();
     let brokers = format!("[\"mqtt://127.0.0.1:{auth_port}\"]");
-    let mut env = super::edge::node_env(&brokers);
-    env.extend([
-        ("FIELDGATE_MQTT_USERNAME_ENV", "EDGE_MQTT_USER"),
-        ("FIELDGATE_MQTT_PASSWORD_ENV", "EDGE_MQTT_PASSWORD"),
-        ("EDGE_MQTT_USER", "edge"),
-        ("EDGE_MQTT_PASSWORD", "the-password"),
-        ("FIELDGATE_MQTT_RECONNECT_MAX_MS", "200"),
-        ("FIELDGATE_MQTT_CONFIRM_BIRTH_S", "1"),
-        ("FIELDGATE_STORAGE_FLUSH_INTERVAL_MS", "200"),
-    ]);
+    let mut env = super::edge::auth_node_env(&brokers, "the-password");
+    env.push(("FIELDGATE_MQTT_CONFIRM_BIRTH_S", "1"));
     let mut served = crate::support::serve_binary(devices.path(), data.path(), &env).await;
     let _log = served.drain_stderr();
     let addr = served.addr;

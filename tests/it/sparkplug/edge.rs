@@ -74,6 +74,21 @@ pub fn node_env(brokers: &str) -> Vec<(&'static str, &str)> {
     ]
 }
 
+/// `node_env` for the broker's password listener, as user `edge` with `password`, with fast
+/// reconnects and flushes.
+pub fn auth_node_env<'a>(brokers: &'a str, password: &'a str) -> Vec<(&'static str, &'a str)> {
+    let mut env = node_env(brokers);
+    env.extend([
+        ("FIELDGATE_MQTT_USERNAME_ENV", "EDGE_MQTT_USER"),
+        ("FIELDGATE_MQTT_PASSWORD_ENV", "EDGE_MQTT_PASSWORD"),
+        ("EDGE_MQTT_USER", "edge"),
+        ("EDGE_MQTT_PASSWORD", password),
+        ("FIELDGATE_MQTT_RECONNECT_MAX_MS", "200"),
+        ("FIELDGATE_STORAGE_FLUSH_INTERVAL_MS", "200"),
+    ]);
+    env
+}
+
 pub async fn demo_sim() -> Simulator {
     let mut scenario = Scenario::load(&support::root().join("simulator/scenarios/demo.toml")).unwrap();
     scenario.faults.clear();

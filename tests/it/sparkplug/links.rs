@@ -216,15 +216,7 @@ async fn a_wrong_password_loses_nothing_and_health_says_why() {
     let devices = super::edge::fast_devices(&sim);
     let data = tempfile::tempdir().unwrap();
     let brokers = format!("[\"mqtt://127.0.0.1:{auth_port}\"]");
-    let mut env = super::edge::node_env(&brokers);
-    env.extend([
-        ("FIELDGATE_MQTT_USERNAME_ENV", "EDGE_MQTT_USER"),
-        ("FIELDGATE_MQTT_PASSWORD_ENV", "EDGE_MQTT_PASSWORD"),
-        ("EDGE_MQTT_USER", "edge"),
-        ("EDGE_MQTT_PASSWORD", "a-wrong-password"),
-        ("FIELDGATE_MQTT_RECONNECT_MAX_MS", "200"),
-        ("FIELDGATE_STORAGE_FLUSH_INTERVAL_MS", "200"),
-    ]);
+    let env = super::edge::auth_node_env(&brokers, "a-wrong-password");
     let mut served = crate::support::serve_binary(devices.path(), data.path(), &env).await;
     let stderr = served.drain_stderr();
     let addr = served.addr;
