@@ -506,3 +506,7 @@ fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;
