@@ -164,7 +164,13 @@ fn main() -> ExitCode {
         }
     };
     let Cli { config, devices, command, .. } = cli;
-    let load = || load(&config, &devices);
+    // A service's configuration load is an audit event; a one-shot command's is not.
+    #[cfg(feature = "demo")]
+    let starts_service =
+        matches!(command, Command::Serve { .. } | Command::Mcp { .. } | Command::Demo { .. });
+    #[cfg(not(feature = "demo"))]
+    let starts_service = matches!(command, Command::Serve { .. } | Command::Mcp { .. });
+    let load = || load(&config, &devices, starts_service);
     match command {
         Command::Discover(args) => cli::discover::discover(&runtime, args),
         Command::Tools => {
@@ -318,17 +324,36 @@ fn with_overrides(mut config: Config, listen: Option<SocketAddr>, data_dir: Opti
 }
 
 /// Configuration and registry, or every problem printed and exit code 1.
-fn load(file: &Option<PathBuf>, devices: &Option<PathBuf>) -> Result<(Config, Registry), ExitCode> {
-    let mut config = Config::load(file.as_deref(), std::env::vars()).map_err(|e| report(&e.0))?;
+fn load(
+    file: &Option<PathBuf>,
+    devices: &Option<PathBuf>,
+    starts_service: bool,
+) -> Result<(Config, Registry), ExitCode> {
+    let name = || file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "(defaults)".into());
+    let refused = |problems: &[Problem]| {
+        tracing::warn!(
+            target: "audit",
+            event = "configuration_load",
+            outcome = "refused",
+            file = name(),
+            problems = problems.len(),
+            "configuration refused"
+        );
+        report(problems)
+    };
+    let mut config = Config::load(file.as_deref(), std::env::vars()).map_err(|e| refused(&e.0))?;
     if let Some(dir) = devices {
         config.devices.dir = dir.clone();
     }
-    let registry = Registry::load(&config.devices.dir).map_err(|e| report(&e.0))?;
+    let registry = Registry::load(&config.devices.dir).map_err(|e| refused(&e.0))?;
+    if !starts_service {
+        return Ok((config, registry));
+    }
     tracing::info!(
         target: "audit",
         event = "configuration_load",
         outcome = "success",
-        file = file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "(defaults)".into()),
+        file = name(),
         devices = registry.devices().len(),
         tls = config.server.tls.is_some(),
         oauth = config.server.oauth.is_some(),

@@ -38,6 +38,21 @@ fn check_summarises_the_demo_plant() {
     assert!(out.contains("opcua                1 device(s), 8 sensor(s)"), "{out}");
 }
 
+/// A one-shot command's configuration load is no audit event (it would be a line on every
+/// command); a refused configuration is one, whatever the command.
+#[test]
+fn a_refused_configuration_is_an_audit_event_and_a_good_one_at_the_command_line_is_not() {
+    let o = fieldgate(&["check"]);
+    assert!(o.status.success() && !stderr(&o).contains("configuration_load"), "{}", stderr(&o));
+    let bad = GOOD.replace("address = 0", "address = 70000");
+    let dir = device_dir(&[("bad.toml", &bad)]);
+    let o = fieldgate(&["check", "--devices", dir.path().to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let audit = err.lines().find(|l| l.contains("configuration_load")).unwrap_or_else(|| panic!("{err}"));
+    assert!(audit.contains("refused") && audit.contains("problems=1"), "{audit}");
+}
+
 #[test]
 fn check_prints_every_problem_and_exits_1() {
     let bad = GOOD.replace("address = 0", "address = 70000").replace("kind = \"pressure\"", "kind = 3");
