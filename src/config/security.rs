@@ -103,10 +103,11 @@ pub(super) fn read_keys(s: &Table<'_, '_>, c: &mut ServerConfig) {
             require_at_jwt: false,
         });
         if let Some(v) = o.str("issuer") {
-            match check_issuer(v) {
-                Ok(()) => oauth.issuer = v.to_string(),
-                Err(why) => o.problem("issuer", why),
+            if let Err(why) = check_issuer(v) {
+                o.problem("issuer", why);
             }
+            // Named either way: "needs issuer" is for an issuer not named at all.
+            oauth.issuer = v.to_string();
         }
         if let Some(v) = o.strings("audiences") {
             if v.iter().any(|a| a.trim().is_empty()) {

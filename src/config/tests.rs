@@ -185,6 +185,12 @@ fn oauth_keys_are_read_and_checked() {
     let text: Vec<String> =
         Config::load(Some(&path), []).unwrap_err().0.iter().map(|p| p.to_string()).collect();
     assert!(text.len() == 1 && text[0].contains("must not hold an empty audience"), "{text:?}");
+    // A bad issuer is one problem, not also "needs issuer".
+    let bad_issuer = oauth.replace("https://idp.plant/", "http://idp.plant/");
+    std::fs::write(&path, bad_issuer).unwrap();
+    let text: Vec<String> =
+        Config::load(Some(&path), []).unwrap_err().0.iter().map(|p| p.to_string()).collect();
+    assert!(text.len() == 1 && text[0].contains("must be an https:// URL"), "{text:?}");
     std::fs::write(&path, format!("{oauth}require_at_jwt = \"yes\"\n")).unwrap();
     let text: Vec<String> =
         Config::load(Some(&path), []).unwrap_err().0.iter().map(|p| p.to_string()).collect();
