@@ -3,11 +3,13 @@
 //! acknowledges one at QoS 1), so a node whose topics are not allowed would believe it
 //! sends while every value is lost. On each connection the node therefore subscribes to its
 //! own NBIRTH topic (before anything else), and after its NBIRTH sends no data until the
-//! broker delivers that NBIRTH back with this connection's `bdSeq`. If it does not come
+//! broker delivers that very NBIRTH back (the same bytes, its millisecond timestamp
+//! included, and not retained: another client's NBIRTH guessing the `bdSeq` does not
+//! count). If it does not come
 //! within `mqtt.confirm_birth_s`, the connection is dropped and tried again after the
 //! backoff (on the next broker, if several), the data waits in the buffer, and
 //! `get_device_status` says why. The node's ACL must therefore let it read its own NBIRTH
-//! topic too: a broker that refuses that subscription (a SUBACK failure, as HiveMQ and EMQX
+//! topic too: a broker that refuses that subscription (a SUBACK failure, as some brokers
 //! answer) turns the check off for the connection, but Mosquitto grants it and then drops
 //! the delivery, which looks the same as a dropped NBIRTH. Either way nothing is lost; the
 //! message says both causes, and `confirm_birth_s = 0` turns the check off.
