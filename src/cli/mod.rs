@@ -80,7 +80,17 @@ fn data_of(r: std::io::Result<HttpResponse>) -> Result<Value, (u8, String)> {
         if v["error"]["code"].is_string() {
             (code, message)
         } else {
-            (1, format!("unexpected answer (HTTP {})", r.status))
+            // Not an envelope (a plain-HTTP request to the HTTPS port is answered "use
+            // https://"): its first line, if it is short plain text.
+            let said = std::str::from_utf8(&r.body)
+                .ok()
+                .and_then(|t| t.lines().next())
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && l.len() <= 200 && !l.chars().any(crate::plain::is_hidden));
+            match said {
+                Some(line) => (1, format!("unexpected answer (HTTP {}): {line}", r.status)),
+                None => (1, format!("unexpected answer (HTTP {})", r.status)),
+            }
         }
     })
 }

@@ -115,7 +115,8 @@ impl HttpClient {
             add("content-type", "application/json")?;
         }
         if let Some(t) = &self.token {
-            add("authorization", &format!("Bearer {t}"))?;
+            add("authorization", &format!("Bearer {t}"))
+                .map_err(|_| bad("the token cannot be sent: it holds a line break or a control character"))?;
         }
         for (k, v) in headers {
             add(k, v)?;

@@ -59,6 +59,19 @@ async fn the_command_line_speaks_https_trusting_a_named_ca() {
         "{err}"
     );
 
+    // Plain HTTP to the HTTPS port: the server's own words reach the person.
+    let plain = public.replacen("https://", "http://", 1);
+    let o = cli(&["work-orders", "list", "--url", &plain], true).output_within().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("HTTP 400") && err.contains("https://"), "{err}");
+    // A token that cannot be a header value says so.
+    let o = cli(&["work-orders", "list", "--url", &public], true)
+        .env("FIELDGATE_CLI_TOKEN", "two\nlines-of-token-0123456789")
+        .output_within()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("the token cannot be sent"), "{err}");
+
     // `call` finds the running service by its owner file (its public URL) and asks it.
     let o = cli(&["call", "list_sensors", "{\"limit\": 1}"], true).output_within().unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
