@@ -524,6 +524,22 @@ mod tests {
         assert_eq!((b.len(), b.bytes()), (1, a));
     }
 
+    /// What the size bound counts for a value is what it takes in the file, roughly: its
+    /// key (16 bytes) and its record, plus a few bytes of the table's own.
+    #[test]
+    fn a_values_cost_is_close_to_what_it_takes_in_the_file() {
+        for r in [
+            rec(1, 1.0),
+            Rec { sensor: "A".into(), ..rec(1, 1.0) },
+            Rec { sensor: "B_OVEN2_001".into(), value: Stored::Text("x".repeat(300)), ..rec(1, 0.0) },
+            Rec { value: Stored::Bool(true), ..rec(1, 0.0) },
+        ] {
+            let stored = 16 + r.encode().len() as u64;
+            let cost = Buffer::size_of(&r);
+            assert!((stored..=stored + 12).contains(&cost), "{r:?}: costs {cost}, takes {stored}");
+        }
+    }
+
     #[test]
     fn the_size_bound_counts_what_each_value_costs() {
         let one = Buffer::size_of(&rec(0, 0.0));
