@@ -15,7 +15,7 @@ use fieldgate::app::Options;
 use fieldgate::config::Config;
 use fieldgate::registry::Registry;
 use fieldgate::sparkplug::buffer::{Buffer, Rec};
-use fieldgate::sparkplug::payload::Payload;
+use fieldgate::spb::payload::Payload;
 use fieldgate::store::gorilla::Stored;
 use fieldgate::transport::auth::Tokens;
 use fieldgate_sim::{Bind, Scenario, Simulator, Wave};

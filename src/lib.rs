@@ -25,6 +25,7 @@ pub mod registry;
 pub mod resilience;
 pub mod service;
 pub mod sparkplug;
+pub mod spb;
 pub mod store;
 pub(crate) mod suggest;
 pub mod tls;

@@ -5,7 +5,7 @@ use crate::driver::normalize;
 use crate::registry::{DataType, Sensor, SensorSource};
 use crate::store::gorilla::Stored;
 
-use super::payload::{Metric, PropertySet, PropertyValue, Value, datatype as dt};
+use crate::spb::payload::{Metric, PropertySet, PropertyValue, Value, datatype as dt};
 
 /// Codes of the `Quality` property, indexed by fieldgate's quality 0 good, 1 uncertain,
 /// 2 bad. Sparkplug 3.0 allows only 192 (good), 0 (bad) and 500 (stale): an uncertain value

@@ -1,18 +1,14 @@
 //! Northbound: a Sparkplug B edge node over MQTT, with store-and-forward.
 //!
-//! `payload.rs` the protobuf messages (prost, from the specification's field numbers),
-//! `topic.rs` the topic namespace, `metric.rs` the sensor → metric mapping, `node.rs` the
+//! The wire it shares with the fleet hub (payload, topics) is `crate::spb`. `metric.rs` the sensor → metric mapping, `node.rs` the
 //! edge node's state without I/O (births, deaths, `seq`, report by exception), `buffer.rs`
 //! the durable store-and-forward buffer (redb), and `run.rs` the task that connects (rumqttc), sends, buffers and drains. Off unless
 //! `[mqtt] brokers` lists a URL. docs/sparkplug.md has the mapping and the guarantees.
 
 pub mod buffer;
-pub mod link;
 pub mod metric;
 pub mod node;
-pub mod payload;
 pub mod run;
-pub mod topic;
 
 use std::sync::Arc;
 
@@ -21,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::sparkplug::Counters;
 use crate::service::Core;
+use crate::spb::topic::Topics;
 
 /// Batches of samples the edge node's queue holds, at most, before the feed counts the
 /// rest as lost.
@@ -37,7 +34,7 @@ pub enum SparkplugError {
     #[error("{0}")]
     Buffer(#[from] buffer::BufferError),
     #[error("mqtt: {0}")]
-    Link(#[from] link::LinkError),
+    Link(#[from] crate::spb::link::LinkError),
 }
 
 /// The group ID: configured, or the devices' plant (`fieldgate` when they span several).
@@ -56,7 +53,7 @@ pub fn group_id(core: &Core) -> String {
 /// The edge node ID: configured, or the host name.
 pub fn edge_node_id(core: &Core) -> String {
     let c = &core.config.mqtt;
-    if c.edge_node_id.is_empty() { link::host_name() } else { c.edge_node_id.clone() }
+    if c.edge_node_id.is_empty() { crate::spb::link::host_name() } else { c.edge_node_id.clone() }
 }
 
 /// Starts the edge node when `[mqtt] brokers` is set (`None` otherwise): opens its buffer
@@ -72,7 +69,7 @@ pub fn start(
         return Ok(None);
     }
     let (group, node_id) = (group_id(core), edge_node_id(core));
-    let settings = link::Settings::of(&cfg, &node_id, env)?;
+    let settings = crate::spb::link::Settings::of(&(&cfg).into(), &format!("fieldgate-{node_id}"), env)?;
     let path = core.config.storage.data_dir.join(buffer::FILE);
     let buffer = buffer::Buffer::open(
         &path,
@@ -80,7 +77,7 @@ pub fn start(
         (cfg.buffer_max_age_h as i64).saturating_mul(3_600_000),
     )?;
     let max_silence = (cfg.max_silence_s as i64).saturating_mul(1000);
-    let edge = node::Edge::new(topic::Topics::new(&group, &node_id), core.registry.clone(), max_silence);
+    let edge = node::Edge::new(Topics::new(&group, &node_id), core.registry.clone(), max_silence);
     let counters = Arc::new(Counters::default());
     let c = counters.clone();
     core.metrics.collect("sparkplug", move |s| c.report(s));

@@ -11,8 +11,8 @@ use crate::store::gorilla::Stored;
 
 use super::buffer::Rec;
 use super::metric;
-use super::payload::{Metric, Payload, Value, datatype};
-use super::topic::{Kind, Topics};
+use crate::spb::payload::{Metric, Payload, Value, datatype};
+use crate::spb::topic::{Kind, Topics};
 
 /// A message to publish.
 #[derive(Debug, Clone, PartialEq)]

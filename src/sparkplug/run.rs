@@ -15,15 +15,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::buffer::{Buffer, Key, Rec};
-use super::link::{self, REQUESTS, Settings};
 use super::node::{Edge, Out, asks_device_rebirth, asks_rebirth, hand_over};
-use super::payload::Payload;
-use super::topic::{self, Incoming as Topic};
 use crate::config::mqtt::{Broker, MqttConfig};
 use crate::metrics::sparkplug::Counters;
 use crate::reading::feed::Batch;
 use crate::resilience::breaker::SnapshotState;
 use crate::service::Core;
+use crate::spb::link::{self, REQUESTS, Settings};
+use crate::spb::payload::Payload;
+use crate::spb::topic::{self, Incoming as Topic};
 
 /// Values of one drain step, and metrics per DDATA message.
 const DRAIN_CHUNK: usize = 2000;
@@ -278,7 +278,11 @@ impl Node {
         }
         self.written();
         let will = self.edge.ndeath(self.bd_seq);
-        let (client, events) = link::open(&self.settings, &broker, (will.topic, will.payload));
+        let (client, events) = link::open(
+            &self.settings,
+            &broker,
+            link::Will { topic: will.topic, payload: will.payload, retain: false },
+        );
         *self.counters.broker.lock() = broker.to_string();
         self.link = Some(Link::new(client, events));
         self.queued = 0;
@@ -403,7 +407,7 @@ impl Node {
 
     /// Hands a message to rumqttc; false when it cannot take it now.
     fn send(&mut self, out: Out) -> bool {
-        link::publish(
+        publish(
             self.link.as_ref().map(|l| &l.client),
             self.cfg.data_qos,
             &mut self.queued,
@@ -443,7 +447,7 @@ impl Node {
     fn hand_over(&mut self, outs: Vec<Out>) -> Vec<usize> {
         let Node { edge, link, cfg, queued, counters, .. } = self;
         let client = link.as_ref().map(|l| &l.client);
-        hand_over(edge, outs, |out| link::publish(client, cfg.data_qos, queued, counters, out))
+        hand_over(edge, outs, |out| publish(client, cfg.data_qos, queued, counters, out))
     }
 
     fn on_batch(&mut self, b: &Batch) {
@@ -562,3 +566,24 @@ mod births;
 mod commands;
 mod drain;
 mod echo;
+
+/// Hands `out` to the client (QoS 1 for data only when `data_qos = 1`); false when it
+/// cannot take it now.
+pub fn publish(
+    client: Option<&AsyncClient>,
+    data_qos: u8,
+    queued: &mut u64,
+    counters: &Counters,
+    out: Out,
+) -> bool {
+    let Some(client) = client else { return false };
+    let qos = if out.data && data_qos == 1 { QoS::AtLeastOnce } else { QoS::AtMostOnce };
+    match client.try_publish(out.topic, qos, false, out.payload) {
+        Ok(()) => {
+            *queued += 1;
+            Counters::add(&counters.metrics_sent, out.metrics as u64);
+            true
+        }
+        Err(_) => false,
+    }
+}

@@ -245,9 +245,9 @@ fn an_opc_ua_metrics_datatype_is_decided_by_a_good_value_only() {
         e.dbirth(s.place.device, |x| (x.id == s.id).then(|| at(RawValue::Bool(true), SampleQuality::Bad)));
     assert_eq!(datatype(&b), Some(metric::datatype_of(s, None)));
     let b = e.dbirth(s.place.device, |x| (x.id == s.id).then(|| at(RawValue::Int(7), SampleQuality::Good)));
-    assert_eq!(datatype(&b), Some(crate::sparkplug::payload::datatype::INT64));
+    assert_eq!(datatype(&b), Some(crate::spb::payload::datatype::INT64));
     // Decided once, kept across births (hosts take a change of type as an error).
     let b =
         e.dbirth(s.place.device, |x| (x.id == s.id).then(|| at(RawValue::Bool(true), SampleQuality::Good)));
-    assert_eq!(datatype(&b), Some(crate::sparkplug::payload::datatype::INT64));
+    assert_eq!(datatype(&b), Some(crate::spb::payload::datatype::INT64));
 }

@@ -19,7 +19,7 @@ const FORBIDDEN: &str = "user edge\ntopic readwrite spBv1.0/STATE/#\ntopic read 
 /// Another client of the broker publishes NBIRTHs on the node's topic with every `bdSeq`
 /// the node may use, one of them retained: none may pass for the node's own.
 fn spoof(port: u16) -> tokio::task::JoinHandle<()> {
-    use fieldgate::sparkplug::payload::{Metric, Payload, Value, datatype};
+    use fieldgate::spb::payload::{Metric, Payload, Value, datatype};
     tokio::spawn(async move {
         let o = rumqttc::MqttOptions::new(format!("spoofer-{port}"), "127.0.0.1", port);
         let (client, mut events) = rumqttc::AsyncClient::new(o, 64);

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use fieldgate::sparkplug::payload::Payload;
+use fieldgate::spb::payload::Payload;
 use rumqttc::{AsyncClient, Event, Incoming, MqttOptions, QoS};
 use tokio::sync::mpsc;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fieldgate::app::{Options, Running};
 use fieldgate::config::Config;
 use fieldgate::registry::Registry;
-use fieldgate::sparkplug::payload::{Metric, Value, datatype};
+use fieldgate::spb::payload::{Metric, Value, datatype};
 use fieldgate::transport::auth::Tokens;
 use fieldgate_sim::{Bind, Scenario, Simulator};
 
@@ -175,7 +175,7 @@ async fn births_carry_every_sensor_then_data_by_alias_with_continuous_seq() {
         for (m, s) in birth.payload.metrics.iter().zip(registry.sensors_of_device(&d.id)) {
             let p = m.properties.as_ref().unwrap();
             let text = |k: &str| match p.get(k).and_then(|v| v.value.clone()) {
-                Some(fieldgate::sparkplug::payload::PropertyValueKind::String(t)) => t,
+                Some(fieldgate::spb::payload::PropertyValueKind::String(t)) => t,
                 other => panic!("{k} of {}: {other:?}", s.id),
             };
             assert_eq!(

@@ -10,7 +10,7 @@ use fieldgate::driver::RawValue;
 use fieldgate::driver::{Sample, SampleQuality};
 use fieldgate::sparkplug::buffer::Rec;
 use fieldgate::sparkplug::node::Edge;
-use fieldgate::sparkplug::topic::Topics;
+use fieldgate::spb::topic::Topics;
 use fieldgate::store::gorilla::Stored;
 use serde_json::Value;
 

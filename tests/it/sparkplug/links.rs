@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use fieldgate::sparkplug::buffer::{Buffer, Rec};
-use fieldgate::sparkplug::payload::Value;
+use fieldgate::spb::payload::Value;
 use fieldgate::store::gorilla::Stored;
 
 use super::broker::{Broker, Host, Msg, counter, metric};

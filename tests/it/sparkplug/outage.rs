@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use fieldgate::sparkplug::payload::Value;
+use fieldgate::spb::payload::Value;
 use fieldgate_sim::Wave;
 
 use super::broker::{Broker, Host, Msg, counter, metric, state};

@@ -73,7 +73,7 @@ async fn a_damaged_buffer_file_is_refused_with_what_to_do() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_drain_loses_nothing_and_repeats_only_the_last_values_sent() {
     use fieldgate::sparkplug::buffer::{Buffer, Rec};
-    use fieldgate::sparkplug::payload::Value;
+    use fieldgate::spb::payload::Value;
     use fieldgate::store::gorilla::Stored;
     const N: usize = 200_000;
     let data = tempfile::tempdir().unwrap();

@@ -3,9 +3,7 @@
 //! and its result, typed by the datatype Tahu read, is what the tests look at. A field we
 //! encode wrongly the way our own decoder would read it wrongly fails here.
 
-use fieldgate::sparkplug::payload::{
-    Metric, Payload, PropertySet, PropertyValue, PropertyValueKind, Value as Mv,
-};
+use fieldgate::spb::payload::{Metric, Payload, PropertySet, PropertyValue, PropertyValueKind, Value as Mv};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
@@ -174,7 +172,7 @@ async fn tahu_reads_each_value_as_it_was_written() {
         value: Some(value),
         ..Default::default()
     };
-    use fieldgate::sparkplug::payload::datatype as t;
+    use fieldgate::spb::payload::datatype as t;
     let sent = Payload {
         timestamp: Some(1_700_000_000_999),
         seq: Some(255),

@@ -1,23 +1,57 @@
-//! One MQTT connection to a broker (rumqttc): its options (clean session, keep-alive, the
-//! NDEATH will with this connection's `bdSeq`, credentials, TLS with the process's rustls
-//! provider), and the counters `/metrics` and `get_device_status` show.
+//! One MQTT connection to a broker (rumqttc), as both Sparkplug sides make it: its options
+//! (clean session, keep-alive, the will: an edge node's NDEATH with this connection's
+//! `bdSeq`, a host application's STATE offline), credentials, TLS with the process's
+//! rustls provider, the certificate files read again for every connection.
 
 use std::time::Duration;
 
 use rumqttc::{AsyncClient, EventLoop, LastWill, MqttOptions, QoS, TlsConfiguration, Transport};
 
-use super::node::Out;
 use crate::config::mqtt::{Broker, MqttConfig};
-use crate::metrics::sparkplug::Counters;
 
 /// Requests rumqttc may hold for one connection; the edge node keeps what it hands over
-/// below this, so a hand-over never fails for room (see `run.rs`).
+/// below this, so a hand-over never fails for room (see `sparkplug/run.rs`).
 pub const REQUESTS: usize = 512;
 
 /// The largest message the node takes from the broker (commands and STATE are small).
 pub const MAX_INCOMING: usize = 1 << 20;
 
-/// What every connection of this edge node shares.
+/// The configuration keys a connection is made from (`[mqtt]` for the edge node, `[hub]`
+/// for the host application: the same keys, the same rules).
+pub struct Connection<'a> {
+    pub ca_file: Option<&'a std::path::Path>,
+    pub client_cert_file: Option<&'a std::path::Path>,
+    pub client_key_file: Option<&'a std::path::Path>,
+    /// Empty: the default client ID the caller gives.
+    pub client_id: &'a str,
+    pub username_env: &'a str,
+    pub password_env: &'a str,
+    pub keep_alive_s: u64,
+}
+
+impl<'a> From<&'a MqttConfig> for Connection<'a> {
+    fn from(c: &'a MqttConfig) -> Connection<'a> {
+        Connection {
+            ca_file: c.ca_file.as_deref(),
+            client_cert_file: c.client_cert_file.as_deref(),
+            client_key_file: c.client_key_file.as_deref(),
+            client_id: &c.client_id,
+            username_env: &c.username_env,
+            password_env: &c.password_env,
+            keep_alive_s: c.keep_alive_s,
+        }
+    }
+}
+
+/// A connection's last will: published by the broker when the connection dies.
+pub struct Will {
+    pub topic: String,
+    pub payload: Vec<u8>,
+    /// Retained (a host application's STATE), or not (an edge node's NDEATH).
+    pub retain: bool,
+}
+
+/// What every connection of one client shares.
 pub struct Settings {
     pub client_id: String,
     pub credentials: Option<(String, String)>,
@@ -100,26 +134,30 @@ pub enum LinkError {
 }
 
 impl Settings {
-    /// From the configuration: files read and variables looked up now.
+    /// From the configuration: files read and variables looked up now; `default_client_id`
+    /// when the configuration names none.
     pub fn of(
-        c: &MqttConfig,
-        node_id: &str,
+        c: &Connection<'_>,
+        default_client_id: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, LinkError> {
-        let tls_files = c.ca_file.as_ref().map(|ca| TlsFiles {
-            ca: ca.clone(),
-            client: c.client_cert_file.clone().zip(c.client_key_file.clone()),
+        let tls_files = c.ca_file.map(|ca| TlsFiles {
+            ca: ca.to_path_buf(),
+            client: c
+                .client_cert_file
+                .map(|p| p.to_path_buf())
+                .zip(c.client_key_file.map(|p| p.to_path_buf())),
         });
         // Read once now: a file that cannot be read stops the start.
         let tls = tls_files.as_ref().map(TlsFiles::read).transpose()?;
         let var = |name: &str| env(name).ok_or_else(|| LinkError::Env(name.to_string()));
-        let credentials = match (c.username_env.as_str(), c.password_env.as_str()) {
+        let credentials = match (c.username_env, c.password_env) {
             ("", _) => None,
             (u, "") => Some((var(u)?, String::new())),
             (u, p) => Some((var(u)?, var(p)?)),
         };
         let client_id =
-            if c.client_id.is_empty() { format!("fieldgate-{node_id}") } else { c.client_id.clone() };
+            if c.client_id.is_empty() { default_client_id.to_string() } else { c.client_id.to_string() };
         Ok(Settings {
             client_id,
             credentials,
@@ -139,7 +177,7 @@ impl Settings {
                 Some(t)
             }
             Err(error) => {
-                tracing::warn!(%error, "sparkplug: the TLS files cannot be read; connecting with what they held before");
+                tracing::warn!(%error, "mqtt: the TLS files cannot be read; connecting with what they held before");
                 self.last_tls.lock().clone()
             }
         }
@@ -165,13 +203,13 @@ pub fn reason(e: &rumqttc::ConnectionError) -> String {
     }
 }
 
-/// A connection being made (or made) to `broker`, with `will` as its NDEATH.
-pub fn open(s: &Settings, broker: &Broker, will: (String, Vec<u8>)) -> (AsyncClient, EventLoop) {
+/// A connection being made (or made) to `broker`, with `will` as its last will (QoS 1).
+pub fn open(s: &Settings, broker: &Broker, will: Will) -> (AsyncClient, EventLoop) {
     let mut o = MqttOptions::new(s.client_id.clone(), broker.host.clone(), broker.port);
     o.set_keep_alive(s.keep_alive);
     // Sparkplug B on MQTT 3.1.1: a clean session on every connect.
     o.set_clean_session(true);
-    o.set_last_will(LastWill::new(will.0, will.1, QoS::AtLeastOnce, false));
+    o.set_last_will(LastWill::new(will.topic, will.payload, QoS::AtLeastOnce, will.retain));
     // Births of large devices and drained chunks exceed rumqttc's 10 KiB default.
     o.set_max_packet_size(MAX_INCOMING, 64 << 20);
     o.set_inflight(256);
@@ -196,27 +234,6 @@ pub fn host_name() -> String {
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '-' })
         .collect();
     if clean.is_empty() { "edge".into() } else { clean }
-}
-
-/// Hands `out` to the client (QoS 1 for data only when `data_qos = 1`); false when it
-/// cannot take it now.
-pub fn publish(
-    client: Option<&AsyncClient>,
-    data_qos: u8,
-    queued: &mut u64,
-    counters: &Counters,
-    out: Out,
-) -> bool {
-    let Some(client) = client else { return false };
-    let qos = if out.data && data_qos == 1 { QoS::AtLeastOnce } else { QoS::AtMostOnce };
-    match client.try_publish(out.topic, qos, false, out.payload) {
-        Ok(()) => {
-            *queued += 1;
-            Counters::add(&counters.metrics_sent, out.metrics as u64);
-            true
-        }
-        Err(_) => false,
-    }
 }
 
 #[cfg(test)]
@@ -257,7 +274,7 @@ mod tests {
             client_key_file: Some(p("c.key")),
             ..MqttConfig::default()
         };
-        let s = Settings::of(&cfg, "gw", |_| None).unwrap();
+        let s = Settings::of(&(&cfg).into(), "fieldgate-gw", |_| None).unwrap();
         let good = client_cert(&s.tls().unwrap());
         assert_eq!(good, cert.as_bytes());
 
@@ -281,7 +298,7 @@ mod tests {
 
         // At start, files that cannot be used stop the start, naming the file.
         std::fs::write(p("c.key"), &other_key).unwrap();
-        let e = Settings::of(&cfg, "gw", |_| None).err().expect("refused").to_string();
+        let e = Settings::of(&(&cfg).into(), "fieldgate-gw", |_| None).err().expect("refused").to_string();
         assert!(e.contains("c.key") && e.contains("not the key of the client certificate"), "{e}");
     }
 }
