@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::toml_reader::Problem;
 
+pub mod hub;
 pub mod mqtt;
 mod read;
 pub mod security;
@@ -42,6 +43,8 @@ pub struct Config {
     pub work_orders: WorkOrdersConfig,
     /// The Sparkplug B edge node (`mqtt.rs`).
     pub mqtt: mqtt::MqttConfig,
+    /// The fleet hub, a Sparkplug B host application (`hub.rs`; `fieldgate hub`).
+    pub hub: hub::HubConfig,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -218,6 +221,7 @@ impl Default for Config {
                 webhook_auth_header: "Authorization".into(),
             },
             mqtt: mqtt::MqttConfig::default(),
+            hub: hub::HubConfig::default(),
         }
     }
 }
@@ -257,12 +261,14 @@ impl Config {
             .find(|(k, _)| k == "FIELDGATE_WORK_ORDERS_WEBHOOK_AUTH_ENV")
             .map_or_else(|| cfg.work_orders.webhook_auth_env.clone(), |(_, v)| v.clone());
         // So may the variables holding the broker's user name and password.
-        let mqtt_vars = mqtt::secret_vars(&cfg.mqtt, &config_env);
+        let mqtt_vars = mqtt::secret_vars("MQTT", &cfg.mqtt, &config_env);
+        let hub_vars = mqtt::secret_vars("HUB", &cfg.hub.link, &config_env);
         for (key, value) in config_env {
             if NON_CONFIG_ENV.contains(&key.as_str())
                 || key.starts_with(TOKEN_ENV_PREFIX)
                 || *key == secret_var
                 || mqtt_vars.contains(key)
+                || hub_vars.contains(key)
             {
                 continue;
             }
@@ -272,7 +278,8 @@ impl Config {
         let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         let cross = webhook::secret_problem(&cfg.work_orders, var)
             .into_iter()
-            .chain(mqtt::problems(&cfg.mqtt, var))
+            .chain(mqtt::problems("mqtt", &cfg.mqtt, var))
+            .chain(mqtt::problems("hub", &cfg.hub.link, var))
             .chain(security::problems(&cfg.server));
         problems.extend(cross.map(|message| Problem { source: "configuration".into(), line: 0, message }));
         if problems.is_empty() { Ok(cfg) } else { Err(ConfigError(problems)) }

@@ -153,6 +153,36 @@ pub fn parse_broker(s: &str) -> Result<Broker, String> {
 
 /// Reads `[mqtt]`'s keys from `s` into `m`, reporting each bad one on `s`.
 pub fn read_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
+    read_connection_keys(s, m);
+    let id = |key: &'static str, slot: &mut String| {
+        if let Some(v) = s.str(key) {
+            match id_problem(v) {
+                Some(why) if !v.is_empty() => s.problem(key, why),
+                _ => *slot = v.to_string(),
+            }
+        }
+    };
+    id("group_id", &mut m.group_id);
+    id("edge_node_id", &mut m.edge_node_id);
+    id("primary_host_id", &mut m.primary_host_id);
+    if let Some(q) = s.int("data_qos", 0..=1) {
+        m.data_qos = q as u8;
+    }
+    let int = |key: &'static str, range, slot: &mut u64| {
+        if let Some(v) = s.int(key, range) {
+            *slot = v as u64;
+        }
+    };
+    int("max_silence_s", 1..=86_400, &mut m.max_silence_s);
+    int("buffer_max_mb", 1..=1_048_576, &mut m.buffer_max_mb);
+    int("buffer_max_age_h", 1..=87_600, &mut m.buffer_max_age_h);
+    int("commands_pause_s", 1..=86_400, &mut m.commands_pause_s);
+    int("confirm_birth_s", 0..=600, &mut m.confirm_birth_s);
+}
+
+/// Reads the keys of a broker connection (URLs, TLS files, client ID, credentials,
+/// keep-alive, reconnect backoff): `[mqtt]`'s, and `[hub]`'s, which are the same keys.
+pub fn read_connection_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
     if let Some(list) = s.strings("brokers") {
         let bad: Vec<String> =
             list.iter().filter_map(|u| parse_broker(u).err().map(|why| format!("{u:?}: {why}"))).collect();
@@ -179,17 +209,6 @@ pub fn read_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
     file("ca_file", &mut m.ca_file, |p| super::security::pem_file(p, "CERTIFICATE"));
     file("client_cert_file", &mut m.client_cert_file, |p| super::security::pem_file(p, "CERTIFICATE"));
     file("client_key_file", &mut m.client_key_file, |p| super::security::pem_file(p, "PRIVATE KEY"));
-    let id = |key: &'static str, slot: &mut String| {
-        if let Some(v) = s.str(key) {
-            match id_problem(v) {
-                Some(why) if !v.is_empty() => s.problem(key, why),
-                _ => *slot = v.to_string(),
-            }
-        }
-    };
-    id("group_id", &mut m.group_id);
-    id("edge_node_id", &mut m.edge_node_id);
-    id("primary_host_id", &mut m.primary_host_id);
     if let Some(v) = s.str("client_id") {
         m.client_id = v.to_string();
     }
@@ -203,9 +222,6 @@ pub fn read_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
     };
     env("username_env", &mut m.username_env);
     env("password_env", &mut m.password_env);
-    if let Some(q) = s.int("data_qos", 0..=1) {
-        m.data_qos = q as u8;
-    }
     let int = |key: &'static str, range, slot: &mut u64| {
         if let Some(v) = s.int(key, range) {
             *slot = v as u64;
@@ -213,47 +229,44 @@ pub fn read_keys(s: &Table<'_, '_>, m: &mut MqttConfig) {
     };
     int("keep_alive_s", 5..=3600, &mut m.keep_alive_s);
     int("reconnect_max_ms", 100..=600_000, &mut m.reconnect_max_ms);
-    int("max_silence_s", 1..=86_400, &mut m.max_silence_s);
-    int("buffer_max_mb", 1..=1_048_576, &mut m.buffer_max_mb);
-    int("buffer_max_age_h", 1..=87_600, &mut m.buffer_max_age_h);
-    int("commands_pause_s", 1..=86_400, &mut m.commands_pause_s);
-    int("confirm_birth_s", 0..=600, &mut m.confirm_birth_s);
 }
 
-/// Cross-key rules and the environment variables the keys name.
-pub fn problems(m: &MqttConfig, env: impl Fn(&str) -> Option<String>) -> Vec<String> {
+/// Cross-key rules and the environment variables the keys name, of the connection keys
+/// in section `section` (`mqtt` or `hub`).
+pub fn problems(section: &str, m: &MqttConfig, env: impl Fn(&str) -> Option<String>) -> Vec<String> {
     let mut out = Vec::new();
     if !m.enabled() {
         return out;
     }
     let tls = m.brokers.iter().any(|b| parse_broker(b).is_ok_and(|b| b.tls));
     if tls && m.ca_file.is_none() {
-        out.push("mqtt.brokers has an mqtts:// URL but mqtt.ca_file is empty: name the PEM file of the certificate authorities that signed the broker's certificate".into());
+        out.push(format!("{section}.brokers has an mqtts:// URL but {section}.ca_file is empty: name the PEM file of the certificate authorities that signed the broker's certificate"));
     }
     if m.client_cert_file.is_some() != m.client_key_file.is_some() {
-        out.push("mqtt.client_cert_file and mqtt.client_key_file go together: set both or neither".into());
+        out.push(format!("{section}.client_cert_file and {section}.client_key_file go together: set both or neither"));
     }
     for (key, name) in [("username_env", &m.username_env), ("password_env", &m.password_env)] {
         if !name.is_empty() && env(name).is_none() {
-            out.push(format!("mqtt.{key} names the environment variable {name}, which is not set"));
+            out.push(format!("{section}.{key} names the environment variable {name}, which is not set"));
         }
     }
     if m.password_env.is_empty() != m.username_env.is_empty() && !m.password_env.is_empty() {
-        out.push(
-            "mqtt.password_env is set without mqtt.username_env: MQTT sends a password only with a user name"
-                .into(),
-        );
+        out.push(format!(
+            "{section}.password_env is set without {section}.username_env: MQTT sends a password only with a user name"
+        ));
     }
     out
 }
 
 /// The variables `username_env` and `password_env` name (as the environment overrides
 /// them), which are secrets and not configuration keys even when named `FIELDGATE_...`.
-pub fn secret_vars(m: &MqttConfig, env: &[&(String, String)]) -> [String; 2] {
+/// `section` is the configuration section in upper case (`MQTT`, `HUB`).
+pub fn secret_vars(section: &str, m: &MqttConfig, env: &[&(String, String)]) -> [String; 2] {
     let var = |key: &str, file: &str| {
-        env.iter().find(|(k, _)| k == key).map_or_else(|| file.to_string(), |(_, v)| v.clone())
+        let key = format!("FIELDGATE_{section}_{key}");
+        env.iter().find(|(k, _)| *k == key).map_or_else(|| file.to_string(), |(_, v)| v.clone())
     };
-    [var("FIELDGATE_MQTT_USERNAME_ENV", &m.username_env), var("FIELDGATE_MQTT_PASSWORD_ENV", &m.password_env)]
+    [var("USERNAME_ENV", &m.username_env), var("PASSWORD_ENV", &m.password_env)]
 }
 
 /// A broker problem with any `user:password@` removed.
@@ -350,11 +363,11 @@ mod tests {
     #[test]
     fn cross_key_problems() {
         let none = |_: &str| None;
-        assert!(problems(&MqttConfig::default(), none).is_empty());
+        assert!(problems("mqtt", &MqttConfig::default(), none).is_empty());
         let mut m = MqttConfig { brokers: vec!["mqtts://h".into()], ..MqttConfig::default() };
         m.password_env = "PW".into();
         m.client_cert_file = Some("c.pem".into());
-        let p = problems(&m, none);
+        let p = problems("mqtt", &m, none);
         assert_eq!(p.len(), 4, "{p:?}");
         assert!(p[0].contains("ca_file") && p[1].contains("client_key_file") && p[2].contains("PW"));
     }

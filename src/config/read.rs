@@ -48,7 +48,7 @@ const NESTED: [(&str, &str); 2] = [("server", "tls"), ("server", "oauth")];
 type Section = fn(&Table<'_, '_>, &mut Config);
 
 /// The sections of the configuration and the function reading each.
-const SECTIONS: [(&str, Section); 9] = [
+const SECTIONS: [(&str, Section); 10] = [
     ("devices", devices),
     ("server", server),
     ("auth", auth),
@@ -58,6 +58,7 @@ const SECTIONS: [(&str, Section); 9] = [
     ("history", history),
     ("work_orders", work_orders),
     ("mqtt", mqtt),
+    ("hub", hub),
 ];
 
 pub(super) fn apply_text(cfg: &mut Config, name: &str, text: &str) -> Vec<Problem> {
@@ -181,4 +182,8 @@ fn work_orders(s: &Table<'_, '_>, c: &mut Config) {
 
 fn mqtt(s: &Table<'_, '_>, c: &mut Config) {
     super::mqtt::read_keys(s, &mut c.mqtt);
+}
+
+fn hub(s: &Table<'_, '_>, c: &mut Config) {
+    super::hub::read_keys(s, &mut c.hub);
 }

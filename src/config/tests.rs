@@ -63,6 +63,7 @@ fn default_file_sets_every_key() {
     c.work_orders.webhook_auth_env = "X".into();
     c.work_orders.webhook_auth_header = "X".into();
     c.mqtt = super::mqtt::MqttConfig::every_key_changed();
+    c.hub = super::hub::HubConfig::every_key_changed();
     assert!(apply_text(&mut c, "d", DEFAULT_TOML).is_empty());
     assert_eq!(c, Config::default());
 }
@@ -108,7 +109,7 @@ fn reports_every_problem_with_lines() {
             "environment variable FIELDGATE_CALLS_DEADLINE_MS: `deadline_ms` in [calls]: must be an integer, found a string",
             "environment variable FIELDGATE_SEVER_LISTEN: not a configuration key: the name must be \
              FIELDGATE_<SECTION>_<KEY> with SECTION one of DEVICES, SERVER, AUTH, STORAGE, CALLS, BREAKER, \
-             HISTORY, WORK_ORDERS, MQTT",
+             HISTORY, WORK_ORDERS, MQTT, HUB",
         ]
     );
 }
@@ -224,4 +225,34 @@ fn tls_keys_say_one_thing_per_mistake() {
     assert!(t.len() == 1 && t[0].contains("holds no PEM CERTIFICATE block"), "{t:?}");
     let t = text(tls("cert.pem", "http://edge01.plant"));
     assert!(t.len() == 1 && t[0].contains("public_url must start with https://"), "{t:?}");
+}
+
+/// `[hub]` takes `[mqtt]`'s connection keys with the same rules, its own keys, and none of
+/// the edge node's; its problems name `hub.`, and the variables its credentials name are
+/// secrets, not configuration keys.
+#[test]
+fn hub_section_shares_the_connection_keys_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hub.toml");
+    std::fs::write(
+        &path,
+        "[hub]\nbrokers = [\"mqtts://b.plant\"]\ngroup_id = \"A\"\ngroups = [\"A\", \"B/C\"]\nhost_id = \"\"\nreorder_timeout_ms = 5\nusername_env = \"FIELDGATE_HUB_USER\"\n",
+    )
+    .unwrap();
+    let env = [("FIELDGATE_HUB_USER".to_string(), "secret-name".to_string())];
+    let err = Config::load(Some(&path), env).unwrap_err();
+    let text: Vec<String> = err.0.iter().map(|p| p.message.clone()).collect();
+    let has = |part: &str| text.iter().any(|t| t.contains(part));
+    assert!(has("unknown key `group_id` in [hub]"), "{text:?}");
+    assert!(has("`groups` in [hub]: \"B/C\""), "{text:?}");
+    assert!(has("`host_id` in [hub]: must not be empty"), "{text:?}");
+    assert!(has("`reorder_timeout_ms` in [hub]: must be between 10"), "{text:?}");
+    assert!(has("hub.brokers has an mqtts:// URL but hub.ca_file is empty"), "{text:?}");
+    assert!(!text.iter().any(|t| t.contains("FIELDGATE_HUB_USER") && t.contains("not a configuration key")), "{text:?}");
+    assert!(!text.iter().any(|t| t.contains("secret-name")), "{text:?}");
+
+    std::fs::write(&path, "[hub]\nbrokers = [\"mqtt://b.plant:1884\"]\ngroups = [\"A\"]\nhost_id = \"scada-1\"\n").unwrap();
+    let cfg = Config::load(Some(&path), []).unwrap();
+    assert_eq!((cfg.hub.link.brokers.len(), cfg.hub.groups.as_slice(), cfg.hub.host_id.as_str()), (1, &["A".to_string()][..], "scada-1"));
+    assert!(!cfg.mqtt.enabled(), "the hub's brokers are not the edge node's");
 }
