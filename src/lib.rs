@@ -14,6 +14,7 @@ pub mod console;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod driver;
+pub mod hub;
 pub mod ids;
 pub mod kinds;
 pub mod logs;

@@ -41,7 +41,12 @@ impl HubConfig {
     #[cfg(test)]
     pub fn every_key_changed() -> HubConfig {
         HubConfig {
-            link: MqttConfig { client_id: "x".into(), keep_alive_s: 5, reconnect_max_ms: 100, ..Default::default() },
+            link: MqttConfig {
+                client_id: "x".into(),
+                keep_alive_s: 5,
+                reconnect_max_ms: 100,
+                ..Default::default()
+            },
             host_id: "x".into(),
             groups: vec!["x".into()],
             reorder_timeout_ms: 1,
@@ -60,10 +65,8 @@ pub fn read_keys(s: &Table<'_, '_>, h: &mut HubConfig) {
         }
     }
     if let Some(list) = s.strings("groups") {
-        let bad: Vec<String> = list
-            .iter()
-            .filter_map(|g| mqtt::id_problem(g).map(|why| format!("{g:?}: {why}")))
-            .collect();
+        let bad: Vec<String> =
+            list.iter().filter_map(|g| mqtt::id_problem(g).map(|why| format!("{g:?}: {why}"))).collect();
         if bad.is_empty() {
             h.groups = list;
         } else {

@@ -243,7 +243,9 @@ pub fn problems(section: &str, m: &MqttConfig, env: impl Fn(&str) -> Option<Stri
         out.push(format!("{section}.brokers has an mqtts:// URL but {section}.ca_file is empty: name the PEM file of the certificate authorities that signed the broker's certificate"));
     }
     if m.client_cert_file.is_some() != m.client_key_file.is_some() {
-        out.push(format!("{section}.client_cert_file and {section}.client_key_file go together: set both or neither"));
+        out.push(format!(
+            "{section}.client_cert_file and {section}.client_key_file go together: set both or neither"
+        ));
     }
     for (key, name) in [("username_env", &m.username_env), ("password_env", &m.password_env)] {
         if !name.is_empty() && env(name).is_none() {

@@ -248,11 +248,21 @@ fn hub_section_shares_the_connection_keys_and_nothing_else() {
     assert!(has("`host_id` in [hub]: must not be empty"), "{text:?}");
     assert!(has("`reorder_timeout_ms` in [hub]: must be between 10"), "{text:?}");
     assert!(has("hub.brokers has an mqtts:// URL but hub.ca_file is empty"), "{text:?}");
-    assert!(!text.iter().any(|t| t.contains("FIELDGATE_HUB_USER") && t.contains("not a configuration key")), "{text:?}");
+    assert!(
+        !text.iter().any(|t| t.contains("FIELDGATE_HUB_USER") && t.contains("not a configuration key")),
+        "{text:?}"
+    );
     assert!(!text.iter().any(|t| t.contains("secret-name")), "{text:?}");
 
-    std::fs::write(&path, "[hub]\nbrokers = [\"mqtt://b.plant:1884\"]\ngroups = [\"A\"]\nhost_id = \"scada-1\"\n").unwrap();
+    std::fs::write(
+        &path,
+        "[hub]\nbrokers = [\"mqtt://b.plant:1884\"]\ngroups = [\"A\"]\nhost_id = \"scada-1\"\n",
+    )
+    .unwrap();
     let cfg = Config::load(Some(&path), []).unwrap();
-    assert_eq!((cfg.hub.link.brokers.len(), cfg.hub.groups.as_slice(), cfg.hub.host_id.as_str()), (1, &["A".to_string()][..], "scada-1"));
+    assert_eq!(
+        (cfg.hub.link.brokers.len(), cfg.hub.groups.as_slice(), cfg.hub.host_id.as_str()),
+        (1, &["A".to_string()][..], "scada-1")
+    );
     assert!(!cfg.mqtt.enabled(), "the hub's brokers are not the edge node's");
 }

@@ -119,9 +119,79 @@ pub fn state(host: &str) -> String {
     format!("{NAMESPACE}/STATE/{host}")
 }
 
+/// Any Sparkplug topic, as a host application reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Address<'a> {
+    /// An edge node's or device's message: `spBv1.0/{group}/{kind}/{node}[/{device}]`,
+    /// the device present exactly when the kind names one.
+    Edge { group: &'a str, kind: Kind, node: &'a str, device: Option<&'a str> },
+    /// A host application's STATE.
+    State { host: &'a str },
+}
+
+impl<'a> Address<'a> {
+    /// The topic's parts; `None` for anything outside the namespace, an unknown message
+    /// type, an empty ID, or a device where there must be none (or none where there must).
+    pub fn parse(topic: &'a str) -> Option<Address<'a>> {
+        let mut parts = topic.split('/');
+        if parts.next()? != NAMESPACE {
+            return None;
+        }
+        let rest: Vec<&str> = parts.collect();
+        match rest.as_slice() {
+            ["STATE", host] if !host.is_empty() => Some(Address::State { host }),
+            [group, kind, node, device @ ..] if !group.is_empty() && !node.is_empty() => {
+                let kind = Kind::ALL.into_iter().find(|k| k.as_str() == *kind)?;
+                let device = match (kind.is_device(), device) {
+                    (true, [d]) if !d.is_empty() => Some(*d),
+                    (false, []) => None,
+                    _ => return None,
+                };
+                Some(Address::Edge { group, kind, node, device })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A node command topic of any edge node (what a host application publishes).
+pub fn node_command(group: &str, node: &str) -> String {
+    format!("{NAMESPACE}/{group}/{}/{node}", Kind::NCmd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_reads_every_topic_of_the_namespace_and_nothing_else() {
+        assert_eq!(
+            Address::parse("spBv1.0/A/DDATA/gw1/plc-1"),
+            Some(Address::Edge { group: "A", kind: Kind::DData, node: "gw1", device: Some("plc-1") })
+        );
+        assert_eq!(
+            Address::parse("spBv1.0/A/NBIRTH/gw1"),
+            Some(Address::Edge { group: "A", kind: Kind::NBirth, node: "gw1", device: None })
+        );
+        assert_eq!(Address::parse("spBv1.0/STATE/scada"), Some(Address::State { host: "scada" }));
+        for bad in [
+            "spBv1.0/A/DDATA/gw1",
+            "spBv1.0/A/NDATA/gw1/plc",
+            "spBv1.0/A/XDATA/gw1",
+            "spBv1.0//NBIRTH/gw1",
+            "spBv1.0/A/NBIRTH/",
+            "spBv1.0/A/DBIRTH/gw1/",
+            "spBv1.0/A/DBIRTH/gw1/d/e",
+            "spAv1.0/A/NBIRTH/gw1",
+            "spBv1.0/STATE/",
+            "spBv1.0/STATE/a/b",
+            "spBv1.0",
+            "",
+        ] {
+            assert_eq!(Address::parse(bad), None, "{bad}");
+        }
+        assert_eq!(node_command("A", "gw1"), "spBv1.0/A/NCMD/gw1");
+    }
 
     #[test]
     fn builds_and_parses() {

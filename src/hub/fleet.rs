@@ -1,0 +1,600 @@
+//! The fleet as a Sparkplug B host application sees it, without I/O: every edge node and
+//! device, their births and deaths, each edge node's `seq` (gaps wait for the missing
+//! message, then a rebirth is asked for), alias maps, and each metric's latest value.
+//!
+//! The task (`run.rs`) hands every message in ([`Fleet::on_message`]), ticks the clock
+//! ([`Fleet::tick`]), and sends the rebirth requests [`Fleet::rebirths`] gives out. The
+//! rules (Sparkplug 3.0, the host application's side of each edge node statement):
+//! - an NBIRTH starts the edge node afresh: its `bdSeq`, `seq` 0, no device born;
+//! - an NDEATH counts only when its `bdSeq` is the current NBIRTH's (an older connection's
+//!   will arriving late changes nothing);
+//! - a DDEATH counts only when it is not older than the device's DBIRTH;
+//! - messages are applied in `seq` order; one that comes early waits up to the reorder
+//!   timeout for those before it, then what waits is applied and the edge node is asked
+//!   for a rebirth; one that comes late (already passed) is dropped and counted;
+//! - data of an edge node, device or alias not born is never guessed at: it is dropped and
+//!   a rebirth asked for;
+//! - at most one rebirth request per edge node per cooldown; one wanted during the
+//!   cooldown goes out when it ends;
+//! - historical values go to history only, never to the latest value; so does a value
+//!   older than the latest one.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+
+use super::metric::{Props, props, quality, raw_value};
+use crate::driver::{RawValue, SampleQuality};
+use crate::spb::payload::{Metric, Payload, Value};
+use crate::spb::topic::Kind;
+
+/// The metrics an edge node's NBIRTH carries for the host, not values of its own.
+const BD_SEQ: &str = "bdSeq";
+
+/// Messages of one edge node held while one before them is missing, at most: beyond it the
+/// reorder timeout is taken as over.
+const HELD_MAX: usize = 256;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub reorder_timeout: Duration,
+    pub rebirth_cooldown: Duration,
+}
+
+/// Online since, or offline since and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Online { since: DateTime<Utc> },
+    Offline { since: DateTime<Utc>, why: Gone },
+}
+
+impl Status {
+    pub fn is_online(&self) -> bool {
+        matches!(self, Status::Online { .. })
+    }
+}
+
+/// Why an edge node or device is offline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    /// Its NDEATH (or DDEATH).
+    Death,
+    /// Its edge node died, or was born again without it.
+    EdgeGone,
+    /// The hub lost the broker: nothing is known until it is back.
+    BrokerLost,
+    /// Seen, but never born since the hub started (or since the hub reconnected).
+    NotBorn,
+}
+
+/// The latest value of a metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Latest {
+    pub value: Option<RawValue>,
+    pub at: DateTime<Utc>,
+    pub quality: SampleQuality,
+}
+
+#[derive(Debug, Clone)]
+pub struct MetricState {
+    pub name: String,
+    pub alias: Option<u64>,
+    pub datatype: u32,
+    pub props: Props,
+    pub latest: Option<Latest>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DeviceState {
+    pub id: String,
+    pub status: Status,
+    /// The DBIRTH's own time, when born.
+    pub birth: Option<DateTime<Utc>>,
+    pub metrics: Vec<MetricState>,
+    by_name: foldhash::HashMap<String, usize>,
+}
+
+/// An edge node's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EdgeStats {
+    pub messages: u64,
+    /// `seq` gaps that lasted the reorder timeout.
+    pub gaps: u64,
+    pub rebirths_requested: u64,
+    /// Messages dropped: late (their `seq` already passed), not decodable, without `seq`,
+    /// or of a device or alias not born.
+    pub dropped: u64,
+}
+
+/// Where a metric is: its edge node, device (`None`: the node's own) and index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct At {
+    pub edge: usize,
+    pub device: Option<usize>,
+    pub metric: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct EdgeState {
+    pub group: String,
+    pub node: String,
+    pub status: Status,
+    pub bd_seq: Option<u64>,
+    /// The NBIRTH's own time, when born.
+    pub birth: Option<DateTime<Utc>>,
+    pub devices: Vec<DeviceState>,
+    device_index: foldhash::HashMap<String, usize>,
+    /// The node's own metrics (`bdSeq`, `Node Control/Rebirth`, any other).
+    pub node_metrics: Vec<MetricState>,
+    aliases: foldhash::HashMap<u64, (Option<usize>, usize)>,
+    pub stats: EdgeStats,
+    /// The `seq` the next message must carry; `None` until an NBIRTH.
+    expect: Option<u8>,
+    /// Messages that came early, by their `seq`.
+    held: BTreeMap<u8, Held>,
+    gap_since: Option<Instant>,
+    last_request: Option<Instant>,
+    rebirth_wanted: bool,
+}
+
+/// A value applied: for history, and (`live`) the latest value of its metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub at: At,
+    pub value: Option<RawValue>,
+    pub time: DateTime<Utc>,
+    pub quality: SampleQuality,
+    /// Sent as historical (store-and-forward): history only.
+    pub historical: bool,
+    /// Became the metric's latest value.
+    pub live: bool,
+}
+
+/// What a message changed beyond values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changed {
+    /// Births (or deaths) changed which metrics exist: the catalogue is rebuilt.
+    pub catalogue: bool,
+}
+
+/// Whom a message is from (its topic).
+#[derive(Debug, Clone, Copy)]
+pub struct From<'a> {
+    pub group: &'a str,
+    pub node: &'a str,
+    pub kind: Kind,
+    pub device: Option<&'a str>,
+}
+
+/// When: the monotonic clock (timeouts) and the wall clock (what is shown).
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    pub now: Instant,
+    pub wall: DateTime<Utc>,
+}
+
+/// A message held for its turn.
+#[derive(Debug, Clone)]
+struct Held {
+    kind: Kind,
+    device: Option<String>,
+    payload: Payload,
+}
+
+/// Every edge node the hub has seen.
+pub struct Fleet {
+    timing: Timing,
+    edges: Vec<EdgeState>,
+    index: foldhash::HashMap<(String, String), usize>,
+}
+
+impl Fleet {
+    pub fn new(timing: Timing) -> Fleet {
+        Fleet { timing, edges: Vec::new(), index: Default::default() }
+    }
+
+    pub fn edges(&self) -> &[EdgeState] {
+        &self.edges
+    }
+
+    pub fn edge(&self, group: &str, node: &str) -> Option<&EdgeState> {
+        self.index.get(&(group.to_string(), node.to_string())).map(|&i| &self.edges[i])
+    }
+
+    /// The metric at `at`, with its device.
+    pub fn metric(&self, at: At) -> Option<(&EdgeState, Option<&DeviceState>, &MetricState)> {
+        let e = self.edges.get(at.edge)?;
+        match at.device {
+            Some(d) => {
+                let dev = e.devices.get(d)?;
+                Some((e, Some(dev), dev.metrics.get(at.metric)?))
+            }
+            None => Some((e, None, e.node_metrics.get(at.metric)?)),
+        }
+    }
+
+    /// One message from the broker, decoded; values applied go to `out`.
+    pub fn on_message(
+        &mut self,
+        from: From<'_>,
+        payload: Payload,
+        clock: Clock,
+        out: &mut Vec<Update>,
+    ) -> Changed {
+        let From { group, node, kind, device } = from;
+        let Clock { now, wall } = clock;
+        let e = self.edge_index(group, node, wall);
+        let edge = &mut self.edges[e];
+        edge.stats.messages += 1;
+        match kind {
+            Kind::NBirth => {
+                // 0 by the specification; a node that numbers otherwise is followed.
+                let next = payload.seq.map_or(1, |s| (s as u8).wrapping_add(1));
+                let changed = edge.nbirth(e, payload, wall, out);
+                edge.expect = Some(next);
+                changed
+            }
+            Kind::NDeath => edge.ndeath(&payload, wall),
+            Kind::NCmd | Kind::DCmd => Changed::default(),
+            _ => {
+                let Some(expect) = edge.expect else {
+                    // Not born since the hub has known it: ask, never guess.
+                    edge.drop_and_ask();
+                    return Changed::default();
+                };
+                let Some(seq) = payload.seq.filter(|s| *s <= 255).map(|s| s as u8) else {
+                    edge.drop_and_ask();
+                    return Changed::default();
+                };
+                let ahead = seq.wrapping_sub(expect);
+                if ahead == 0 {
+                    let mut changed = edge.apply(e, kind, device, payload, wall, out);
+                    edge.expect = Some(expect.wrapping_add(1));
+                    changed.catalogue |= edge.release(e, wall, out).catalogue;
+                    changed
+                } else if ahead < 128 {
+                    edge.held.insert(seq, Held { kind, device: device.map(str::to_string), payload });
+                    edge.gap_since.get_or_insert(now);
+                    if edge.held.len() > HELD_MAX {
+                        return edge.give_up_waiting(e, wall, out);
+                    }
+                    Changed::default()
+                } else {
+                    // Behind: a duplicate, or too late to be placed.
+                    edge.stats.dropped += 1;
+                    Changed::default()
+                }
+            }
+        }
+    }
+
+    /// Gaps that waited the reorder timeout are given up on; rebirths wanted are due.
+    pub fn tick(&mut self, now: Instant, wall: DateTime<Utc>, out: &mut Vec<Update>) -> Changed {
+        let mut changed = Changed::default();
+        for (i, edge) in self.edges.iter_mut().enumerate() {
+            if edge.gap_since.is_some_and(|t| now.duration_since(t) >= self.timing.reorder_timeout) {
+                changed.catalogue |= edge.give_up_waiting(i, wall, out).catalogue;
+            }
+        }
+        changed
+    }
+
+    /// The edge nodes to ask for a rebirth now (each at most once per cooldown).
+    pub fn rebirths(&mut self, now: Instant) -> Vec<(String, String)> {
+        let cooldown = self.timing.rebirth_cooldown;
+        let mut due = Vec::new();
+        for edge in &mut self.edges {
+            if edge.rebirth_wanted && edge.last_request.is_none_or(|t| now.duration_since(t) >= cooldown) {
+                edge.rebirth_wanted = false;
+                edge.last_request = Some(now);
+                edge.stats.rebirths_requested += 1;
+                due.push((edge.group.clone(), edge.node.clone()));
+            }
+        }
+        due
+    }
+
+    /// The broker is lost: nothing is known of any edge node until it is back and born.
+    pub fn broker_lost(&mut self, wall: DateTime<Utc>) {
+        for edge in &mut self.edges {
+            if edge.status.is_online() || edge.status_is_not_born() {
+                edge.status = Status::Offline { since: wall, why: Gone::BrokerLost };
+            }
+            edge.expect = None;
+            edge.held.clear();
+            edge.gap_since = None;
+            for d in &mut edge.devices {
+                if d.status.is_online() {
+                    d.status = Status::Offline { since: wall, why: Gone::BrokerLost };
+                }
+            }
+        }
+    }
+
+    /// Connected again: every edge node known is asked for a rebirth (paced), since
+    /// what happened meanwhile is not known.
+    pub fn broker_back(&mut self) {
+        for edge in &mut self.edges {
+            edge.rebirth_wanted = true;
+        }
+    }
+
+    fn edge_index(&mut self, group: &str, node: &str, wall: DateTime<Utc>) -> usize {
+        let key = (group.to_string(), node.to_string());
+        if let Some(&i) = self.index.get(&key) {
+            return i;
+        }
+        self.edges.push(EdgeState {
+            group: key.0.clone(),
+            node: key.1.clone(),
+            status: Status::Offline { since: wall, why: Gone::NotBorn },
+            bd_seq: None,
+            birth: None,
+            devices: Vec::new(),
+            device_index: Default::default(),
+            node_metrics: Vec::new(),
+            aliases: Default::default(),
+            stats: EdgeStats::default(),
+            expect: None,
+            held: BTreeMap::new(),
+            gap_since: None,
+            last_request: None,
+            rebirth_wanted: false,
+        });
+        self.index.insert(key, self.edges.len() - 1);
+        self.edges.len() - 1
+    }
+}
+
+/// A message's own time, or the time it was received.
+fn time_of(ms: Option<u64>, wall: DateTime<Utc>) -> DateTime<Utc> {
+    ms.and_then(|ms| i64::try_from(ms).ok()).and_then(DateTime::from_timestamp_millis).unwrap_or(wall)
+}
+
+impl EdgeState {
+    fn status_is_not_born(&self) -> bool {
+        matches!(self.status, Status::Offline { why: Gone::NotBorn, .. })
+    }
+
+    fn drop_and_ask(&mut self) {
+        self.stats.dropped += 1;
+        self.rebirth_wanted = true;
+    }
+
+    fn nbirth(&mut self, e: usize, payload: Payload, wall: DateTime<Utc>, out: &mut Vec<Update>) -> Changed {
+        let since = time_of(payload.timestamp, wall);
+        self.bd_seq =
+            payload.metrics.iter().find(|m| m.name.as_deref() == Some(BD_SEQ)).and_then(|m| match m.value {
+                Some(Value::Long(v)) => Some(v),
+                Some(Value::Int(v)) => Some(u64::from(v)),
+                _ => None,
+            });
+        self.status = Status::Online { since: wall };
+        self.birth = Some(since);
+        self.held.clear();
+        self.gap_since = None;
+        self.rebirth_wanted = false;
+        self.aliases.clear();
+        // Every device waits for its own DBIRTH after this one.
+        for d in &mut self.devices {
+            if d.status.is_online() || matches!(d.status, Status::Offline { why: Gone::BrokerLost, .. }) {
+                d.status = Status::Offline { since: wall, why: Gone::EdgeGone };
+            }
+        }
+        let (metrics, aliases) = define(&payload.metrics, &self.node_metrics);
+        self.node_metrics = metrics;
+        for (alias, m) in aliases {
+            self.aliases.insert(alias, (None, m));
+        }
+        for (i, m) in payload.metrics.iter().enumerate() {
+            apply_value(At { edge: e, device: None, metric: i }, &mut self.node_metrics[i], m, since, out);
+        }
+        Changed { catalogue: true }
+    }
+
+    fn ndeath(&mut self, payload: &Payload, wall: DateTime<Utc>) -> Changed {
+        let bd_seq =
+            payload.metrics.iter().find(|m| m.name.as_deref() == Some(BD_SEQ)).and_then(|m| match m.value {
+                Some(Value::Long(v)) => Some(v),
+                Some(Value::Int(v)) => Some(u64::from(v)),
+                _ => None,
+            });
+        if !self.status.is_online() || bd_seq != self.bd_seq {
+            // Another connection's will, or a death already known.
+            self.stats.dropped += 1;
+            return Changed::default();
+        }
+        self.status = Status::Offline { since: wall, why: Gone::Death };
+        self.expect = None;
+        self.held.clear();
+        self.gap_since = None;
+        for d in &mut self.devices {
+            if d.status.is_online() {
+                d.status = Status::Offline { since: wall, why: Gone::EdgeGone };
+            }
+        }
+        Changed::default()
+    }
+
+    /// A message in its `seq` turn.
+    fn apply(
+        &mut self,
+        e: usize,
+        kind: Kind,
+        device: Option<&str>,
+        payload: Payload,
+        wall: DateTime<Utc>,
+        out: &mut Vec<Update>,
+    ) -> Changed {
+        let sent = time_of(payload.timestamp, wall);
+        match (kind, device) {
+            (Kind::DBirth, Some(id)) => {
+                let d = match self.device_index.get(id) {
+                    Some(&d) => d,
+                    None => {
+                        self.devices.push(DeviceState {
+                            id: id.to_string(),
+                            status: Status::Offline { since: wall, why: Gone::NotBorn },
+                            birth: None,
+                            metrics: Vec::new(),
+                            by_name: Default::default(),
+                        });
+                        self.device_index.insert(id.to_string(), self.devices.len() - 1);
+                        self.devices.len() - 1
+                    }
+                };
+                // Aliases the device held before are its no more.
+                self.aliases.retain(|_, (dev, _)| *dev != Some(d));
+                let (metrics, aliases) = define(&payload.metrics, &self.devices[d].metrics);
+                let dev = &mut self.devices[d];
+                dev.by_name = metrics.iter().enumerate().map(|(i, m)| (m.name.clone(), i)).collect();
+                dev.metrics = metrics;
+                dev.status = Status::Online { since: wall };
+                dev.birth = Some(sent);
+                for (alias, m) in aliases {
+                    self.aliases.insert(alias, (Some(d), m));
+                }
+                let dev = &mut self.devices[d];
+                for (i, m) in payload.metrics.iter().enumerate() {
+                    let at = At { edge: e, device: Some(d), metric: i };
+                    apply_value(at, &mut dev.metrics[i], m, time_of(m.timestamp, sent), out);
+                }
+                Changed { catalogue: true }
+            }
+            (Kind::DDeath, Some(id)) => {
+                match self.device_index.get(id).map(|&d| &mut self.devices[d]) {
+                    Some(dev) if dev.status.is_online() && dev.birth.is_none_or(|b| sent >= b) => {
+                        dev.status = Status::Offline { since: wall, why: Gone::Death };
+                    }
+                    _ => self.stats.dropped += 1,
+                }
+                Changed::default()
+            }
+            (Kind::DData, Some(id)) => {
+                let Some(&d) = self.device_index.get(id).filter(|&&d| self.devices[d].status.is_online())
+                else {
+                    self.drop_and_ask();
+                    return Changed::default();
+                };
+                self.data(e, Some(d), &payload.metrics, sent, out);
+                Changed::default()
+            }
+            (Kind::NData, None) => {
+                self.data(e, None, &payload.metrics, sent, out);
+                Changed::default()
+            }
+            _ => Changed::default(),
+        }
+    }
+
+    /// A data message's metrics, found by alias (or by name) among what `device` was born with.
+    fn data(
+        &mut self,
+        e: usize,
+        device: Option<usize>,
+        metrics: &[Metric],
+        sent: DateTime<Utc>,
+        out: &mut Vec<Update>,
+    ) {
+        let mut unknown = false;
+        for m in metrics {
+            let found = match (m.alias, m.name.as_deref()) {
+                (Some(a), _) => self.aliases.get(&a).filter(|(d, _)| *d == device).map(|&(_, i)| i),
+                (None, Some(n)) => match device {
+                    Some(d) => self.devices[d].by_name.get(n).copied(),
+                    None => self.node_metrics.iter().position(|x| x.name == n),
+                },
+                (None, None) => None,
+            };
+            let slot = found.and_then(|i| match device {
+                Some(d) => self.devices[d].metrics.get_mut(i).map(|s| (i, s)),
+                None => self.node_metrics.get_mut(i).map(|s| (i, s)),
+            });
+            match slot {
+                Some((i, slot)) => {
+                    apply_value(At { edge: e, device, metric: i }, slot, m, time_of(m.timestamp, sent), out)
+                }
+                None => unknown = true,
+            }
+        }
+        if unknown {
+            self.drop_and_ask();
+        }
+    }
+
+    /// Applies held messages that are next in turn.
+    fn release(&mut self, e: usize, wall: DateTime<Utc>, out: &mut Vec<Update>) -> Changed {
+        let mut changed = Changed::default();
+        while let Some(expect) = self.expect {
+            let Some(Held { kind, device, payload }) = self.held.remove(&expect) else { break };
+            changed.catalogue |= self.apply(e, kind, device.as_deref(), payload, wall, out).catalogue;
+            // An NBIRTH cannot be held, so `expect` is still this one's.
+            self.expect = Some(expect.wrapping_add(1));
+        }
+        if self.held.is_empty() {
+            self.gap_since = None;
+        }
+        changed
+    }
+
+    /// The missing message is not coming: what waits is applied in `seq` order, the gap
+    /// counted, and a rebirth asked for.
+    fn give_up_waiting(&mut self, e: usize, wall: DateTime<Utc>, out: &mut Vec<Update>) -> Changed {
+        let mut changed = Changed::default();
+        let expect = self.expect.unwrap_or(0);
+        let mut held: Vec<(u8, Held)> = std::mem::take(&mut self.held).into_iter().collect();
+        held.sort_by_key(|(seq, _)| seq.wrapping_sub(expect));
+        for (seq, Held { kind, device, payload }) in held {
+            changed.catalogue |= self.apply(e, kind, device.as_deref(), payload, wall, out).catalogue;
+            self.expect = Some(seq.wrapping_add(1));
+        }
+        self.gap_since = None;
+        self.stats.gaps += 1;
+        self.rebirth_wanted = true;
+        changed
+    }
+}
+
+/// The metrics a birth defines, keeping what was known of those it names again (their
+/// latest value), and the aliases it gives them.
+fn define(metrics: &[Metric], before: &[MetricState]) -> (Vec<MetricState>, Vec<(u64, usize)>) {
+    let mut out = Vec::with_capacity(metrics.len());
+    let mut aliases = Vec::new();
+    for (i, m) in metrics.iter().enumerate() {
+        let name = m.name.clone().unwrap_or_default();
+        let latest = before.iter().find(|b| b.name == name).and_then(|b| b.latest.clone());
+        if let Some(a) = m.alias {
+            aliases.push((a, i));
+        }
+        out.push(MetricState {
+            name,
+            alias: m.alias,
+            datatype: m.datatype.unwrap_or(0),
+            props: props(m),
+            latest,
+        });
+    }
+    (out, aliases)
+}
+
+fn apply_value(at: At, slot: &mut MetricState, m: &Metric, time: DateTime<Utc>, out: &mut Vec<Update>) {
+    if slot.name == BD_SEQ
+        || slot.name.starts_with("Node Control/")
+        || slot.name.starts_with("Device Control/")
+    {
+        return;
+    }
+    let value = raw_value(slot.datatype, m);
+    let quality = if value.is_none() { SampleQuality::Bad } else { quality(m) };
+    let historical = m.is_historical == Some(true);
+    let live = !historical && slot.latest.as_ref().is_none_or(|l| time >= l.at);
+    if live {
+        slot.latest = Some(Latest { value: value.clone(), at: time, quality });
+    }
+    out.push(Update { at, value, time, quality, historical, live });
+}
+
+#[cfg(test)]
+mod tests;

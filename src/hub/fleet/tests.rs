@@ -1,0 +1,343 @@
+use super::*;
+use crate::spb::payload::{PropertySet, PropertyValue};
+
+const T0: u64 = 1_700_000_000_000;
+
+fn fleet() -> Fleet {
+    Fleet::new(Timing { reorder_timeout: Duration::from_secs(2), rebirth_cooldown: Duration::from_secs(5) })
+}
+
+fn wall(ms: u64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms as i64).unwrap()
+}
+
+fn payload(seq: Option<u64>, t: u64, metrics: Vec<Metric>) -> Payload {
+    Payload { timestamp: Some(t), metrics, seq, uuid: None, body: None }
+}
+
+fn nbirth(bd_seq: u64) -> Payload {
+    payload(
+        Some(0),
+        T0,
+        vec![
+            Metric::new(Some("bdSeq"), None, dt_::INT64, Some(Value::Long(bd_seq))),
+            Metric::new(Some("Node Control/Rebirth"), None, dt_::BOOLEAN, Some(Value::Boolean(false))),
+        ],
+    )
+}
+
+use crate::spb::payload::datatype as dt_;
+
+fn sensor(name: &str, alias: u64, v: f64) -> Metric {
+    let mut m = Metric::new(Some(name), Some(alias), dt_::DOUBLE, Some(Value::Double(v)));
+    m.timestamp = Some(T0);
+    let mut p = PropertySet::default();
+    p.push("engUnit", PropertyValue::string("bar"));
+    p.push("kind", PropertyValue::string("pressure"));
+    p.push("Quality", PropertyValue::int32(192));
+    m.properties = Some(p);
+    m
+}
+
+fn data(alias: u64, t: u64, v: f64) -> Metric {
+    let mut m = Metric::new(None, Some(alias), dt_::DOUBLE, Some(Value::Double(v)));
+    m.timestamp = Some(t);
+    m
+}
+
+/// A fleet with edge A/gw1 born (bdSeq 3) and device plc-1 born with two sensors; the next
+/// seq is 2.
+fn born() -> (Fleet, Instant) {
+    let mut f = fleet();
+    let now = Instant::now();
+    let mut out = Vec::new();
+    let c = f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::NBirth, device: None },
+        nbirth(3),
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    assert!(c.catalogue);
+    let birth = payload(Some(1), T0, vec![sensor("A_LINE1_001", 1, 1.5), sensor("A_LINE1_002", 2, 2.5)]);
+    let c = f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DBirth, device: Some("plc-1") },
+        birth,
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    assert!(c.catalogue);
+    assert_eq!(out.len(), 2, "the birth's values: {out:?}");
+    (f, now)
+}
+
+fn latest(f: &Fleet, metric: usize) -> Option<f64> {
+    let e = f.edge("A", "gw1").unwrap();
+    e.devices[0].metrics[metric].latest.as_ref().and_then(|l| l.value.as_ref()).and_then(RawValue::as_f64)
+}
+
+fn ddata(f: &mut Fleet, seq: u64, metrics: Vec<Metric>, now: Instant) -> Vec<Update> {
+    let mut out = Vec::new();
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DData, device: Some("plc-1") },
+        payload(Some(seq), T0 + 10, metrics),
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    out
+}
+
+#[test]
+fn births_define_the_metrics_and_data_by_alias_updates_them() {
+    let (mut f, now) = born();
+    let e = f.edge("A", "gw1").unwrap();
+    assert!(e.status.is_online());
+    assert_eq!(e.bd_seq, Some(3));
+    let d = &e.devices[0];
+    assert_eq!(
+        (d.id.as_str(), d.metrics[0].name.as_str(), d.metrics[0].props.unit.as_str()),
+        ("plc-1", "A_LINE1_001", "bar")
+    );
+    assert_eq!(latest(&f, 0), Some(1.5));
+    let out = ddata(&mut f, 2, vec![data(2, T0 + 5, 9.0)], now);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].at.metric, out[0].live, out[0].historical), (1, true, false));
+    assert_eq!(latest(&f, 1), Some(9.0));
+    assert_eq!(f.rebirths(now), Vec::<(String, String)>::new());
+}
+
+#[test]
+fn an_early_message_waits_for_the_one_before_it() {
+    let (mut f, now) = born();
+    let out = ddata(&mut f, 3, vec![data(1, T0 + 20, 3.0)], now);
+    assert!(out.is_empty(), "held until seq 2 comes");
+    assert_eq!(latest(&f, 0), Some(1.5));
+    let out = ddata(&mut f, 2, vec![data(1, T0 + 10, 2.0)], now);
+    assert_eq!(
+        out.iter().map(|u| u.value.as_ref().and_then(RawValue::as_f64)).collect::<Vec<_>>(),
+        [Some(2.0), Some(3.0)]
+    );
+    assert_eq!(latest(&f, 0), Some(3.0));
+    // Nothing waits now: the reorder timeout passing changes nothing.
+    let mut out = Vec::new();
+    f.tick(now + Duration::from_secs(3), wall(T0), &mut out);
+    assert!(out.is_empty());
+    assert_eq!(
+        (f.edge("A", "gw1").unwrap().stats.gaps, f.rebirths(now + Duration::from_secs(3)).len()),
+        (0, 0)
+    );
+    // The next seq follows on.
+    assert_eq!(ddata(&mut f, 4, vec![data(1, T0 + 30, 4.0)], now).len(), 1);
+}
+
+#[test]
+fn a_gap_that_outlasts_the_reorder_timeout_asks_for_one_rebirth_per_cooldown() {
+    let (mut f, now) = born();
+    assert!(ddata(&mut f, 4, vec![data(1, T0 + 20, 4.0)], now).is_empty());
+    assert!(ddata(&mut f, 3, vec![data(1, T0 + 10, 3.0)], now).is_empty());
+    let mut out = Vec::new();
+    f.tick(now + Duration::from_millis(1999), wall(T0), &mut out);
+    assert!(out.is_empty(), "not yet");
+    f.tick(now + Duration::from_secs(2), wall(T0), &mut out);
+    assert_eq!(
+        out.iter().map(|u| u.value.as_ref().and_then(RawValue::as_f64)).collect::<Vec<_>>(),
+        [Some(3.0), Some(4.0)],
+        "applied in seq order"
+    );
+    let t = now + Duration::from_secs(2);
+    assert_eq!(f.rebirths(t), [("A".to_string(), "gw1".to_string())]);
+    assert_eq!(f.rebirths(t), Vec::<(String, String)>::new(), "asked once");
+    // The stream goes on from there; another gap within the cooldown waits for it to end.
+    assert_eq!(ddata(&mut f, 5, vec![data(1, T0 + 30, 5.0)], t).len(), 1);
+    assert!(ddata(&mut f, 7, vec![data(1, T0 + 40, 7.0)], t).is_empty());
+    f.tick(t + Duration::from_secs(2), wall(T0), &mut out);
+    assert_eq!(f.rebirths(t + Duration::from_secs(2)).len(), 0, "within the cooldown");
+    assert_eq!(f.rebirths(t + Duration::from_secs(5)).len(), 1, "when it ends");
+    let e = f.edge("A", "gw1").unwrap();
+    assert_eq!((e.stats.gaps, e.stats.rebirths_requested), (2, 2));
+}
+
+#[test]
+fn a_late_or_repeated_message_is_dropped() {
+    let (mut f, now) = born();
+    assert_eq!(ddata(&mut f, 2, vec![data(1, T0 + 10, 2.0)], now).len(), 1);
+    assert!(ddata(&mut f, 2, vec![data(1, T0 + 10, 99.0)], now).is_empty());
+    assert!(ddata(&mut f, 1, vec![data(1, T0 + 10, 99.0)], now).is_empty());
+    assert_eq!(latest(&f, 0), Some(2.0));
+    assert_eq!(f.edge("A", "gw1").unwrap().stats.dropped, 2);
+}
+
+#[test]
+fn seq_wraps_from_255_to_0() {
+    let (mut f, now) = born();
+    for seq in 2..=255u64 {
+        assert_eq!(ddata(&mut f, seq, vec![data(1, T0 + seq, seq as f64)], now).len(), 1, "{seq}");
+    }
+    assert_eq!(ddata(&mut f, 0, vec![data(1, T0 + 300, 0.5)], now).len(), 1);
+    assert_eq!(latest(&f, 0), Some(0.5));
+}
+
+#[test]
+fn unknown_edges_devices_and_aliases_are_never_guessed_at() {
+    let mut f = fleet();
+    let now = Instant::now();
+    let mut out = Vec::new();
+    // An edge never born (the hub started after it).
+    f.on_message(
+        From { group: "B", node: "gw9", kind: Kind::DData, device: Some("x") },
+        payload(Some(7), T0, vec![data(1, T0, 1.0)]),
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    assert!(out.is_empty());
+    assert_eq!(f.rebirths(now), [("B".to_string(), "gw9".to_string())]);
+    assert!(matches!(f.edge("B", "gw9").unwrap().status, Status::Offline { why: Gone::NotBorn, .. }));
+
+    let (mut f, now) = born();
+    // A device not born, then an alias not born: dropped, one rebirth asked.
+    let mut out = Vec::new();
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DData, device: Some("plc-2") },
+        payload(Some(2), T0, vec![data(1, T0, 7.0)]),
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    assert!(
+        ddata(&mut f, 3, vec![data(9, T0, 7.0), data(1, T0 + 1, 8.0)], now).len() == 1,
+        "the known alias is applied"
+    );
+    assert!(out.is_empty());
+    assert_eq!(f.rebirths(now).len(), 1);
+    // An alias of another device of the edge is not this device's.
+    let other = payload(Some(4), T0, vec![sensor("A_LINE1_003", 3, 0.0)]);
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DBirth, device: Some("plc-2") },
+        other,
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    assert!(ddata(&mut f, 5, vec![data(3, T0 + 2, 1.0)], now).is_empty());
+    // No seq at all: dropped and asked.
+    let mut out = Vec::new();
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DData, device: Some("plc-1") },
+        payload(None, T0, vec![data(1, T0 + 3, 1.0)]),
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    assert!(out.is_empty());
+}
+
+#[test]
+fn only_the_current_connections_ndeath_counts() {
+    let (mut f, now) = born();
+    let mut out = Vec::new();
+    let death = |bd: u64| {
+        payload(None, T0, vec![Metric::new(Some("bdSeq"), None, dt_::INT64, Some(Value::Long(bd)))])
+    };
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::NDeath, device: None },
+        death(2),
+        Clock { now, wall: wall(T0 + 100) },
+        &mut out,
+    );
+    assert!(f.edge("A", "gw1").unwrap().status.is_online(), "an older connection's will");
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::NDeath, device: None },
+        death(3),
+        Clock { now, wall: wall(T0 + 200) },
+        &mut out,
+    );
+    let e = f.edge("A", "gw1").unwrap();
+    assert_eq!(e.status, Status::Offline { since: wall(T0 + 200), why: Gone::Death });
+    assert_eq!(e.devices[0].status, Status::Offline { since: wall(T0 + 200), why: Gone::EdgeGone });
+    // Data after the death is not taken until a new birth.
+    assert!(ddata(&mut f, 2, vec![data(1, T0 + 300, 1.0)], now).is_empty());
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::NBirth, device: None },
+        nbirth(4),
+        Clock { now, wall: wall(T0 + 400) },
+        &mut out,
+    );
+    let e = f.edge("A", "gw1").unwrap();
+    assert!(e.status.is_online());
+    assert!(!e.devices[0].status.is_online(), "a device waits for its own DBIRTH");
+}
+
+#[test]
+fn a_ddeath_older_than_the_dbirth_changes_nothing() {
+    let (mut f, now) = born();
+    let mut out = Vec::new();
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DDeath, device: Some("plc-1") },
+        payload(Some(2), T0 - 1, vec![]),
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    assert!(f.edge("A", "gw1").unwrap().devices[0].status.is_online());
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DDeath, device: Some("plc-1") },
+        payload(Some(3), T0 + 1, vec![]),
+        Clock { now, wall: wall(T0 + 5) },
+        &mut out,
+    );
+    assert_eq!(
+        f.edge("A", "gw1").unwrap().devices[0].status,
+        Status::Offline { since: wall(T0 + 5), why: Gone::Death }
+    );
+}
+
+#[test]
+fn historical_and_older_values_go_to_history_only() {
+    let (mut f, now) = born();
+    let mut h = data(1, T0 - 1000, 7.0);
+    h.is_historical = Some(true);
+    let out = ddata(&mut f, 2, vec![h, data(1, T0 - 10, 8.0)], now);
+    assert_eq!(
+        out.iter().map(|u| (u.historical, u.live)).collect::<Vec<_>>(),
+        [(true, false), (false, false)]
+    );
+    assert_eq!(latest(&f, 0), Some(1.5), "the birth's value (at T0) stays the latest");
+}
+
+#[test]
+fn quality_and_values_keep_their_type() {
+    let (mut f, now) = born();
+    let mut bad = data(1, T0 + 1, 1.0);
+    let mut p = PropertySet::default();
+    p.push("Quality", PropertyValue::int32(0));
+    bad.properties = Some(p);
+    let out = ddata(&mut f, 2, vec![bad], now);
+    assert_eq!(out[0].quality, SampleQuality::Bad);
+    let m = |t, v| Metric::new(None, None, t, Some(v));
+    assert_eq!(raw_value(dt_::INT8, &m(dt_::INT8, Value::Int(0xff))), Some(RawValue::Int(-1)));
+    assert_eq!(raw_value(dt_::INT16, &m(dt_::INT16, Value::Int(-3i32 as u32))), Some(RawValue::Int(-3)));
+    assert_eq!(raw_value(dt_::INT64, &m(dt_::INT64, Value::Long(-9i64 as u64))), Some(RawValue::Int(-9)));
+    assert_eq!(
+        raw_value(dt_::UINT32, &m(dt_::UINT32, Value::Long(4_000_000_000))),
+        Some(RawValue::UInt(4_000_000_000))
+    );
+    assert_eq!(
+        raw_value(dt_::UINT64, &m(dt_::UINT64, Value::Long(u64::MAX))),
+        Some(RawValue::UInt(u64::MAX))
+    );
+    // A value of another type than the birth's is not reinterpreted.
+    assert_eq!(raw_value(dt_::DOUBLE, &m(dt_::DOUBLE, Value::Long(5))), None);
+    assert_eq!(
+        raw_value(dt_::STRING, &m(dt_::STRING, Value::String("a\u{202e}b".into()))),
+        Some(RawValue::Text("a\u{fffd}b".into()))
+    );
+    assert_eq!(raw_value(dt_::DOUBLE, &Metric::new(None, None, dt_::DOUBLE, None)), None);
+}
+
+#[test]
+fn losing_the_broker_takes_every_edge_offline_and_asks_each_again() {
+    let (mut f, now) = born();
+    f.broker_lost(wall(T0 + 50));
+    let e = f.edge("A", "gw1").unwrap();
+    assert_eq!(e.status, Status::Offline { since: wall(T0 + 50), why: Gone::BrokerLost });
+    assert_eq!(e.devices[0].status, Status::Offline { since: wall(T0 + 50), why: Gone::BrokerLost });
+    f.broker_back();
+    assert_eq!(f.rebirths(now).len(), 1);
+    // Data before the rebirth is not taken: seq is not known any more.
+    assert!(ddata(&mut f, 2, vec![data(1, T0 + 60, 1.0)], now).is_empty());
+}

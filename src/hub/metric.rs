@@ -1,0 +1,88 @@
+//! What a Sparkplug metric says, read as the hub needs it: the properties a birth gives
+//! (fieldgate's edges send them all, others fewer), the quality, and the value as its
+//! birth's datatype says (never reinterpreted).
+
+use crate::driver::{RawValue, SampleQuality};
+use crate::spb::payload::{Metric, PropertyValueKind, Value, datatype as dt};
+
+/// What a metric's birth says about it (properties of fieldgate's edges; others may send
+/// fewer).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Props {
+    pub unit: String,
+    pub kind: String,
+    pub description: String,
+    pub range: Option<(f64, f64)>,
+    pub equipment: Option<String>,
+    /// The device's protocol at the edge (`modbus-tcp`, `opcua`).
+    pub protocol: Option<String>,
+    /// The register type in the device file (Modbus only).
+    pub data_type: Option<String>,
+    /// Whether the edge records the sensor's history (its device is polled or subscribed).
+    pub history: Option<bool>,
+    /// The longest a healthy edge goes without sending the metric (ms).
+    pub expected_interval_ms: Option<u64>,
+}
+
+pub fn props(m: &Metric) -> Props {
+    let Some(p) = &m.properties else { return Props::default() };
+    let text = |k: &str| match p.get(k).and_then(|v| v.value.as_ref()) {
+        Some(PropertyValueKind::String(s)) => Some(crate::plain::shown(s)),
+        _ => None,
+    };
+    let number = |k: &str| match p.get(k).and_then(|v| v.value.as_ref()) {
+        Some(PropertyValueKind::Double(v)) => Some(*v),
+        Some(PropertyValueKind::Float(v)) => Some(f64::from(*v)),
+        Some(PropertyValueKind::Int(v)) => Some(f64::from(*v)),
+        Some(PropertyValueKind::Long(v)) => Some(*v as f64),
+        _ => None,
+    };
+    Props {
+        unit: text("engUnit").unwrap_or_default(),
+        kind: text("kind").unwrap_or_default(),
+        description: text("description").unwrap_or_default(),
+        range: number("engLow")
+            .zip(number("engHigh"))
+            .filter(|(l, h)| l.is_finite() && h.is_finite() && l <= h),
+        equipment: text("equipment"),
+        protocol: text("protocol"),
+        data_type: text("dataType"),
+        history: match p.get("history").and_then(|v| v.value.as_ref()) {
+            Some(PropertyValueKind::Boolean(b)) => Some(*b),
+            _ => None,
+        },
+        expected_interval_ms: number("expectedIntervalMs").filter(|v| *v >= 0.0).map(|v| v as u64),
+    }
+}
+
+/// The quality a metric carries (`Quality`: 192 good, 500 stale, 0 bad; none: good).
+pub fn quality(m: &Metric) -> SampleQuality {
+    match m.properties.as_ref().and_then(|p| p.get("Quality")).and_then(|v| v.value.as_ref()) {
+        None => SampleQuality::Good,
+        Some(PropertyValueKind::Int(192)) => SampleQuality::Good,
+        Some(PropertyValueKind::Int(500)) => SampleQuality::Uncertain,
+        Some(_) => SampleQuality::Bad,
+    }
+}
+
+/// A metric's value as its birth's datatype says; `None` for null, or a value that is not
+/// of that type (never reinterpreted).
+pub fn raw_value(datatype: u32, m: &Metric) -> Option<RawValue> {
+    if m.is_null == Some(true) {
+        return None;
+    }
+    Some(match (datatype, m.value.as_ref()?) {
+        (dt::INT8, Value::Int(v)) => RawValue::Int(i64::from(*v as u8 as i8)),
+        (dt::INT16, Value::Int(v)) => RawValue::Int(i64::from(*v as u16 as i16)),
+        (dt::INT32, Value::Int(v)) => RawValue::Int(i64::from(*v as i32)),
+        (dt::UINT8 | dt::UINT16 | dt::UINT32, Value::Int(v)) => RawValue::UInt(u64::from(*v)),
+        (dt::UINT32, Value::Long(v)) => RawValue::UInt(u64::from(*v as u32)),
+        (dt::INT64, Value::Long(v)) => RawValue::Int(*v as i64),
+        (dt::UINT64, Value::Long(v)) => RawValue::UInt(*v),
+        (dt::FLOAT, Value::Float(v)) => RawValue::Float(f64::from(*v)),
+        (dt::DOUBLE, Value::Double(v)) => RawValue::Float(*v),
+        (dt::BOOLEAN, Value::Boolean(b)) => RawValue::Bool(*b),
+        (dt::STRING, Value::String(s)) => RawValue::Text(crate::plain::shown(s)),
+        _ => return None,
+    })
+}
