@@ -2,7 +2,7 @@
 //! value and properties (docs/sparkplug.md has the table).
 
 use crate::driver::normalize;
-use crate::registry::{DataType, Sensor, SensorSource};
+use crate::registry::{DataType, Device, Sensor, SensorSource};
 use crate::store::gorilla::Stored;
 
 use crate::spb::payload::{Metric, PropertySet, PropertyValue, Value, datatype as dt};
@@ -88,8 +88,16 @@ pub fn value_of(sensor: &Sensor, datatype: u32, v: &Stored) -> Option<Value> {
 }
 
 /// A metric of a DBIRTH: name, alias, datatype, the current value (null when none is
-/// known) and the sensor's properties.
-pub fn birth(sensor: &Sensor, datatype: u32, current: Option<(i64, &Stored, u8)>) -> Metric {
+/// known) and the sensor's properties, with what a host application needs to serve it as
+/// the edge does (its device's protocol, its type in the device file, whether the edge keeps
+/// its history, and `every_ms`: the longest the edge goes without sending it).
+pub fn birth(
+    sensor: &Sensor,
+    device: &Device,
+    every_ms: u64,
+    datatype: u32,
+    current: Option<(i64, &Stored, u8)>,
+) -> Metric {
     let value = current.and_then(|(_, v, _)| value_of(sensor, datatype, v));
     let mut m = Metric::new(Some(sensor.id.as_str()), Some(alias(sensor)), datatype, value);
     m.timestamp = current.map(|(t, _, _)| t as u64);
@@ -101,6 +109,15 @@ pub fn birth(sensor: &Sensor, datatype: u32, current: Option<(i64, &Stored, u8)>
         p.push("engLow", PropertyValue::double(r.min));
         p.push("engHigh", PropertyValue::double(r.max));
     }
+    if let Some(e) = &sensor.equipment {
+        p.push("equipment", PropertyValue::string(e));
+    }
+    p.push("protocol", PropertyValue::string(device.protocol.name()));
+    if let SensorSource::Modbus(point) = &sensor.source {
+        p.push("dataType", PropertyValue::string(point.data_type.into()));
+    }
+    p.push("history", PropertyValue::boolean(device.poll_interval.is_some()));
+    p.push("expectedIntervalMs", PropertyValue::long(every_ms));
     // No value yet: nothing known about it, which is what bad quality says.
     let q = current.map_or(2, |(_, _, q)| q);
     p.push("Quality", PropertyValue::int32(QUALITY[usize::from(q.min(2))]));
@@ -174,7 +191,10 @@ mod tests {
     #[test]
     fn birth_and_data_metrics() {
         let s = modbus(DataType::U16, 0.1);
-        let m = birth(&s, dt::DOUBLE, Some((5, &Stored::Int(10), 0)));
+        let registry =
+            crate::registry::Registry::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("devices")).unwrap();
+        let d = &registry.devices()[0];
+        let m = birth(&s, d, 60_000, dt::DOUBLE, Some((5, &Stored::Int(10), 0)));
         assert_eq!(
             (m.name.as_deref(), m.alias, m.timestamp),
             (Some("A_LINE1_042"), Some(alias(&s)), Some(5))
@@ -183,7 +203,13 @@ mod tests {
         assert_eq!(p.get("engUnit"), Some(&PropertyValue::string("bar")));
         assert_eq!(p.get("engHigh"), Some(&PropertyValue::double(10.0)));
         assert_eq!(p.get("Quality"), Some(&PropertyValue::int32(192)));
-        let m = birth(&s, dt::DOUBLE, None);
+        // What a host needs to serve the sensor as the edge does.
+        assert_eq!(p.get("protocol"), Some(&PropertyValue::string(d.protocol.name())));
+        assert_eq!(p.get("dataType"), Some(&PropertyValue::string("u16")));
+        assert_eq!(p.get("history"), Some(&PropertyValue::boolean(d.poll_interval.is_some())));
+        assert_eq!(p.get("expectedIntervalMs"), Some(&PropertyValue::long(60_000)));
+        assert_eq!(p.get("equipment"), None);
+        let m = birth(&s, d, 60_000, dt::DOUBLE, None);
         assert_eq!(m.is_null, Some(true));
         let d = data(&s, dt::DOUBLE, 7, &Stored::Int(20), 0, false, true);
         assert_eq!((d.name, d.is_historical, d.properties), (None, Some(true), None));

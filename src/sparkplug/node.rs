@@ -167,6 +167,7 @@ impl Edge {
     pub fn dbirth(&mut self, device: usize, current: impl Fn(&Sensor) -> Option<Sample>) -> Out {
         let registry = self.registry.clone();
         let d = &registry.devices()[device];
+        let every = u64::try_from(self.max_silence_ms).unwrap_or(0);
         let mut metrics = Vec::new();
         for s in registry.sensors_of_device(&d.id) {
             let now = current(s).map(|sample| {
@@ -183,7 +184,7 @@ impl Edge {
                 metric::datatype_of(s, good.map(|(_, v, _)| v))
             };
             self.datatypes[i] = dt;
-            metrics.push(metric::birth(s, dt, now.as_ref().map(|(t, v, q)| (*t, v, *q))));
+            metrics.push(metric::birth(s, d, every, dt, now.as_ref().map(|(t, v, q)| (*t, v, *q))));
             self.sent_quality[s.place.sensor] = now.as_ref().map_or(2, |(_, _, q)| *q);
             self.birth_t[s.place.sensor] = now.as_ref().map(|(t, _, _)| *t);
             if let Some((t, _, _)) = &now

@@ -97,6 +97,15 @@ fn tahu_decodes_births_and_data() {
     assert_eq!(m["properties"]["kind"]["value"], "pressure");
     assert_eq!(m["properties"]["Quality"]["value"], 192);
     assert_eq!(m["properties"]["Quality"]["type"], "Int32");
+    // What the fleet hub needs to serve the sensor as the edge does, read by Tahu.
+    assert_eq!(m["properties"]["protocol"]["value"], "modbus-tcp", "{m}");
+    assert_eq!(m["properties"]["protocol"]["type"], "String");
+    assert_eq!(m["properties"]["dataType"]["value"], "f32");
+    assert_eq!(m["properties"]["history"]["value"], true);
+    assert_eq!(m["properties"]["history"]["type"], "Boolean");
+    assert_eq!(m["properties"]["expectedIntervalMs"]["value"], 60_000);
+    assert_eq!(m["properties"]["expectedIntervalMs"]["type"], "UInt64");
+    assert_eq!(m["properties"]["equipment"]["value"], "P-101");
     let unread = db["metrics"].as_array().unwrap().iter().find(|m| m["name"] == "A_LINE1_002").unwrap();
     assert_eq!(unread["value"], Value::Null, "no value yet: null");
     assert!(db["metrics"].as_array().unwrap().iter().all(|m| m["timestamp"].is_u64()), "{db}");
