@@ -174,7 +174,7 @@ async fn run() {
     let stop = tokio_util::sync::CancellationToken::new();
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
-    let handles = fieldgate::poller::start(&psvc, stop.clone());
+    let handles = fieldgate::poller::start(&psvc.core(), stop.clone());
     tokio::time::sleep(Duration::from_secs(10)).await;
     let metrics = psvc.render_metrics();
     let polled: f64 = metrics

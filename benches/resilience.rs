@@ -226,7 +226,7 @@ async fn recovery_without_traffic() {
     let dir = devices_with_timeout(300);
     let (sim, tools) = plant(dir.path(), Config::default()).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let tasks = fieldgate::poller::start(&tools, stop.clone());
+    let tasks = fieldgate::poller::start(&tools.core(), stop.clone());
     sim.set_faults("a-util-meter", Faults { down: true, ..Default::default() }).unwrap();
     let status = |tools: ToolService| async move {
         tools.call("get_device_status", json!({"device_id": "a-util-meter"})).await.unwrap().json()["devices"]

@@ -184,8 +184,8 @@ impl Demo {
         );
         if let Some(b) = self.tools.config().mqtt.brokers.first() {
             let (group, node) = (
-                crate::sparkplug::group_id(self.tools.core()),
-                crate::sparkplug::edge_node_id(self.tools.core()),
+                crate::sparkplug::group_id(&self.tools.core()),
+                crate::sparkplug::edge_node_id(&self.tools.core()),
             );
             out.push_str(&format!(
                 "  Sparkplug  {b}   group {group}, edge node {node}   (watch: mosquitto_sub -v -t 'spBv1.0/#')\n"

@@ -248,8 +248,7 @@ async fn watch_device(core: Core, device: usize, stop: CancellationToken) {
 /// Starts polling every polled device (handing every fresh sample to the core's feed as
 /// well), fieldgate's own probes of every device, and the flush task. Stop with `stop`;
 /// await the handles to be sure the last flush happened.
-pub fn start(core: impl AsRef<Core>, stop: CancellationToken) -> Vec<JoinHandle<()>> {
-    let core = core.as_ref();
+pub fn start(core: &Core, stop: CancellationToken) -> Vec<JoinHandle<()>> {
     let watchers: Vec<JoinHandle<()>> = (0..core.registry.devices().len())
         .map(|i| tokio::spawn(watch_device(core.clone(), i, stop.clone())))
         .collect();

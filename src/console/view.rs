@@ -224,7 +224,8 @@ fn age(ms: u64) -> String {
 pub fn attention(tools: &ToolService, devices: &[DeviceStatus], readings: &[Option<Reading>]) -> Markup {
     let troubled: Vec<&DeviceStatus> =
         devices.iter().filter(|d| matches!(d.state, DeviceState::Down | DeviceState::Degraded)).collect();
-    let sensors = tools.registry().sensors();
+    let registry = tools.registry();
+    let sensors = registry.sensors();
     let odd: Vec<(&Sensor, &Reading)> = sensors
         .iter()
         .zip(readings)

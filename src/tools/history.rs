@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::defs::{Gap, GetSensorHistoryArgs, HistoryBucket, HistoryData, HistoryPoint, Quality, Value};
 use super::envelope::{ErrorCode, ToolError};
 use super::validate::registered_sensor;
-use super::{Inner, when};
+use super::{View, when};
 use crate::driver::{RawValue, normalize};
 use crate::registry::{DataType, Sensor, SensorSource};
 use crate::store::gorilla::{Point, Stored};
@@ -331,7 +331,7 @@ impl Acc {
 }
 
 /// `get_sensor_history`, typed.
-pub fn history(inner: &Inner, args: &GetSensorHistoryArgs) -> Result<HistoryData, ToolError> {
+pub fn history(inner: &View, args: &GetSensorHistoryArgs) -> Result<HistoryData, ToolError> {
     let registry = &inner.core.registry;
     let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
     let id = &sensor.id;

@@ -47,6 +47,7 @@ use crate::resilience::repeat::Verdict;
 use crate::service::Core;
 pub use crate::service::Stores;
 use crate::store::HistoryStore;
+use arc_swap::ArcSwap;
 use call_key::call_key;
 use validate::InputValidator;
 
@@ -71,20 +72,33 @@ pub struct ToolService {
     inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    /// The registry, the reading core, the stores, the metrics.
-    pub(crate) core: Core,
+struct Inner {
+    /// The core the tools answer from now: an edge's never changes; the fleet hub's is
+    /// replaced when births change its catalogue ([`ToolService::renew`]). A call takes
+    /// the view once and answers from it throughout.
+    view: ArcSwap<View>,
+    /// What every view shares (taken from the first core).
+    config: Config,
+    metrics: Arc<Metrics>,
+    history: Option<Arc<HistoryStore>>,
+    work_orders: Option<Arc<crate::work_orders::WorkOrderStore>>,
     validators: HashMap<Tool, InputValidator>,
-    /// Each sensor's fixed reading JSON, at its place in the registry.
-    pub(crate) reading_json: Vec<reading_json::ReadingJson>,
     limiter: limits::RateLimiter,
     /// The recent tool calls, for the operator console.
     activity: activity::Activity,
 }
 
-impl AsRef<Core> for ToolService {
-    fn as_ref(&self) -> &Core {
-        &self.inner.core
+/// One core and what the tools keep per sensor of its registry.
+pub(crate) struct View {
+    /// The registry, the reading core, the stores, the metrics.
+    pub(crate) core: Core,
+    /// Each sensor's fixed reading JSON, at its place in the registry.
+    pub(crate) reading_json: Vec<reading_json::ReadingJson>,
+}
+
+impl View {
+    fn of(core: Core) -> View {
+        View { reading_json: core.registry.sensors().iter().map(reading_json::ReadingJson::of).collect(), core }
     }
 }
 
@@ -124,8 +138,11 @@ impl ToolService {
             .collect();
         let limiter = limits::RateLimiter::new(core.config.server.rate_limit_per_minute);
         let inner = Inner {
-            reading_json: core.registry.sensors().iter().map(reading_json::ReadingJson::of).collect(),
-            core,
+            config: core.config.clone(),
+            metrics: core.metrics.clone(),
+            history: core.history.clone(),
+            work_orders: core.work_orders.clone(),
+            view: ArcSwap::from_pointee(View::of(core)),
             validators,
             limiter,
             activity: activity::Activity::default(),
@@ -133,54 +150,62 @@ impl ToolService {
         ToolService { inner: Arc::new(inner) }
     }
 
-    /// The service core the tools answer from.
-    pub fn core(&self) -> &Core {
-        &self.inner.core
+    /// Answers from `core` from now on (the fleet hub, when births change its catalogue).
+    /// Calls under way finish with the view they started with. `core` must share this
+    /// service's configuration, metrics and stores ([`Core::renewed`]).
+    pub fn renew(&self, core: Core) {
+        self.inner.view.store(Arc::new(View::of(core)));
+    }
+
+    fn view(&self) -> Arc<View> {
+        self.inner.view.load_full()
+    }
+
+    /// The service core the tools answer from now.
+    pub fn core(&self) -> Core {
+        self.view().core.clone()
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.inner.core.metrics
+        &self.inner.metrics
     }
 
     pub fn config(&self) -> &Config {
-        &self.inner.core.config
+        &self.inner.config
     }
 
     pub fn work_orders(&self) -> Option<&Arc<crate::work_orders::WorkOrderStore>> {
-        self.inner.core.work_orders.as_ref()
+        self.inner.work_orders.as_ref()
     }
 
     pub fn history(&self) -> Option<&Arc<HistoryStore>> {
-        self.inner.core.history.as_ref()
+        self.inner.history.as_ref()
     }
 
     /// `/metrics`: the Prometheus text of every metric.
     pub fn render_metrics(&self) -> String {
-        self.inner.core.metrics.render()
+        self.inner.metrics.render()
     }
 
     /// The state of fieldgate's storage (for `/readyz`).
     pub fn storage(&self) -> defs::StorageStatus {
-        status::storage(&self.inner)
+        status::storage(&self.view())
     }
 
-    /// The reading core every device read goes through (the poller reads with it too).
-    pub fn reader(&self) -> &Arc<Reader> {
-        &self.inner.core.reader
+    /// The reading core every device read goes through now (the poller reads with it too).
+    pub fn reader(&self) -> Arc<Reader> {
+        self.view().core.reader.clone()
     }
 
-    pub fn registry(&self) -> &Registry {
-        &self.inner.core.registry
-    }
-
-    pub fn registry_arc(&self) -> Arc<Registry> {
-        self.inner.core.registry.clone()
+    /// The registry the tools answer from now.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.view().core.registry.clone()
     }
 
     /// The devices a call's arguments name (its sensors' devices, or a device ID), for the
     /// log: one ID, several joined by commas, or none.
-    fn devices_named(&self, args: &Value) -> String {
-        let registry = &self.inner.core.registry;
+    fn devices_named(&self, view: &View, args: &Value) -> String {
+        let registry = &view.core.registry;
         let of_sensor =
             |v: &Value| v.as_str().and_then(|id| registry.sensor_named(id)).map(|s| s.device.as_str());
         let mut devices: Vec<&str> =
@@ -217,6 +242,7 @@ impl ToolService {
 
     /// Runs one tool call for `caller`. Every outcome is an envelope, rate limiting included.
     pub async fn call_as(&self, caller: &Caller, tool: Tool, args: Value) -> Envelope {
+        let view = self.view();
         let spec = tool.spec();
         let started = Instant::now();
         let call_id = new_call_id();
@@ -225,22 +251,22 @@ impl ToolService {
         // The cross-call retry limit applies to calls that read devices. While no call is
         // failing the guard is empty, and the call's key is not even built.
         let reads = spec.tool.reads_devices();
-        let key = (reads && !self.inner.core.repeat.is_empty()).then(|| call_key(spec.name(), &args));
+        let key = (reads && !view.core.repeat.is_empty()).then(|| call_key(spec.name(), &args));
         let blocked = key.as_deref().and_then(|k| {
-            self.inner.core.repeat.check(k, |d| {
+            view.core.repeat.check(k, |d| {
                 d.parse()
                     .ok()
-                    .and_then(|id| self.inner.core.reader.guard(&id))
+                    .and_then(|id| view.core.reader.guard(&id))
                     .and_then(|g| g.health.last_success())
             })
         });
         let result = match self.inner.limiter.take(&caller.id) {
             Ok(()) if !caller.may(tool.scope()) => Err(forbidden(tool)),
             Ok(()) if blocked.is_some() => Err(retry_limit(blocked.as_ref())),
-            Ok(()) => self.dispatch(caller, spec.tool, &args, &mut attempts).await,
+            Ok(()) => self.dispatch(&view, caller, spec.tool, &args, &mut attempts).await,
             Err(wait) => Err(ToolError::new(
                 ErrorCode::RateLimited,
-                format!("Caller {} exceeded {} calls per minute.", caller.id, self.inner.core.config.server.rate_limit_per_minute),
+                format!("Caller {} exceeded {} calls per minute.", caller.id, self.inner.config.server.rate_limit_per_minute),
                 "Wait retry_after_ms before the next call, and make fewer calls (get_sensor_readings reads up to 100 sensors at once).",
             )
             .with_retry_after(wait.as_millis() as u64 + 1)),
@@ -249,10 +275,10 @@ impl ToolService {
         if reads && blocked.is_none() {
             let verdict = verdict(&result);
             // Only a failure has to be remembered, and an empty guard has no streak to end.
-            if verdict != Verdict::Ended || !self.inner.core.repeat.is_empty() {
+            if verdict != Verdict::Ended || !view.core.repeat.is_empty() {
                 let device = result.as_ref().err().and_then(|e| e.device_id.as_deref());
                 let key = key.unwrap_or_else(|| call_key(spec.name(), &args));
-                self.inner.core.repeat.record(key, verdict, device);
+                view.core.repeat.record(key, verdict, device);
             }
         }
         let envelope = match result {
@@ -260,12 +286,12 @@ impl ToolService {
             Err(e) => Envelope::failure(e, meta),
         };
         let code = envelope.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK");
-        self.inner.core.metrics.call(spec.name(), code, started.elapsed());
+        self.inner.metrics.call(spec.name(), code, started.elapsed());
         let (duration_ms, code) = (envelope.meta.duration_ms, code);
         if let Some(logged_args) = logged {
             let device = match envelope.error.as_ref() {
                 Some(e) => e.device_id.clone().unwrap_or_default(),
-                None => self.devices_named(&args),
+                None => self.devices_named(&view, &args),
             };
             trace_call(&envelope, &logged_args, caller, &device);
         }
@@ -287,7 +313,7 @@ impl ToolService {
     fn resource(&self, caller: &Caller, name: &str, read: impl FnOnce(&Registry) -> ToolResult) -> Envelope {
         let started = Instant::now();
         let result = match self.inner.limiter.take(&caller.id) {
-            Ok(()) => read(&self.inner.core.registry),
+            Ok(()) => read(&self.view().core.registry),
             Err(wait) => {
                 Err(ToolError::new(ErrorCode::RateLimited, "Too many requests.", "Wait retry_after_ms.")
                     .with_retry_after(wait.as_millis() as u64 + 1))
@@ -306,7 +332,7 @@ impl ToolService {
         note: Option<String>,
     ) -> Envelope {
         let started = Instant::now();
-        let result = work_orders::act(&self.inner, caller, id, action, note).await;
+        let result = work_orders::act(&self.view(), caller, id, action, note).await;
         finish(&format!("work_order_{action}"), started, 0, result)
     }
 
@@ -315,7 +341,7 @@ impl ToolService {
     pub async fn probe_device(&self, caller: &Caller, id: &str) -> Envelope {
         let started = Instant::now();
         let result = if caller.is_operator() {
-            status::probe(&self.inner, id).await
+            status::probe(&self.view(), id).await
         } else {
             Err(ToolError::new(
                 ErrorCode::Forbidden,
@@ -335,35 +361,36 @@ impl ToolService {
     /// `get_device_status`, typed: the same code as the tool, outside the agent's pipeline
     /// (no envelope, no rate limit, no log line, no activity entry), for the console.
     pub fn device_status(&self, args: &GetDeviceStatusArgs) -> Result<DeviceStatusData, ToolError> {
-        status::device_status(&self.inner, args)
+        status::device_status(&self.view(), args)
     }
 
     /// `get_sensor_history`, typed (see [`ToolService::device_status`]).
     pub fn sensor_history(&self, args: &GetSensorHistoryArgs) -> Result<HistoryData, ToolError> {
-        history::history(&self.inner, args)
+        history::history(&self.view(), args)
     }
 
     /// `get_sensor_history` of several sensors, typed, in the order asked: one call for a
     /// device page's charts.
     pub fn histories(&self, args: &[GetSensorHistoryArgs]) -> Vec<Result<HistoryData, ToolError>> {
-        args.iter().map(|a| history::history(&self.inner, a)).collect()
+        let view = self.view();
+        args.iter().map(|a| history::history(&view, a)).collect()
     }
 
     /// `get_work_order`, typed (see [`ToolService::device_status`]).
     pub fn work_order(&self, args: &GetWorkOrderArgs) -> Result<WorkOrderData, ToolError> {
-        work_orders::work_order(&self.inner, args)
+        work_orders::work_order(&self.view(), args)
     }
 
     /// `list_work_orders`, typed (see [`ToolService::device_status`]).
     pub fn list_work_orders(&self, args: &ListWorkOrdersArgs) -> Result<ListWorkOrdersData, ToolError> {
-        work_orders::work_orders(&self.inner, args)
+        work_orders::work_orders(&self.view(), args)
     }
 
     /// The last value the poller (or a call) read of `sensor`, as the agent would see it
     /// from the cache; never a device read.
     pub fn cached_reading(&self, sensor: &crate::registry::Sensor) -> Option<defs::Reading> {
         let now = chrono::Utc::now();
-        let sample = self.inner.core.reader.cache().fresh(sensor, u64::MAX / 2, now)?;
+        let sample = self.view().core.reader.cache().fresh(sensor, u64::MAX / 2, now)?;
         let mut stamps = reading_json::Stamps::new();
         Some(reading_json::reading(
             sensor,
@@ -379,7 +406,14 @@ impl ToolService {
         self.resource(caller, "describe_sensor", |r| resources::sensor(r, id))
     }
 
-    async fn dispatch(&self, caller: &Caller, tool: Tool, args: &Value, attempts: &mut u32) -> ToolResult {
+    async fn dispatch(
+        &self,
+        view: &View,
+        caller: &Caller,
+        tool: Tool,
+        args: &Value,
+        attempts: &mut u32,
+    ) -> ToolResult {
         // Absent arguments mean "all defaults".
         let defaults = Value::Object(Default::default());
         let args = if args.is_null() { &defaults } else { args };
@@ -392,7 +426,7 @@ impl ToolService {
                 "Pass the arguments as an object of named parameters, e.g. {\"zone\": \"LINE1\"}.",
             ));
         }
-        let registry = &self.inner.core.registry;
+        let registry = &view.core.registry;
         let suggest = |param: &str, received: &str| suggestions_for(registry, param, received);
         // Hidden characters first: named as what they are, not as a format mismatch.
         validate::text::check_arguments(args)?;
@@ -402,13 +436,13 @@ impl ToolService {
         }
         match tool {
             Tool::ListSensors => list_sensors::run(parse(args)?, registry),
-            Tool::GetSensorReading => readings::get_one(&self.inner, parse(args)?, attempts).await,
-            Tool::GetSensorReadings => readings::get_many(&self.inner, parse_borrowed(args)?, attempts).await,
-            Tool::GetDeviceStatus => to_data(&self.device_status(&parse(args)?)?),
-            Tool::GetSensorHistory => to_data(&self.sensor_history(&parse(args)?)?),
-            Tool::CreateWorkOrder => work_orders::create(&self.inner, caller, parse(args)?).await,
-            Tool::GetWorkOrder => to_data(&self.work_order(&parse(args)?)?),
-            Tool::ListWorkOrders => to_data(&self.list_work_orders(&parse(args)?)?),
+            Tool::GetSensorReading => readings::get_one(view, parse(args)?, attempts).await,
+            Tool::GetSensorReadings => readings::get_many(view, parse_borrowed(args)?, attempts).await,
+            Tool::GetDeviceStatus => to_data(&status::device_status(view, &parse(args)?)?),
+            Tool::GetSensorHistory => to_data(&history::history(view, &parse(args)?)?),
+            Tool::CreateWorkOrder => work_orders::create(view, caller, parse(args)?).await,
+            Tool::GetWorkOrder => to_data(&work_orders::work_order(view, &parse(args)?)?),
+            Tool::ListWorkOrders => to_data(&work_orders::work_orders(view, &parse(args)?)?),
         }
     }
 }

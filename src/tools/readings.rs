@@ -5,7 +5,7 @@ use super::device_error::device_error;
 use super::envelope::{Detail, ErrorCode, ToolError};
 use super::reading_json::{ReadingJson, Stamps, reading, write_reading};
 use super::validate::registered_sensor;
-use super::{Inner, ToolResult, json, to_data};
+use super::{View, ToolResult, json, to_data};
 use crate::driver::Sample;
 use crate::reading::{Cache, Source};
 use crate::registry::{Registry, Sensor};
@@ -75,7 +75,7 @@ fn source(s: Source) -> ReadingSource {
     }
 }
 
-pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts: &mut u32) -> ToolResult {
+pub(crate) async fn get_one(inner: &View, args: GetSensorReadingArgs, attempts: &mut u32) -> ToolResult {
     let registry = &inner.core.registry;
     let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
     let mode = args.unit.unwrap_or_default();
@@ -94,7 +94,7 @@ pub(crate) async fn get_one(inner: &Inner, args: GetSensorReadingArgs, attempts:
 }
 
 pub(crate) async fn get_many(
-    inner: &Inner,
+    inner: &View,
     args: GetSensorReadingsArgs<'_>,
     attempts: &mut u32,
 ) -> ToolResult {
@@ -206,7 +206,7 @@ fn batch<'r>(registry: &'r Registry, ids: &[&str]) -> Batch<'r> {
 
 /// `ReadingsData`, written directly: readings, failed, complete.
 fn write_readings(
-    inner: &Inner,
+    inner: &View,
     sensors: &[&Sensor],
     slots: &[Slot],
     failed: &[FailedSensor],

@@ -8,14 +8,14 @@ use super::defs::{
     Latency, NorthboundStatus, ProbeData, ProbeResult, StorageState, StorageStatus,
 };
 use super::device_error::device_error;
-use super::{Inner, ToolError, ToolResult, to_data};
+use super::{View, ToolError, ToolResult, to_data};
 use crate::driver::DriverError;
 use crate::ids::DeviceId;
 use crate::registry::Device;
 use crate::resilience::breaker::SnapshotState;
 use crate::resilience::{ProbeOutcome, ReadError};
 
-fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
+fn status_of(inner: &View, d: &Device) -> DeviceStatus {
     let sensors: Vec<_> = inner.core.registry.sensors_of_device(&d.id).collect();
     let (breaker, health) = match inner.core.reader.guard(&d.id) {
         Some(g) => (Some(g.breaker.snapshot()), g.health.snapshot()),
@@ -106,7 +106,7 @@ fn status_of(inner: &Inner, d: &Device) -> DeviceStatus {
 }
 
 /// `get_device_status`, typed: every device (or the one named) from what was seen.
-pub fn device_status(inner: &Inner, args: &GetDeviceStatusArgs) -> Result<DeviceStatusData, ToolError> {
+pub fn device_status(inner: &View, args: &GetDeviceStatusArgs) -> Result<DeviceStatusData, ToolError> {
     let registry = &inner.core.registry;
     let devices = match &args.device_id {
         Some(raw) => match raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id)) {
@@ -124,7 +124,7 @@ pub fn device_status(inner: &Inner, args: &GetDeviceStatusArgs) -> Result<Device
     Ok(DeviceStatusData { devices, storage: storage(inner), northbound: northbound(inner) })
 }
 
-fn northbound(inner: &Inner) -> Option<NorthboundStatus> {
+fn northbound(inner: &View) -> Option<NorthboundStatus> {
     use crate::metrics::sparkplug::Counters;
     let c = inner.core.sparkplug.get()?;
     Some(NorthboundStatus {
@@ -140,7 +140,7 @@ fn northbound(inner: &Inner) -> Option<NorthboundStatus> {
 }
 
 /// An operator's probe of one device, at once (`POST /v1/devices/{id}/probe`).
-pub async fn probe(inner: &Inner, raw: &str) -> ToolResult {
+pub async fn probe(inner: &View, raw: &str) -> ToolResult {
     let registry = &inner.core.registry;
     let Some(d) = raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id)) else {
         return Err(super::validate::device_not_found(registry, raw, "GET /v1/devices lists every device."));
@@ -164,7 +164,7 @@ pub async fn probe(inner: &Inner, raw: &str) -> ToolResult {
 }
 
 /// The state of the history and work-order stores and of their disk.
-pub fn storage(inner: &Inner) -> StorageStatus {
+pub fn storage(inner: &View) -> StorageStatus {
     let mut problems = Vec::new();
     if let Some(p) = inner.core.history.as_ref().and_then(|h| h.problem()) {
         problems.push(format!(

@@ -16,7 +16,7 @@ use super::defs::{
 };
 use super::envelope::{ErrorCode, ToolError};
 use super::validate::{parse_sensor_id, registered_sensor};
-use super::{Caller, Inner, ToolResult, to_data};
+use super::{Caller, View, ToolResult, to_data};
 use crate::work_orders::model::{self, Action, Request, number_of, query_fingerprint};
 use crate::work_orders::{Created, WorkOrderError, WorkOrderStore};
 
@@ -25,7 +25,7 @@ pub const NOTE_CHARS: usize = 500;
 
 /// How long the agent should wait before checking an order again.
 const NEXT_CHECK_S: u64 = 900;
-fn store(inner: &Inner) -> Result<Arc<WorkOrderStore>, ToolError> {
+fn store(inner: &View) -> Result<Arc<WorkOrderStore>, ToolError> {
     inner.core.work_orders.clone().ok_or_else(ToolError::internal)
 }
 
@@ -88,7 +88,7 @@ pub fn store_error(e: WorkOrderError) -> ToolError {
     }
 }
 
-pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrderArgs) -> ToolResult {
+pub(crate) async fn create(inner: &View, caller: &Caller, args: CreateWorkOrderArgs) -> ToolResult {
     let registry = &inner.core.registry;
     let sensor = registered_sensor("sensor_id", &args.sensor_id, registry)?;
     let id = &sensor.id;
@@ -165,7 +165,7 @@ pub(crate) async fn create(inner: &Inner, caller: &Caller, args: CreateWorkOrder
 }
 
 /// `get_work_order`, typed.
-pub(crate) fn work_order(inner: &Inner, args: &GetWorkOrderArgs) -> Result<WorkOrderData, ToolError> {
+pub(crate) fn work_order(inner: &View, args: &GetWorkOrderArgs) -> Result<WorkOrderData, ToolError> {
     let store = store(inner)?;
     let order = match (&args.work_order_id, &args.idempotency_key) {
         (Some(id), None) => store.get(id),
@@ -185,7 +185,7 @@ pub(crate) fn work_order(inner: &Inner, args: &GetWorkOrderArgs) -> Result<WorkO
 }
 
 /// An order as the agent sees it.
-fn shown(inner: &Inner, order: model::WorkOrder) -> WorkOrder {
+fn shown(inner: &View, order: model::WorkOrder) -> WorkOrder {
     render(order, !inner.core.config.work_orders.webhook_url.is_empty())
 }
 
@@ -221,7 +221,7 @@ pub fn render(order: model::WorkOrder, webhook_configured: bool) -> WorkOrder {
 /// An operator's decision on a work order (`approve`, `reject`, `start`, `complete`,
 /// `cancel`). Only the operator role may; the agent's tools never change a state.
 pub(crate) async fn act(
-    inner: &Inner,
+    inner: &View,
     caller: &Caller,
     id: &str,
     action: &str,
@@ -286,7 +286,7 @@ struct Cursor {
 }
 
 /// `list_work_orders`, typed.
-pub(crate) fn work_orders(inner: &Inner, args: &ListWorkOrdersArgs) -> Result<ListWorkOrdersData, ToolError> {
+pub(crate) fn work_orders(inner: &View, args: &ListWorkOrdersArgs) -> Result<ListWorkOrdersData, ToolError> {
     let sensor = match &args.sensor_id {
         Some(raw) => Some(parse_sensor_id("sensor_id", raw, &inner.core.registry)?),
         None => None,

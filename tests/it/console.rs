@@ -248,7 +248,8 @@ node_id = "ns=2;s=<b>node</b>"
 async fn every_device_provided_string_is_escaped() {
     let registry = Registry::from_texts(&[("hostile.toml".to_string(), HOSTILE.to_string())]).unwrap();
     let service = ToolService::new(Arc::new(registry), Config::default());
-    let s = service.registry().sensor_named("H_ZONE1_001").unwrap();
+    let registry = service.registry();
+    let s = registry.sensor_named("H_ZONE1_001").unwrap();
     // An OPC UA string value as hostile as the file.
     let text = RawValue::Text("</span><script>alert('value')</script>".into());
     service
@@ -491,7 +492,8 @@ async fn every_console_route_is_served_and_a_browser_at_the_root_lands_on_it() {
 async fn the_live_stream_sends_every_device_and_sensor_at_once() {
     use http_body_util::BodyExt;
     let service = service();
-    let s = service.registry().sensor_named("A_UTIL_001").unwrap();
+    let registry = service.registry();
+    let s = registry.sensor_named("A_UTIL_001").unwrap();
     let sample =
         Sample { value: RawValue::Float(231.25), at: chrono::Utc::now(), quality: SampleQuality::Good };
     service.reader().cache().put(s, &sample);

@@ -320,7 +320,7 @@ async fn the_poller_fills_history_that_matches_the_simulator() {
     let plant = plant_with(dir.path(), scenario, config).await;
     plant.sim.freeze(Some(1.0));
     let stop = tokio_util::sync::CancellationToken::new();
-    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let polling = fieldgate::poller::start(&plant.service.core(), stop.clone());
     let started = Utc::now().timestamp_millis();
     // Wait until the first values are stored (observed, not slept for).
     let store = plant.service.history().unwrap().clone();
@@ -416,7 +416,7 @@ async fn the_poller_does_not_poll_a_device_whose_breaker_is_open() {
     let plant = plant_with(dir.path(), Scenario::default(), config).await;
     plant.faults("a-util-meter", fieldgate_sim::Faults { no_reply: 1.0, ..Default::default() });
     let stop = tokio_util::sync::CancellationToken::new();
-    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let polling = fieldgate::poller::start(&plant.service.core(), stop.clone());
     let status = || async {
         plant.service.call("get_device_status", json!({"device_id": "a-util-meter"})).await.unwrap().json()["devices"][0]["breaker"]["state"].clone()
     };

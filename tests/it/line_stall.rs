@@ -204,7 +204,7 @@ async fn a_subscribed_server_that_dies_is_down_with_one_log_line_and_up_again_wh
     config.server.rate_limit_per_minute = 1_000_000;
     let (_plant, peer, service) = oven_behind_a_peer(config).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let polling = fieldgate::poller::start(&service, stop.clone());
+    let polling = fieldgate::poller::start(&service.core(), stop.clone());
     // Heard from through the subscription alone: no tool reads the oven in this test.
     oven_until(&service, "up", |d| d["state"] == "up" && d["breaker"]["state"] == "closed").await;
 
@@ -239,7 +239,7 @@ async fn a_subscription_whose_server_stops_publishing_is_recreated_on_a_new_sess
     // Sampled every 50 ms: a keep-alive is due every 500 ms at most.
     let (plant, peer, service) = oven_polled_behind_a_peer(Config::default(), 50).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let polling = fieldgate::poller::start(&service, stop.clone());
+    let polling = fieldgate::poller::start(&service.core(), stop.clone());
     wait_for("the first session", || metric(&service, "fieldgate_opcua_sessions_total") == 1).await;
     let before = metric(&service, "fieldgate_opcua_notifications_total");
     wait_for("notifications", || metric(&service, "fieldgate_opcua_notifications_total") > before).await;

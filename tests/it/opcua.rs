@@ -322,7 +322,7 @@ async fn a_subscription_feeds_history_and_survives_a_server_restart() {
     scenario.sensors.insert("B_OVEN2_001".into(), Wave::Constant { value: 200.0 }); // deadband 0.5
     let mut plant = plant_from(dir.path(), scenario).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let polling = fieldgate::poller::start(&plant.service.core(), stop.clone());
     let store = plant.service.history().unwrap().clone();
     let values = |sensor: &str| -> Vec<f64> {
         store
@@ -465,7 +465,7 @@ async fn a_quiet_subscription_stores_the_last_value_again_after_max_silence() {
     config.history.max_silence_s = 1;
     let plant = plant_with(dir.path(), fieldgate_sim::Scenario::default(), config).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let polling = fieldgate::poller::start(&plant.service.core(), stop.clone());
     let store = plant.service.history().unwrap().clone();
     // Every wave is constant here: after the 8 initial values the server sends nothing.
     until("three points of an unchanging sensor", || {
@@ -498,7 +498,7 @@ async fn a_subscribed_device_whose_items_all_go_unreachable_is_down_and_its_valu
     config.breaker.max_open_ms = 400;
     let plant = plant_with(dir.path(), fieldgate_sim::Scenario::default(), config).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let polling = fieldgate::poller::start(&plant.service.core(), stop.clone());
     let cached = || {
         let p = plant.service.clone();
         async move {
@@ -542,7 +542,7 @@ async fn a_subscribed_device_has_a_latency() {
     let dir = device_dir(&[("b-oven2-opcua.toml", &oven)]);
     let plant = plant_from(dir.path(), fieldgate_sim::Scenario::default()).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let polling = fieldgate::poller::start(&plant.service, stop.clone());
+    let polling = fieldgate::poller::start(&plant.service.core(), stop.clone());
     let latency = || {
         let p = plant.service.clone();
         async move {

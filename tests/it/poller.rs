@@ -82,7 +82,7 @@ async fn a_device_is_polled_once_per_interval_one_round_at_a_time() {
         let (port, seen) = device(Duration::from_millis(delay_ms)).await;
         let (svc, _dir) = polled_service(port, 1000);
         let stop = tokio_util::sync::CancellationToken::new();
-        let tasks = fieldgate::poller::start(&svc, stop.clone());
+        let tasks = fieldgate::poller::start(&svc.core(), stop.clone());
         // Paused time: this advances the clock, it does not wait.
         tokio::time::sleep(Duration::from_millis(10_500)).await;
         let rounds = seen.requests.load(Ordering::SeqCst);

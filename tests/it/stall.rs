@@ -213,7 +213,7 @@ async fn a_blocked_caller_is_unblocked_by_the_background_probe_after_the_device_
     config.breaker.max_open_ms = 2000;
     let q = quiet_plant(150, config).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let tasks = fieldgate::poller::start(&q.plant.service, stop.clone());
+    let tasks = fieldgate::poller::start(&q.plant.service.core(), stop.clone());
     let call = json!({ "sensor_id": "A_UTIL_001" });
     assert!(q.plant.call("get_sensor_reading", call.clone()).await.ok);
     q.plant.faults("a-util-meter", Faults { down: true, ..Default::default() });
@@ -265,7 +265,7 @@ async fn a_killed_device_fails_fast_and_is_read_again_within_three_patient_calls
     config.breaker.max_open_ms = 4000;
     let q = quiet_plant(150, config).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let tasks = fieldgate::poller::start(&q.plant.service, stop.clone());
+    let tasks = fieldgate::poller::start(&q.plant.service.core(), stop.clone());
     q.plant.faults("a-util-meter", Faults { down: true, ..Default::default() });
     // Different sensors, so the retry limit plays no part: the breaker opens on the
     // device's failures, at most failure_threshold (5) of them.

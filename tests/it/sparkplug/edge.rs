@@ -152,7 +152,7 @@ async fn births_carry_every_sensor_then_data_by_alias_with_continuous_seq() {
     let broker = Broker::start().await;
     let mut host = Host::connect(broker.port).await;
     let rig = rig(&broker, |_| {}).await;
-    let registry = rig.running.tools.registry_arc();
+    let registry = rig.running.tools.registry();
 
     let nbirth = host.until("NBIRTH", T, is("NBIRTH")).await;
     assert_eq!(nbirth.topic, "spBv1.0/plant/NBIRTH/gw");
