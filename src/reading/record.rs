@@ -77,7 +77,8 @@ fn normalized(sensor: &Sensor, v: &Stored) -> Option<f64> {
     };
     match &sensor.source {
         SensorSource::Modbus(p) => normalize(p, &raw).as_f64(),
-        SensorSource::OpcUa { .. } => raw.as_f64(),
+        // An edge's values come in its units already.
+        SensorSource::OpcUa { .. } | SensorSource::Edge(_) => raw.as_f64(),
     }
 }
 

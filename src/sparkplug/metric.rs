@@ -38,7 +38,7 @@ pub fn datatype_of(sensor: &Sensor, current: Option<&Stored>) -> u32 {
                 DataType::F64 => dt::DOUBLE,
             }
         }
-        SensorSource::OpcUa { .. } => match current {
+        SensorSource::OpcUa { .. } | SensorSource::Edge(_) => match current {
             Some(Stored::Bool(_)) => dt::BOOLEAN,
             Some(Stored::Text(_)) => dt::STRING,
             Some(Stored::Int(_)) => dt::INT64,
@@ -191,8 +191,10 @@ mod tests {
     #[test]
     fn birth_and_data_metrics() {
         let s = modbus(DataType::U16, 0.1);
-        let registry =
-            crate::registry::Registry::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("devices")).unwrap();
+        let registry = crate::registry::Registry::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("devices"),
+        )
+        .unwrap();
         let d = &registry.devices()[0];
         let m = birth(&s, d, 60_000, dt::DOUBLE, Some((5, &Stored::Int(10), 0)));
         assert_eq!(

@@ -170,11 +170,19 @@ impl PropertyValue {
     }
 
     pub fn long(v: u64) -> PropertyValue {
-        PropertyValue { r#type: Some(datatype::UINT64), is_null: None, value: Some(PropertyValueKind::Long(v)) }
+        PropertyValue {
+            r#type: Some(datatype::UINT64),
+            is_null: None,
+            value: Some(PropertyValueKind::Long(v)),
+        }
     }
 
     pub fn boolean(v: bool) -> PropertyValue {
-        PropertyValue { r#type: Some(datatype::BOOLEAN), is_null: None, value: Some(PropertyValueKind::Boolean(v)) }
+        PropertyValue {
+            r#type: Some(datatype::BOOLEAN),
+            is_null: None,
+            value: Some(PropertyValueKind::Boolean(v)),
+        }
     }
 
     pub fn int32(v: i32) -> PropertyValue {

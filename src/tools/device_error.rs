@@ -190,6 +190,7 @@ fn place_of(sensor: &Sensor) -> String {
     match &sensor.source {
         SensorSource::Modbus(p) => format!("{:?} register {}", p.table, p.address).to_lowercase(),
         SensorSource::OpcUa { node_id } => format!("node {node_id}"),
+        SensorSource::Edge(_) => "a metric of its edge node".into(),
     }
 }
 

@@ -61,7 +61,7 @@ fn value_of(sensor: &Sensor, p: &Point) -> (Option<Value>, Quality, Option<f64>)
     };
     let point = match &sensor.source {
         SensorSource::Modbus(m) => Some(m),
-        SensorSource::OpcUa { .. } => None,
+        SensorSource::OpcUa { .. } | SensorSource::Edge(_) => None,
     };
     let raw = match &p.value {
         Stored::Float(f) => RawValue::Float(*f),

@@ -131,6 +131,12 @@ pub(crate) fn info(s: &Sensor, registry: &Registry) -> SensorInfo {
         data_type: match &s.source {
             SensorSource::Modbus(p) => p.data_type.name().to_string(),
             SensorSource::OpcUa { .. } => "opcua".to_string(),
+            // What the edge itself would answer, as far as its birth said.
+            SensorSource::Edge(p) => match (p.data_type, d.protocol) {
+                (Some(t), _) => t.name().to_string(),
+                (None, crate::registry::Protocol::Opcua) => "opcua".to_string(),
+                (None, _) => "unknown".to_string(),
+            },
         },
         range: s.range,
         history: d.poll_interval.is_some(),

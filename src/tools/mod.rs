@@ -98,7 +98,10 @@ pub(crate) struct View {
 
 impl View {
     fn of(core: Core) -> View {
-        View { reading_json: core.registry.sensors().iter().map(reading_json::ReadingJson::of).collect(), core }
+        View {
+            reading_json: core.registry.sensors().iter().map(reading_json::ReadingJson::of).collect(),
+            core,
+        }
     }
 }
 

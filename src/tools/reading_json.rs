@@ -14,7 +14,7 @@ use super::defs::{Quality, Reading, ReadingSource, UnitMode, Value};
 use super::json;
 use crate::driver::Sample;
 use crate::driver::{RawValue, scaled};
-use crate::registry::{DataType, Sensor, SensorSource};
+use crate::registry::{DataType, EdgePoint, Sensor, SensorSource};
 
 /// Formats timestamps and ages, once per distinct instant (a batch shares a few).
 pub(crate) struct Stamps {
@@ -212,6 +212,8 @@ pub(crate) fn significant(sensor: &Sensor, v: f64) -> f64 {
     match &sensor.source {
         SensorSource::Modbus(p) if p.data_type == DataType::F32 => rounded(v, 7).0,
         SensorSource::Modbus(p) if p.data_type != DataType::F64 => rounded(v, 12).0,
+        SensorSource::Edge(EdgePoint { data_type: Some(DataType::F32), .. }) => rounded(v, 7).0,
+        SensorSource::Edge(EdgePoint { data_type: Some(t), .. }) if *t != DataType::F64 => rounded(v, 12).0,
         _ => v,
     }
 }
@@ -220,6 +222,8 @@ fn judge<'a>(sensor: &Sensor, sample: &'a Sample, mode: UnitMode) -> Judged<'a> 
     let (point, data_type) = match &sensor.source {
         SensorSource::Modbus(p) => ((mode == UnitMode::Normalized).then_some(p), Some(p.data_type)),
         SensorSource::OpcUa { .. } => (None, None),
+        // In the edge's units already; rounded as the edge rounds its type.
+        SensorSource::Edge(p) => (None, p.data_type),
     };
     let (value, quality) = match &sample.value {
         _ if sample.quality == crate::driver::SampleQuality::Bad => (None, Quality::Bad),

@@ -5,7 +5,7 @@ use super::device_error::device_error;
 use super::envelope::{Detail, ErrorCode, ToolError};
 use super::reading_json::{ReadingJson, Stamps, reading, write_reading};
 use super::validate::registered_sensor;
-use super::{View, ToolResult, json, to_data};
+use super::{ToolResult, View, json, to_data};
 use crate::driver::Sample;
 use crate::reading::{Cache, Source};
 use crate::registry::{Registry, Sensor};

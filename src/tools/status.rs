@@ -8,7 +8,7 @@ use super::defs::{
     Latency, NorthboundStatus, ProbeData, ProbeResult, StorageState, StorageStatus,
 };
 use super::device_error::device_error;
-use super::{View, ToolError, ToolResult, to_data};
+use super::{ToolError, ToolResult, View, to_data};
 use crate::driver::DriverError;
 use crate::ids::DeviceId;
 use crate::registry::Device;

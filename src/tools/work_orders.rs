@@ -16,7 +16,7 @@ use super::defs::{
 };
 use super::envelope::{ErrorCode, ToolError};
 use super::validate::{parse_sensor_id, registered_sensor};
-use super::{Caller, View, ToolResult, to_data};
+use super::{Caller, ToolResult, View, to_data};
 use crate::work_orders::model::{self, Action, Request, number_of, query_fingerprint};
 use crate::work_orders::{Created, WorkOrderError, WorkOrderStore};
 

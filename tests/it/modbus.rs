@@ -15,7 +15,7 @@ fn modbus_sensors() -> Vec<(String, String)> {
         .iter()
         .filter_map(|s| match &s.source {
             SensorSource::Modbus(p) => Some((s.id.to_string(), p.data_type.name().to_string())),
-            SensorSource::OpcUa { .. } => None,
+            _ => None,
         })
         .collect()
 }

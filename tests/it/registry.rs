@@ -29,7 +29,7 @@ fn demo_plant_loads_with_every_required_feature() {
         .iter()
         .filter_map(|s| match &s.source {
             SensorSource::Modbus(p) => Some(p.clone()),
-            SensorSource::OpcUa { .. } => None,
+            _ => None,
         })
         .collect();
     let has = |f: &dyn Fn(&fieldgate::registry::ModbusPoint) -> bool| points.iter().any(f);

@@ -145,7 +145,7 @@ impl Driver for ModbusDriver {
                         point_of.push(Some(points.len()));
                         points.push(p);
                     }
-                    SensorSource::OpcUa { .. } => point_of.push(None),
+                    SensorSource::OpcUa { .. } | SensorSource::Edge(_) => point_of.push(None),
                 }
             }
             let blocks = plan(&points, self.device.max_registers_per_read, self.device.max_gap);

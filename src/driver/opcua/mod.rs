@@ -250,7 +250,7 @@ pub(crate) fn is_busy(status: StatusCode) -> bool {
 pub(crate) fn node_of(sensor: &Sensor) -> Option<NodeId> {
     match &sensor.source {
         SensorSource::OpcUa { node_id } => NodeId::from_str(node_id).ok(),
-        SensorSource::Modbus(_) => None,
+        SensorSource::Modbus(_) | SensorSource::Edge(_) => None,
     }
 }
 

@@ -386,6 +386,8 @@ fn parse_endpoint(protocol: Protocol, e: &str) -> Result<Endpoint, String> {
                 Err(format!("must be opc.tcp://host:port/path, found {e:?}"))
             }
         }
+        // Not a protocol a device file can name (`pick` never yields it).
+        Protocol::Sparkplug => Err("no device file reaches a device through Sparkplug".into()),
     }
 }
 
