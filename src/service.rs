@@ -10,6 +10,7 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::config::Config;
+use crate::driver::Drivers;
 use crate::ids::DeviceId;
 use crate::metrics::Metrics;
 use crate::metrics::sparkplug::Counters as SparkplugCounters;
@@ -56,7 +57,7 @@ pub struct Parts {
     /// Fresh samples, for the consumers besides history (Sparkplug).
     pub feed: Feed,
     /// The cross-call retry limit, fed by the tools and asked by fieldgate's own probes.
-    pub repeat: RepeatGuard,
+    pub repeat: Arc<RepeatGuard>,
     /// The Sparkplug edge node's counters, when it runs (`get_device_status` shows them).
     pub sparkplug: OnceLock<Arc<SparkplugCounters>>,
 }
@@ -80,10 +81,42 @@ impl Core {
     pub fn new(registry: Arc<Registry>, config: Config, stores: Stores) -> Core {
         let metrics = Arc::new(Metrics::default());
         let reader = Arc::new(Reader::new(registry.clone(), &config, &metrics));
-        let repeat = RepeatGuard::new(
+        let repeat = Arc::new(RepeatGuard::new(
             config.calls.repeat_failure_limit,
             std::time::Duration::from_secs(config.calls.repeat_failure_window_s),
-        );
+        ));
+        Core::of(registry, config, reader, metrics, stores, repeat)
+    }
+
+    /// A core whose devices are read through `drivers` (the fleet hub's, which answer
+    /// from the fleet's latest values), not through drivers made from the registry.
+    pub fn with_drivers(registry: Arc<Registry>, config: Config, stores: Stores, drivers: Drivers) -> Core {
+        let metrics = Arc::new(Metrics::default());
+        let reader = Arc::new(Reader::with_drivers(registry.clone(), &config, &metrics, drivers));
+        let repeat = Arc::new(RepeatGuard::new(
+            config.calls.repeat_failure_limit,
+            std::time::Duration::from_secs(config.calls.repeat_failure_window_s),
+        ));
+        Core::of(registry, config, reader, metrics, stores, repeat)
+    }
+
+    /// This core over another registry, read through `drivers`: the same configuration,
+    /// metrics, stores and cross-call retry limit (the fleet hub, when births change its
+    /// catalogue; `ToolService::renew` takes it).
+    pub fn renewed(&self, registry: Arc<Registry>, drivers: Drivers) -> Core {
+        let reader = Arc::new(Reader::with_drivers(registry.clone(), &self.config, &self.metrics, drivers));
+        let stores = Stores { history: self.history.clone(), work_orders: self.work_orders.clone() };
+        Core::of(registry, self.config.clone(), reader, self.metrics.clone(), stores, self.repeat.clone())
+    }
+
+    fn of(
+        registry: Arc<Registry>,
+        config: Config,
+        reader: Arc<Reader>,
+        metrics: Arc<Metrics>,
+        stores: Stores,
+        repeat: Arc<RepeatGuard>,
+    ) -> Core {
         let parts = Parts {
             registry,
             config,

@@ -119,6 +119,7 @@ pub fn plain(code: ErrorCode) -> &'static str {
         ErrorCode::DeviceProtocolError => "answered with a malformed reply",
         ErrorCode::DeviceRejected => "refused the request (an address or node it does not know)",
         ErrorCode::CircuitOpen => "not asked: its breaker is open",
+        ErrorCode::EdgeOffline => "offline at its edge node",
         _ => "failed",
     }
 }

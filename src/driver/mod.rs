@@ -76,6 +76,24 @@ pub enum DriverError {
     Refused(Refusal),
     #[error("this protocol is not supported by this build")]
     NotSupported,
+    /// Fleet hub: the edge node (or its device) that owns the sensor is offline since
+    /// `since`; `edge` names it (`group/node`). Not the device's failure as fieldgate
+    /// measures it: no breaker counts it, no retry inside the call helps.
+    #[error("edge node {edge} is offline")]
+    EdgeOffline { edge: String, since: chrono::DateTime<chrono::Utc>, why: EdgeGone, retry_after: Duration },
+}
+
+/// Why the fleet hub has no live value of an edge's sensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeGone {
+    /// The edge node died (its NDEATH).
+    Node,
+    /// Its device died (DDEATH), or was not born again with its edge node.
+    Device,
+    /// The hub lost the broker.
+    Broker,
+    /// Not born since the hub started.
+    NotBorn,
 }
 
 /// Why a device refused fieldgate itself (security or identity): a configuration fault
@@ -221,6 +239,12 @@ impl Drivers {
             by_device.insert(d.id.clone(), driver);
         }
         Drivers { by_device }
+    }
+
+    /// One driver for every device of `registry` (the fleet hub reads them all from its
+    /// fleet's latest values).
+    pub fn shared(registry: &Registry, driver: Arc<dyn Driver>) -> Drivers {
+        Drivers { by_device: registry.devices().iter().map(|d| (d.id.clone(), driver.clone())).collect() }
     }
 
     pub fn get(&self, device: &DeviceId) -> Option<&Arc<dyn Driver>> {

@@ -54,6 +54,17 @@ pub struct Reader {
 impl Reader {
     pub fn new(registry: Arc<Registry>, config: &Config, metrics: &Metrics) -> Reader {
         let drivers = Drivers::new(&registry, &config.storage.data_dir.join("pki"));
+        Reader::with_drivers(registry, config, metrics, drivers)
+    }
+
+    /// A reader through `drivers` rather than drivers made from the registry's devices
+    /// (the fleet hub's).
+    pub fn with_drivers(
+        registry: Arc<Registry>,
+        config: &Config,
+        metrics: &Metrics,
+        drivers: Drivers,
+    ) -> Reader {
         let resilience = Resilience::new(&registry, config);
         let cache = Cache::new(registry.sensors().len());
         let latency = registry.devices().iter().map(|d| metrics.device_reads(d.id.as_str())).collect();

@@ -48,6 +48,28 @@ impl Registry {
         Ok(Registry::new(devices, sensors))
     }
 
+    /// A registry of devices and sensors made elsewhere than in device files (the fleet
+    /// hub's catalogue, from births). Refused unless IDs are unique and every sensor's
+    /// device is there, with its plant and zone: what a loaded registry holds to.
+    pub fn assembled(devices: Vec<Device>, sensors: Vec<Sensor>) -> Result<Registry, String> {
+        let mut ids = std::collections::HashSet::new();
+        if let Some(d) = devices.iter().find(|d| !ids.insert(d.id.as_str())) {
+            return Err(format!("device {} twice", d.id));
+        }
+        let mut names = std::collections::HashSet::new();
+        if let Some(s) = sensors.iter().find(|s| !names.insert(s.id.as_str())) {
+            return Err(format!("sensor {} twice", s.id));
+        }
+        for s in &sensors {
+            match devices.iter().find(|d| d.id == s.device) {
+                Some(d) if d.plant == s.id.plant() && d.zone == s.id.zone() => {}
+                Some(_) => return Err(format!("sensor {} is not of its device's plant and zone", s.id)),
+                None => return Err(format!("sensor {} has no device {}", s.id, s.device)),
+            }
+        }
+        Ok(Registry::new(devices, sensors))
+    }
+
     fn new(mut devices: Vec<Device>, mut sensors: Vec<Sensor>) -> Registry {
         devices.sort_by(|a, b| a.id.cmp(&b.id));
         sensors.sort_by(|a, b| a.id.cmp(&b.id));

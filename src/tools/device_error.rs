@@ -2,7 +2,7 @@
 //! errors to tool errors (codes, retry advice, hints), used by every tool that reads.
 
 use super::envelope::{ErrorCode, ToolError};
-use crate::driver::{DriverError, Refusal};
+use crate::driver::{DriverError, EdgeGone, Refusal};
 use crate::registry::{Device, Sensor, SensorSource};
 use crate::resilience::ReadError;
 
@@ -99,6 +99,25 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
             ),
         ),
         DriverError::Refused(r) => refused(id, r),
+        DriverError::EdgeOffline { edge, since, why, retry_after } => {
+            let at = since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let what = match why {
+                EdgeGone::Node => format!("Edge node {edge} is offline since {at} (its death certificate)."),
+                EdgeGone::Device => format!("Device {id} of edge node {edge} is offline since {at}."),
+                EdgeGone::Broker => {
+                    format!("The hub lost its broker at {at}; nothing of edge node {edge} is known since.")
+                }
+                EdgeGone::NotBorn => {
+                    format!("Edge node {edge} has not announced itself since {at}; the hub asked it to.")
+                }
+            };
+            ToolError::new(
+                ErrorCode::EdgeOffline,
+                what,
+                "Wait retry_after_ms, then retry; get_device_status shows every edge node and device with the time it went away. If it stays offline, report the edge node to a person.",
+            )
+            .with_retry_after(retry_after.as_millis().clamp(100, 3_600_000) as u64)
+        }
         DriverError::NotSupported => ToolError::new(
             ErrorCode::DeviceRejected,
             format!("fieldgate has no way to read this sensor from its {} device.", device.protocol.name()),

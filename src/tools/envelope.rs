@@ -59,6 +59,9 @@ pub enum ErrorCode {
     MalformedRequest,
     /// The request line or headers are over the server's limit (HTTP only).
     RequestHeadTooLarge,
+    /// Fleet hub only: the edge node or device that owns the sensor is offline (its death
+    /// certificate, or the hub lost the broker); says since when.
+    EdgeOffline,
     Internal,
 }
 
@@ -75,6 +78,7 @@ impl ErrorCode {
                 | ErrorCode::StorageUnavailable
                 | ErrorCode::RateLimited
                 | ErrorCode::AuthUnavailable
+                | ErrorCode::EdgeOffline
         )
     }
 

@@ -34,7 +34,7 @@ fn envelope_responses(op: OperationBuilder, schema: &str) -> OperationBuilder {
         ("502", "DEVICE_REJECTED: a configuration fault"),
         (
             "503",
-            "DEVICE_TIMEOUT, DEVICE_UNAVAILABLE, DEVICE_BUSY, CIRCUIT_OPEN, DEVICE_PROTOCOL_ERROR, STORAGE_UNAVAILABLE, with Retry-After",
+            "DEVICE_TIMEOUT, DEVICE_UNAVAILABLE, DEVICE_BUSY, CIRCUIT_OPEN, DEVICE_PROTOCOL_ERROR, STORAGE_UNAVAILABLE, EDGE_OFFLINE (fleet hub), with Retry-After",
         ),
     ] {
         let r = ResponseBuilder::new()

@@ -25,7 +25,8 @@ pub fn status_of_code(code: ErrorCode) -> StatusCode {
         | ErrorCode::CircuitOpen
         | ErrorCode::DeviceProtocolError
         | ErrorCode::StorageUnavailable
-        | ErrorCode::AuthUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        | ErrorCode::AuthUnavailable
+        | ErrorCode::EdgeOffline => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::DeviceRejected => StatusCode::BAD_GATEWAY,
         ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorCode::Forbidden => StatusCode::FORBIDDEN,
