@@ -96,6 +96,13 @@ pub struct DeviceState {
     by_name: foldhash::HashMap<String, usize>,
 }
 
+impl DeviceState {
+    /// The metric named `name`, if the device was born with one.
+    pub fn metric_named(&self, name: &str) -> Option<&MetricState> {
+        self.by_name.get(name).map(|&i| &self.metrics[i])
+    }
+}
+
 /// An edge node's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EdgeStats {

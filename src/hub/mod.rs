@@ -5,5 +5,7 @@
 //! latest values, rebirth requests); `metric.rs` what a metric says (properties, quality,
 //! its value as its datatype says).
 
+pub mod catalogue;
 pub mod fleet;
 pub mod metric;
+pub mod source;

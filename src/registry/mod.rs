@@ -28,6 +28,18 @@ pub struct Registry {
     sensor_index: foldhash::HashMap<Box<str>, usize>,
     by_equipment: BTreeMap<String, Vec<usize>>,
     by_device: HashMap<DeviceId, Vec<usize>>,
+    /// IDs withheld because more than one source claims them (the fleet hub's catalogue:
+    /// the same sensor or device ID announced by two edge nodes); empty for device files.
+    conflicts: Vec<Conflict>,
+}
+
+/// An ID more than one source claims, served by none of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The sensor or device ID.
+    pub id: String,
+    /// Who claims it (`group/node/device`), sorted.
+    pub claimants: Vec<String>,
 }
 
 /// Loading failed: every problem found, each with file and line.
@@ -51,7 +63,11 @@ impl Registry {
     /// A registry of devices and sensors made elsewhere than in device files (the fleet
     /// hub's catalogue, from births). Refused unless IDs are unique and every sensor's
     /// device is there, with its plant and zone: what a loaded registry holds to.
-    pub fn assembled(devices: Vec<Device>, sensors: Vec<Sensor>) -> Result<Registry, String> {
+    pub fn assembled(
+        devices: Vec<Device>,
+        sensors: Vec<Sensor>,
+        conflicts: Vec<Conflict>,
+    ) -> Result<Registry, String> {
         let mut ids = std::collections::HashSet::new();
         if let Some(d) = devices.iter().find(|d| !ids.insert(d.id.as_str())) {
             return Err(format!("device {} twice", d.id));
@@ -67,7 +83,19 @@ impl Registry {
                 None => return Err(format!("sensor {} has no device {}", s.id, s.device)),
             }
         }
-        Ok(Registry::new(devices, sensors))
+        let mut registry = Registry::new(devices, sensors);
+        registry.conflicts = conflicts;
+        Ok(registry)
+    }
+
+    /// IDs withheld because several sources claim them (the fleet hub's).
+    pub fn conflicts(&self) -> &[Conflict] {
+        &self.conflicts
+    }
+
+    /// The conflict over `id`, when it is withheld for one.
+    pub fn conflict(&self, id: &str) -> Option<&Conflict> {
+        self.conflicts.iter().find(|c| c.id == id)
     }
 
     fn new(mut devices: Vec<Device>, mut sensors: Vec<Sensor>) -> Registry {
@@ -88,7 +116,15 @@ impl Registry {
             }
             by_device.entry(s.device.clone()).or_default().push(i);
         }
-        Registry { devices, sensors, device_index, sensor_index, by_equipment, by_device }
+        Registry {
+            devices,
+            sensors,
+            device_index,
+            sensor_index,
+            by_equipment,
+            by_device,
+            conflicts: Vec::new(),
+        }
     }
 
     /// Points a device at another endpoint (the simulator on a free port, in tests and

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use rumqttc::{AsyncClient, ConnectionError, Event, EventLoop, Incoming, Outgoing, QoS};
+use rumqttc::{AsyncClient, ConnectionError, Event, Incoming, Outgoing, QoS};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -21,7 +21,7 @@ use crate::metrics::sparkplug::Counters;
 use crate::reading::feed::Batch;
 use crate::resilience::breaker::SnapshotState;
 use crate::service::Core;
-use crate::spb::link::{self, REQUESTS, Settings};
+use crate::spb::link::{self, Link, REQUESTS, Settings};
 use crate::spb::payload::Payload;
 use crate::spb::topic::{self, Incoming as Topic};
 
@@ -52,43 +52,6 @@ enum Phase {
     Online,
     /// Disconnecting on purpose (the primary host went offline).
     Leaving,
-}
-
-/// One connection: the client, and its events from a task of their own. rumqttc's
-/// `EventLoop::poll` is not cancel safe (dropped while connecting, the half-made connection
-/// closes and the broker publishes the will: an NDEATH before the NBIRTH it belongs to; dropped
-/// while writing, a request is lost), so it is never raced in the node's `select!`.
-struct Link {
-    client: AsyncClient,
-    events: mpsc::Receiver<Result<Event, ConnectionError>>,
-    /// Dropping the link ends the task, which drops the connection.
-    _task: AbortOnDrop,
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl Link {
-    fn new(client: AsyncClient, mut events: EventLoop) -> Link {
-        // Bounded: a node that falls behind slows the connection down rather than queueing.
-        let (tx, rx) = mpsc::channel(REQUESTS);
-        let task = tokio::spawn(async move {
-            loop {
-                let ev = events.poll().await;
-                let end = ev.is_err();
-                // After an error the node drops the link; the next connection is a new one.
-                if tx.send(ev).await.is_err() || end {
-                    break;
-                }
-            }
-        });
-        Link { client, events: rx, _task: AbortOnDrop(task) }
-    }
 }
 
 pub struct Node {

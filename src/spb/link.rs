@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use rumqttc::{AsyncClient, EventLoop, LastWill, MqttOptions, QoS, TlsConfiguration, Transport};
+use rumqttc::{
+    AsyncClient, ConnectionError, Event, EventLoop, LastWill, MqttOptions, QoS, TlsConfiguration, Transport,
+};
+use tokio::sync::mpsc;
 
 use crate::config::mqtt::{Broker, MqttConfig};
 
@@ -223,6 +226,43 @@ pub fn open(s: &Settings, broker: &Broker, will: Will) -> (AsyncClient, EventLoo
         }
     }
     AsyncClient::new(o, REQUESTS)
+}
+
+/// One connection: the client, and its events from a task of their own. rumqttc's
+/// `EventLoop::poll` is not cancel safe (dropped while connecting, the half-made connection
+/// closes and the broker publishes the will: an NDEATH before the NBIRTH it belongs to; dropped
+/// while writing, a request is lost), so it is never raced in a `select!`.
+pub struct Link {
+    pub client: AsyncClient,
+    pub events: mpsc::Receiver<Result<Event, ConnectionError>>,
+    /// Dropping the link ends the task, which drops the connection.
+    _task: AbortOnDrop,
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Link {
+    pub fn new(client: AsyncClient, mut events: EventLoop) -> Link {
+        // Bounded: a client that falls behind slows the connection down rather than queueing.
+        let (tx, rx) = mpsc::channel(REQUESTS);
+        let task = tokio::spawn(async move {
+            loop {
+                let ev = events.poll().await;
+                let end = ev.is_err();
+                // After an error the owner drops the link; the next connection is a new one.
+                if tx.send(ev).await.is_err() || end {
+                    break;
+                }
+            }
+        });
+        Link { client, events: rx, _task: AbortOnDrop(task) }
+    }
 }
 
 /// The host name, as an edge node ID can hold it.

@@ -1,0 +1,97 @@
+use super::*;
+use crate::hub::fleet::{Clock, From, Timing};
+use crate::spb::payload::{Metric, Payload, PropertySet, PropertyValue, Value, datatype};
+use crate::spb::topic::Kind;
+
+const T0: u64 = 1_700_000_000_000;
+
+fn born(fleet: &mut Fleet, group: &str, node: &str, devices: &[(&str, &[&str])]) {
+    let clock = Clock {
+        now: tokio::time::Instant::now(),
+        wall: chrono::DateTime::from_timestamp_millis(T0 as i64).unwrap(),
+    };
+    let mut out = Vec::new();
+    let bd = Metric::new(Some("bdSeq"), None, datatype::INT64, Some(Value::Long(0)));
+    let nbirth = Payload { timestamp: Some(T0), metrics: vec![bd], seq: Some(0), uuid: None, body: None };
+    fleet.on_message(From { group, node, kind: Kind::NBirth, device: None }, nbirth, clock, &mut out);
+    let mut alias = 0;
+    for (seq, (device, names)) in devices.iter().enumerate() {
+        let metrics = names
+            .iter()
+            .map(|n| {
+                alias += 1;
+                let mut m = Metric::new(Some(n), Some(alias), datatype::UINT16, Some(Value::Int(7)));
+                let mut p = PropertySet::default();
+                p.push("engUnit", PropertyValue::string("bar"));
+                p.push("protocol", PropertyValue::string("modbus-tcp"));
+                p.push("dataType", PropertyValue::string("u16"));
+                p.push("expectedIntervalMs", PropertyValue::long(30_000));
+                m.properties = Some(p);
+                m
+            })
+            .collect();
+        let p = Payload { timestamp: Some(T0), metrics, seq: Some(seq as u64 + 1), uuid: None, body: None };
+        fleet.on_message(From { group, node, kind: Kind::DBirth, device: Some(device) }, p, clock, &mut out);
+    }
+}
+
+fn fleet() -> Fleet {
+    Fleet::new(Timing { reorder_timeout: Duration::from_secs(2), rebirth_cooldown: Duration::from_secs(5) })
+}
+
+fn ids(r: &Registry) -> Vec<&str> {
+    r.sensors().iter().map(|s| s.id.as_str()).collect()
+}
+
+#[test]
+fn every_born_sensor_of_every_edge_with_where_it_comes_from() {
+    let mut f = fleet();
+    born(&mut f, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001", "A_LINE1_002"])]);
+    born(&mut f, "B", "gw2", &[("b-press-plc", &["B_PRESS_001"])]);
+    let (r, left) = build(&f).unwrap();
+    assert_eq!(ids(&r), ["A_LINE1_001", "A_LINE1_002", "B_PRESS_001"]);
+    assert_eq!(left, Left::default());
+    let s = r.sensor_named("B_PRESS_001").unwrap();
+    let SensorSource::Edge(p) = &s.source else { panic!("{:?}", s.source) };
+    assert_eq!((p.edge, p.device, p.metric, p.data_type), (1, 0, 0, Some(DataType::U16)));
+    assert_eq!(p.expected_interval, Some(Duration::from_secs(30)));
+    let d = r.device_of(s);
+    assert_eq!(d.endpoint, Endpoint::Edge { group: "B".into(), node: "gw2".into() });
+    assert_eq!((d.plant.as_str(), d.zone.as_str(), d.protocol), ("B", "PRESS", Protocol::ModbusTcp));
+    assert_eq!(s.unit, "bar");
+    assert!(r.conflicts().is_empty());
+}
+
+#[test]
+fn an_id_two_edges_announce_is_a_conflict_served_by_neither() {
+    let mut f = fleet();
+    born(&mut f, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001", "A_LINE1_002"])]);
+    born(&mut f, "A", "gw9", &[("a-line1-spare", &["A_LINE1_002", "A_LINE1_003"])]);
+    let (r, _) = build(&f).unwrap();
+    assert_eq!(ids(&r), ["A_LINE1_001", "A_LINE1_003"]);
+    let c = r.conflict("A_LINE1_002").unwrap();
+    assert_eq!(c.claimants, ["A/gw1/a-line1-plc", "A/gw9/a-line1-spare"]);
+
+    // The same device ID on two edge nodes: neither device is served.
+    born(&mut f, "B", "gw2", &[("a-line1-plc", &["A_LINE1_004"])]);
+    let (r, _) = build(&f).unwrap();
+    assert_eq!(ids(&r), ["A_LINE1_003"]);
+    assert_eq!(r.conflict("a-line1-plc").unwrap().claimants, ["A/gw1/a-line1-plc", "B/gw2/a-line1-plc"]);
+}
+
+#[test]
+fn what_cannot_be_a_sensor_is_left_out_and_counted() {
+    let mut f = fleet();
+    born(
+        &mut f,
+        "X",
+        "other",
+        &[
+            ("Line 1", &["A_LINE1_009"]),
+            ("plc-7", &["Inputs/Temp", "temperature", "A_LINE1_010", "A_LINE2_011"]),
+        ],
+    );
+    let (r, left) = build(&f).unwrap();
+    assert_eq!(ids(&r), ["A_LINE1_010"]);
+    assert_eq!(left, Left { not_sensor_ids: 1, not_device_ids: 1, misplaced: 1 });
+}

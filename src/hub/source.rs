@@ -1,0 +1,83 @@
+//! The hub's way of "reading" a sensor: its latest value from the fleet, as the edge sent
+//! it, behind the same `Driver` trait the reading core reads every device through. An
+//! edge node or device that is offline answers `DriverError::EdgeOffline` with since when;
+//! a value older than the sensor's expected interval (and half again) is uncertain:
+//! stale, as Sparkplug's own quality code 500 says.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
+
+use super::fleet::{Fleet, Gone, Status};
+use crate::driver::{BoxFuture, Driver, DriverError, EdgeGone, RawValue, ReadOptions, Sample, SampleQuality};
+use crate::registry::{Sensor, SensorSource};
+
+/// How soon an agent should ask again about an edge node that is offline.
+pub const RETRY_OFFLINE: Duration = Duration::from_secs(5);
+
+/// Every hub device's driver: the fleet's latest values.
+pub struct FleetDriver {
+    pub fleet: Arc<Mutex<Fleet>>,
+}
+
+impl Driver for FleetDriver {
+    fn read<'a>(
+        &'a self,
+        sensors: &'a [&'a Sensor],
+        _: ReadOptions,
+    ) -> BoxFuture<'a, Vec<Result<Sample, DriverError>>> {
+        let now = Utc::now();
+        let fleet = self.fleet.lock();
+        let out = sensors.iter().map(|s| latest(&fleet, s, now)).collect();
+        Box::pin(async move { out })
+    }
+}
+
+fn offline(edge: String, status: Status, device: bool) -> Option<DriverError> {
+    let Status::Offline { since, why } = status else { return None };
+    let why = match (why, device) {
+        (Gone::BrokerLost, _) => EdgeGone::Broker,
+        (Gone::NotBorn, false) => EdgeGone::NotBorn,
+        (_, false) => EdgeGone::Node,
+        (_, true) => EdgeGone::Device,
+    };
+    Some(DriverError::EdgeOffline { edge, since, why, retry_after: RETRY_OFFLINE })
+}
+
+/// A sensor's latest value, as its edge node sent it; the edge's or device's absence.
+pub fn latest(fleet: &Fleet, sensor: &Sensor, now: DateTime<Utc>) -> Result<Sample, DriverError> {
+    let SensorSource::Edge(p) = &sensor.source else { return Err(DriverError::NotSupported) };
+    let Some(edge) = fleet.edges().get(p.edge) else { return Err(DriverError::NotSupported) };
+    let name = format!("{}/{}", edge.group, edge.node);
+    if let Some(e) = offline(name.clone(), edge.status, false) {
+        return Err(e);
+    }
+    let Some(dev) = edge.devices.get(p.device) else { return Err(DriverError::NotSupported) };
+    if let Some(e) = offline(name, dev.status, true) {
+        return Err(e);
+    }
+    // The catalogue may be a moment older than a rebirth that reordered the metrics.
+    let metric = match dev.metrics.get(p.metric).filter(|m| m.name == sensor.id.as_str()) {
+        Some(m) => m,
+        None => dev.metric_named(sensor.id.as_str()).ok_or(DriverError::NotSupported)?,
+    };
+    let Some(l) = &metric.latest else {
+        // Born without a value: nothing known yet.
+        let at = dev.birth.unwrap_or(now);
+        return Ok(Sample { value: RawValue::Float(f64::NAN), at, quality: SampleQuality::Bad });
+    };
+    let stale = p
+        .expected_interval
+        .and_then(|i| chrono::Duration::from_std(i + i / 2).ok())
+        .is_some_and(|limit| now - l.at > limit);
+    let quality = match l.quality {
+        SampleQuality::Good if stale => SampleQuality::Uncertain,
+        q => q,
+    };
+    match &l.value {
+        Some(v) => Ok(Sample { value: v.clone(), at: l.at, quality }),
+        None => Ok(Sample { value: RawValue::Float(f64::NAN), at: l.at, quality: SampleQuality::Bad }),
+    }
+}
