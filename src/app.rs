@@ -35,7 +35,7 @@ pub const OWNER_FILE: &str = "fieldgate.owner.json";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Owner {
     pub pid: u32,
-    /// `serve`, `mcp` or `demo`.
+    /// `serve`, `mcp`, `demo` or `hub`.
     pub mode: String,
     /// Where its HTTP API (and `/mcp`) listens, if it does.
     pub url: Option<String>,
@@ -69,6 +69,8 @@ pub enum StartError {
     Webhook(#[from] WebhookError),
     #[error("{0}")]
     Sparkplug(#[from] crate::sparkplug::SparkplugError),
+    #[error("{0}")]
+    Hub(#[from] crate::hub::HubError),
 }
 
 /// Says who holds `dir` and what to run instead.
@@ -155,7 +157,24 @@ pub fn own_url(server: &crate::config::ServerConfig) -> ServiceUrl {
 }
 
 /// Starts fieldgate over `registry` as `config` and `options` say.
-pub async fn start(mut config: Config, registry: Registry, options: Options) -> Result<Running, StartError> {
+pub async fn start(config: Config, registry: Registry, options: Options) -> Result<Running, StartError> {
+    start_with(config, registry, options, None).await
+}
+
+/// Starts the fleet hub (`fieldgate hub`): the same service, over the fleet's catalogue
+/// (empty until the first births) instead of device files, its values from the broker.
+pub async fn start_hub(config: Config, options: Options) -> Result<Running, StartError> {
+    let empty = Registry::from_texts(&[]).map_err(|e| StartError::Store(e.to_string()))?;
+    let hub = crate::hub::Hub::new(&config.hub);
+    start_with(config, empty, options, Some(hub)).await
+}
+
+async fn start_with(
+    mut config: Config,
+    registry: Registry,
+    options: Options,
+    hub: Option<crate::hub::Hub>,
+) -> Result<Running, StartError> {
     let data_dir = absolute(&config.storage.data_dir);
     if data_dir != config.storage.data_dir {
         tracing::info!(data_dir = %data_dir.display(), "data directory (resolved from a relative path)");
@@ -189,15 +208,27 @@ pub async fn start(mut config: Config, registry: Registry, options: Options) -> 
     let timeouts = http::Timeouts::of(&config.server);
     let stores =
         crate::service::Stores { history: Some(Arc::new(history)), work_orders: Some(orders.clone()) };
-    let core = crate::service::Core::new(Arc::new(registry), config, stores);
+    let registry = Arc::new(registry);
+    let core = match &hub {
+        Some(h) => crate::service::Core::with_drivers(registry.clone(), config, stores, h.drivers(&registry)),
+        None => crate::service::Core::new(registry, config, stores),
+    };
     let shutdown = CancellationToken::new();
     // The feed's consumers subscribe before its producers start; then it is sealed, so
-    // their queues end when the producers stop.
-    let sparkplug = crate::sparkplug::start(&core, |name| std::env::var(name).ok(), shutdown.clone())?;
+    // their queues end when the producers stop. (The hub has no edge node of its own, and
+    // nothing to poll: the poller keeps its history's flush and retention.)
+    let sparkplug = match hub {
+        Some(_) => None,
+        None => crate::sparkplug::start(&core, |name| std::env::var(name).ok(), shutdown.clone())?,
+    };
     let mut tasks = crate::poller::start(&core, shutdown.clone());
     core.feed.seal();
     tasks.extend(sparkplug.map(|s| s.task));
     let tools = ToolService::over(core);
+    if let Some(h) = hub {
+        let (task, _) = crate::hub::start(h, &tools, |name| std::env::var(name).ok(), shutdown.clone())?;
+        tasks.push(task);
+    }
     tasks.push(crate::work_orders::delivery::start(orders, webhook, ttl, shutdown.clone()));
     let counted = options.tokens.clone();
     tools.core().metrics.collect("auth", move |s| counted.report(s));

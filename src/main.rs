@@ -73,6 +73,16 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
     },
+    /// The fleet hub: a Sparkplug B host application on [hub] brokers serving the same tools
+    /// (HTTP API, MCP at /mcp, the console) for every edge node publishing there.
+    Hub {
+        /// Where the HTTP API listens (default: server.listen).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// The data directory: the hub's history and work orders (default: storage.data_dir).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
     /// Serve MCP on stdin/stdout (logs go to stderr): the whole service (data directory,
     /// polling, history, work orders, and the HTTP API on loopback when the port is free),
     /// or, when a running fieldgate holds the data directory, a relay to its /mcp.
@@ -166,10 +176,12 @@ fn main() -> ExitCode {
     let Cli { config, devices, command, .. } = cli;
     // A service's configuration load is an audit event; a one-shot command's is not.
     #[cfg(feature = "demo")]
-    let starts_service =
-        matches!(command, Command::Serve { .. } | Command::Mcp { .. } | Command::Demo { .. });
+    let starts_service = matches!(
+        command,
+        Command::Serve { .. } | Command::Mcp { .. } | Command::Demo { .. } | Command::Hub { .. }
+    );
     #[cfg(not(feature = "demo"))]
-    let starts_service = matches!(command, Command::Serve { .. } | Command::Mcp { .. });
+    let starts_service = matches!(command, Command::Serve { .. } | Command::Mcp { .. } | Command::Hub { .. });
     let load = || load(&config, &devices, starts_service);
     match command {
         Command::Discover(args) => cli::discover::discover(&runtime, args),
@@ -215,6 +227,12 @@ fn main() -> ExitCode {
             Ok((c, registry, tokens)) => {
                 let c = with_overrides(c, listen, data_dir);
                 runtime.block_on(cli::run::mcp(c, registry, tokens, url, token))
+            }
+            Err(code) => code,
+        },
+        Command::Hub { listen, data_dir } => match load_with(&config, None, true).and_then(with_tokens) {
+            Ok((c, _, tokens)) => {
+                runtime.block_on(cli::run::hub(with_overrides(c, listen, data_dir), tokens))
             }
             Err(code) => code,
         },
@@ -269,7 +287,7 @@ fn main() -> ExitCode {
 fn init_logs(cli: &Cli) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FIELDGATE_LOG").unwrap_or_else(|_| {
         let serving = match &cli.command {
-            Command::Serve { .. } | Command::Mcp { .. } | Command::Call { .. } => true,
+            Command::Serve { .. } | Command::Mcp { .. } | Command::Call { .. } | Command::Hub { .. } => true,
             #[cfg(feature = "demo")]
             Command::Demo { tour, .. } => !tour,
             _ => false,
@@ -329,6 +347,16 @@ fn load(
     devices: &Option<PathBuf>,
     starts_service: bool,
 ) -> Result<(Config, Registry), ExitCode> {
+    load_with(file, Some(devices.as_ref()), starts_service)
+}
+
+/// [`load`], and the device files unless `devices` is `None` (the hub reads none: its
+/// catalogue comes from the edges' births).
+fn load_with(
+    file: &Option<PathBuf>,
+    devices: Option<Option<&PathBuf>>,
+    starts_service: bool,
+) -> Result<(Config, Registry), ExitCode> {
     let name = || file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "(defaults)".into());
     let refused = |problems: &[Problem]| {
         tracing::warn!(
@@ -342,10 +370,14 @@ fn load(
         report(problems)
     };
     let mut config = Config::load(file.as_deref(), std::env::vars()).map_err(|e| refused(&e.0))?;
-    if let Some(dir) = devices {
+    if let Some(Some(dir)) = devices {
         config.devices.dir = dir.clone();
     }
-    let registry = Registry::load(&config.devices.dir).map_err(|e| refused(&e.0))?;
+    let registry = match devices {
+        Some(_) => Registry::load(&config.devices.dir),
+        None => Registry::from_texts(&[]),
+    }
+    .map_err(|e| refused(&e.0))?;
     if !starts_service {
         return Ok((config, registry));
     }

@@ -14,15 +14,26 @@ use crate::transport::auth::Tokens;
 
 /// `fieldgate serve`: the service until SIGTERM or Ctrl-C, then a clean stop.
 pub async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> ExitCode {
-    let options = crate::app::Options {
-        listen: Some(config.server.listen),
-        listen_required: true,
-        tokens,
-        mode: "serve",
-    };
+    serve_until_stopped(config, Some(registry), tokens).await
+}
+
+/// `fieldgate hub`: the fleet hub until SIGTERM or Ctrl-C.
+pub async fn hub(config: Config, tokens: Arc<Tokens>) -> ExitCode {
+    serve_until_stopped(config, None, tokens).await
+}
+
+/// Serves the devices of `registry`, or the fleet (`None`), until a signal.
+async fn serve_until_stopped(config: Config, registry: Option<Registry>, tokens: Arc<Tokens>) -> ExitCode {
+    let mode = if registry.is_some() { "serve" } else { "hub" };
+    let options =
+        crate::app::Options { listen: Some(config.server.listen), listen_required: true, tokens, mode };
     let mut signals = super::StopSignal::listen();
     let scheme = if config.server.tls.is_some() { "https" } else { "http" };
-    let running = match crate::app::start(config, registry, options).await {
+    let started = match registry {
+        Some(r) => crate::app::start(config, r, options).await,
+        None => crate::app::start_hub(config, options).await,
+    };
+    let running = match started {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -30,8 +41,9 @@ pub async fn serve(config: Config, registry: Registry, tokens: Arc<Tokens>) -> E
         }
     };
     let addr = running.addr.map(|a| a.to_string()).unwrap_or_default();
-    tracing::info!(%addr, "serving the HTTP API and MCP at /mcp");
-    eprintln!("fieldgate listening on {scheme}://{addr} (MCP at /mcp)");
+    tracing::info!(%addr, mode, "serving the HTTP API and MCP at /mcp");
+    let what = if mode == "hub" { "fieldgate hub" } else { "fieldgate" };
+    eprintln!("{what} listening on {scheme}://{addr} (MCP at /mcp)");
     let stopped = running.shutdown();
     tokio::select! {
         () = signals.received() => {}

@@ -144,6 +144,10 @@ pub struct EdgeState {
     gap_since: Option<Instant>,
     last_request: Option<Instant>,
     rebirth_wanted: bool,
+    /// Devices born since the fleet last looked (their claims to names are renewed).
+    reborn: Vec<usize>,
+    /// The names each device claims, as the fleet last recorded them.
+    claimed: foldhash::HashMap<usize, Vec<String>>,
 }
 
 /// A value applied: for history, and (`live`) the latest value of its metric.
@@ -195,11 +199,13 @@ pub struct Fleet {
     timing: Timing,
     edges: Vec<EdgeState>,
     index: foldhash::HashMap<(String, String), usize>,
+    /// Who announces each metric name: (edge node, device) of every DBIRTH that holds it.
+    claims: foldhash::HashMap<String, Vec<(usize, usize)>>,
 }
 
 impl Fleet {
     pub fn new(timing: Timing) -> Fleet {
-        Fleet { timing, edges: Vec::new(), index: Default::default() }
+        Fleet { timing, edges: Vec::new(), index: Default::default(), claims: Default::default() }
     }
 
     pub fn edges(&self) -> &[EdgeState] {
@@ -222,6 +228,18 @@ impl Fleet {
         }
     }
 
+    /// Whether `name` is announced by the device `(edge, device)` and no other.
+    pub fn sole_claim(&self, name: &str, edge: usize, device: usize) -> bool {
+        self.claims.get(name).is_some_and(|c| c.as_slice() == [(edge, device)])
+    }
+
+    /// A message that does not decode: what it held is lost, so the edge node is asked
+    /// for a rebirth (paced).
+    pub fn undecodable(&mut self, group: &str, node: &str, wall: DateTime<Utc>) {
+        let e = self.edge_index(group, node, wall);
+        self.edges[e].drop_and_ask();
+    }
+
     /// One message from the broker, decoded; values applied go to `out`.
     pub fn on_message(
         &mut self,
@@ -230,6 +248,37 @@ impl Fleet {
         clock: Clock,
         out: &mut Vec<Update>,
     ) -> Changed {
+        let changed = self.handle(from, payload, clock, out);
+        self.renew_claims();
+        changed
+    }
+
+    /// The names devices born since the last look announce, recorded as their claims.
+    fn renew_claims(&mut self) {
+        for (e, edge) in self.edges.iter_mut().enumerate() {
+            for d in std::mem::take(&mut edge.reborn) {
+                let before = edge.claimed.remove(&d).unwrap_or_default();
+                for name in before {
+                    if let Some(c) = self.claims.get_mut(&name) {
+                        c.retain(|x| *x != (e, d));
+                        if c.is_empty() {
+                            self.claims.remove(&name);
+                        }
+                    }
+                }
+                let names: Vec<String> = edge.devices[d].metrics.iter().map(|m| m.name.clone()).collect();
+                for name in &names {
+                    let c = self.claims.entry(name.clone()).or_default();
+                    if !c.contains(&(e, d)) {
+                        c.push((e, d));
+                    }
+                }
+                edge.claimed.insert(d, names);
+            }
+        }
+    }
+
+    fn handle(&mut self, from: From<'_>, payload: Payload, clock: Clock, out: &mut Vec<Update>) -> Changed {
         let From { group, node, kind, device } = from;
         let Clock { now, wall } = clock;
         let e = self.edge_index(group, node, wall);
@@ -285,6 +334,7 @@ impl Fleet {
                 changed.catalogue |= edge.give_up_waiting(i, wall, out).catalogue;
             }
         }
+        self.renew_claims();
         changed
     }
 
@@ -349,6 +399,8 @@ impl Fleet {
             gap_since: None,
             last_request: None,
             rebirth_wanted: false,
+            reborn: Vec::new(),
+            claimed: Default::default(),
         });
         self.index.insert(key, self.edges.len() - 1);
         self.edges.len() - 1
@@ -454,6 +506,7 @@ impl EdgeState {
                 };
                 // Aliases the device held before are its no more.
                 self.aliases.retain(|_, (dev, _)| *dev != Some(d));
+                self.reborn.push(d);
                 let (metrics, aliases) = define(&payload.metrics, &self.devices[d].metrics);
                 let dev = &mut self.devices[d];
                 dev.by_name = metrics.iter().enumerate().map(|(i, m)| (m.name.clone(), i)).collect();

@@ -3,9 +3,131 @@
 //!
 //! `fleet.rs` the fleet as the host sees it, without I/O (births, deaths, `seq`, aliases,
 //! latest values, rebirth requests); `metric.rs` what a metric says (properties, quality,
-//! its value as its datatype says).
+//! its value as its datatype says); `catalogue.rs` the fleet as a registry the tools answer
+//! from (conflicts withheld); `source.rs` the fleet's latest values behind the `Driver`
+//! trait (`EDGE_OFFLINE`, stale values); `run.rs` the task on the broker.
 
 pub mod catalogue;
 pub mod fleet;
 pub mod metric;
+mod run;
 pub mod source;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::hub::HubConfig;
+use crate::driver::{Driver, Drivers};
+use crate::metrics::Sheet;
+use crate::registry::Registry;
+use crate::tools::ToolService;
+use fleet::{Fleet, Timing};
+
+/// The hub's fleet and its driver, made before the core that reads through it.
+#[derive(Clone)]
+pub struct Hub {
+    pub fleet: Arc<Mutex<Fleet>>,
+    driver: Arc<dyn Driver>,
+}
+
+impl Hub {
+    pub fn new(cfg: &HubConfig) -> Hub {
+        let timing = Timing {
+            reorder_timeout: Duration::from_millis(cfg.reorder_timeout_ms),
+            rebirth_cooldown: Duration::from_millis(cfg.rebirth_cooldown_ms),
+        };
+        let fleet = Arc::new(Mutex::new(Fleet::new(timing)));
+        let driver: Arc<dyn Driver> = Arc::new(source::FleetDriver { fleet: fleet.clone() });
+        Hub { fleet, driver }
+    }
+
+    /// Every device of `registry` read from the fleet.
+    pub fn drivers(&self, registry: &Registry) -> Drivers {
+        Drivers::shared(registry, self.driver.clone())
+    }
+}
+
+/// What `/metrics` and `get_device_status` show of the hub.
+#[derive(Default)]
+pub struct Counters {
+    pub connects: AtomicU64,
+    pub messages: AtomicU64,
+    /// Values applied (live and historical).
+    pub values: AtomicU64,
+    pub undecodable: AtomicU64,
+    pub rebirths_requested: AtomicU64,
+    pub sensors: AtomicU64,
+    pub online: AtomicBool,
+    pub broker: Mutex<String>,
+    pub link_error: Mutex<Option<String>>,
+    pub left: Mutex<catalogue::Left>,
+}
+
+impl Counters {
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn report(&self, s: &mut Sheet<'_>) {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        s.gauge(
+            "fieldgate_hub_online",
+            "1 while the hub's STATE is online on a broker.",
+            i64::from(self.online.load(Ordering::Relaxed)),
+        );
+        s.gauge("fieldgate_hub_sensors", "Sensors in the fleet's catalogue.", n(&self.sensors) as i64);
+        for (name, help, v) in [
+            ("fieldgate_hub_connects", "Connections made to a broker.", n(&self.connects)),
+            ("fieldgate_hub_messages", "Messages received from the broker.", n(&self.messages)),
+            ("fieldgate_hub_values", "Metric values applied (live and historical).", n(&self.values)),
+            (
+                "fieldgate_hub_undecodable_messages",
+                "Messages whose payload is no Sparkplug B payload.",
+                n(&self.undecodable),
+            ),
+            (
+                "fieldgate_hub_rebirth_requests",
+                "Node Control/Rebirth commands sent.",
+                n(&self.rebirths_requested),
+            ),
+        ] {
+            s.counter(name, help, v);
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    #[error("hub.brokers is empty: name at least one broker (mqtt://host:port)")]
+    NoBroker,
+    #[error("{0}")]
+    Link(#[from] crate::spb::link::LinkError),
+}
+
+/// Starts the hub's task over `tools` (whose core reads through `hub`'s driver).
+pub fn start(
+    hub: Hub,
+    tools: &ToolService,
+    env: impl Fn(&str) -> Option<String>,
+    stop: CancellationToken,
+) -> Result<(JoinHandle<()>, Arc<Counters>), HubError> {
+    let cfg = tools.config().hub.clone();
+    let brokers: Vec<_> =
+        cfg.link.brokers.iter().filter_map(|b| crate::config::mqtt::parse_broker(b).ok()).collect();
+    if brokers.is_empty() {
+        return Err(HubError::NoBroker);
+    }
+    let settings =
+        crate::spb::link::Settings::of(&(&cfg.link).into(), &format!("fieldgate-{}", cfg.host_id), env)?;
+    let counters = Arc::new(Counters::default());
+    let c = counters.clone();
+    tools.metrics().collect("hub", move |s| c.report(s));
+    tracing::info!(host_id = %cfg.host_id, brokers = ?cfg.link.brokers, groups = ?cfg.groups, "fleet hub starting");
+    let host = run::Host::new(cfg, brokers, settings, hub, tools.clone(), counters.clone());
+    Ok((tokio::spawn(host.run(stop)), counters))
+}
