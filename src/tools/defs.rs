@@ -38,6 +38,10 @@ pub struct ListSensorsArgs {
     /// unit, e.g. "pump discharge" or "P-042". Default: no text filter.
     #[schemars(length(min = 1, max = 100), example = &"pump discharge")]
     pub text: Option<String>,
+    /// Fleet hub only: sensors of this edge node, as "group/node", e.g. "A/gw1". Default: all
+    /// edge nodes.
+    #[schemars(length(min = 3, max = 200), example = &"A/gw1")]
+    pub edge: Option<String>,
     /// Most sensors to return in this page, 1-1000. Default 100.
     #[schemars(range(min = 1, max = 1000), example = 100, extend("default" = ListSensorsArgs::DEFAULT_LIMIT))]
     pub limit: Option<u32>,
@@ -71,6 +75,19 @@ pub struct SensorInfo {
     pub range: Option<NormalRange>,
     /// True when the device is polled, so `get_sensor_history` has data.
     pub history: bool,
+    /// Fleet hub only: the edge node the sensor comes from, as "group/node".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge: Option<String>,
+}
+
+/// An ID that more than one edge node announces (fleet hub only): served by none of them
+/// until an operator gives it to one.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct IdConflict {
+    /// The sensor or device ID.
+    pub id: String,
+    /// Who announces it: "group/node/device" of each.
+    pub claimants: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -82,6 +99,9 @@ pub struct ListSensorsData {
     pub complete: bool,
     /// Pass as `cursor` to get the next page; null on the last page.
     pub next_cursor: Option<String>,
+    /// Fleet hub only: IDs two edge nodes announce, withheld (never merged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<IdConflict>,
 }
 
 // ---------------------------------------------------------------- readings
@@ -147,6 +167,8 @@ pub enum ReadingSource {
     Live,
     /// The last value read, within `max_age_ms`.
     Cache,
+    /// The fleet hub: the latest value the sensor's edge node sent (`age_ms` says how old).
+    Hub,
 }
 
 pub use super::value::Value;

@@ -3,10 +3,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::ToolResult;
-use super::defs::{ListSensorsArgs, ListSensorsData, SensorInfo};
+use super::defs::{IdConflict, ListSensorsArgs, ListSensorsData, SensorInfo};
 use super::envelope::ToolError;
 use crate::ids::DeviceId;
-use crate::registry::{Registry, Sensor, SensorSource};
+use crate::registry::{Device, Endpoint, Registry, Sensor, SensorSource};
 use crate::suggest;
 
 const PAGING: super::cursor::Paging =
@@ -25,6 +25,17 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
     check_member("plant", args.plant.as_deref(), &registry.plants())?;
     check_member("zone", args.zone.as_deref(), &registry.zones())?;
     check_member("kind", args.kind.as_deref(), &registry.kinds())?;
+    let edges: std::collections::BTreeSet<String> = registry.devices().iter().filter_map(edge_of).collect();
+    if edges.is_empty() && args.edge.is_some() {
+        return Err(ToolError::invalid(
+            "edge",
+            args.edge.as_deref(),
+            "no value: this service reads its own devices, it is no fleet hub",
+            "No sensor here comes from an edge node.",
+            "Omit edge; it filters only at a fleet hub.",
+        ));
+    }
+    check_member("edge", args.edge.as_deref(), &edges.iter().map(String::as_str).collect())?;
     if let Some(raw) = &args.device_id {
         let known = raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id));
         if known.is_none() {
@@ -45,7 +56,7 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
     };
     let limit = args.limit.unwrap_or(ListSensorsArgs::DEFAULT_LIMIT) as usize;
 
-    let matching = registry.sensors().iter().filter(|s| matches(s, &args, &words));
+    let matching = registry.sensors().iter().filter(|s| matches(s, registry, &args, &words));
     let mut total = 0;
     let mut page = Vec::new();
     let mut more = false;
@@ -64,7 +75,13 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
         (true, Some(last)) => Some(super::cursor::encode(Cursor { a: last.sensor_id.clone() }, fingerprint)),
         _ => None,
     };
-    let data = ListSensorsData { sensors: page, total, complete: next_cursor.is_none(), next_cursor };
+    let conflicts = registry
+        .conflicts()
+        .iter()
+        .map(|c| IdConflict { id: c.id.clone(), claimants: c.claimants.clone() })
+        .collect();
+    let data =
+        ListSensorsData { sensors: page, total, complete: next_cursor.is_none(), next_cursor, conflicts };
     super::to_data(&data)
 }
 
@@ -94,11 +111,20 @@ fn check_member(
     .with_suggestions(suggestions))
 }
 
-fn matches(s: &Sensor, a: &ListSensorsArgs, words: &[String]) -> bool {
+/// The edge node a device of the fleet hub comes from, as "group/node".
+pub(crate) fn edge_of(d: &Device) -> Option<String> {
+    match &d.endpoint {
+        Endpoint::Edge { group, node } => Some(format!("{group}/{node}")),
+        _ => None,
+    }
+}
+
+fn matches(s: &Sensor, registry: &Registry, a: &ListSensorsArgs, words: &[String]) -> bool {
     if a.plant.as_deref().is_some_and(|p| p != s.id.plant())
         || a.zone.as_deref().is_some_and(|z| z != s.id.zone())
         || a.device_id.as_deref().is_some_and(|d| d != s.device.as_str())
         || a.kind.as_deref().is_some_and(|k| k != s.kind)
+        || a.edge.as_deref().is_some_and(|e| edge_of(registry.device_of(s)).as_deref() != Some(e))
     {
         return false;
     }
@@ -140,11 +166,13 @@ pub(crate) fn info(s: &Sensor, registry: &Registry) -> SensorInfo {
         },
         range: s.range,
         history: d.poll_interval.is_some(),
+        edge: edge_of(d),
     }
 }
 
 /// The filters' fingerprint, so a cursor cannot be replayed with other filters.
 fn fingerprint(a: &ListSensorsArgs, words: &[String]) -> u64 {
-    let text = format!("{:?}|{:?}|{:?}|{:?}|{}", a.plant, a.zone, a.device_id, a.kind, words.join(" "));
+    let text =
+        format!("{:?}|{:?}|{:?}|{:?}|{}|{:?}", a.plant, a.zone, a.device_id, a.kind, words.join(" "), a.edge);
     super::cursor::fingerprint(&text)
 }

@@ -60,6 +60,7 @@ impl Stamps {
             out.push_str(match source {
                 ReadingSource::Live => ",\"source\":\"live\"",
                 ReadingSource::Cache => ",\"source\":\"cache\"",
+                ReadingSource::Hub => ",\"source\":\"hub\"",
             });
             out.push_str(",\"age_ms\":");
             json::unsigned(&mut out, age_ms);
@@ -395,7 +396,7 @@ mod tests {
             let at = DateTime::<Utc>::from_timestamp_millis(ms).unwrap();
             let sample = Sample { value, at, quality };
             let mode = if raw { UnitMode::Raw } else { UnitMode::Normalized };
-            let source = if cached { ReadingSource::Cache } else { ReadingSource::Live };
+            let source = [ReadingSource::Cache, ReadingSource::Live, ReadingSource::Hub][usize::from(cached) + usize::from(raw && cached)];
             let now = at + chrono::Duration::milliseconds(age);
             let mut stamps = Stamps { now, last: None, middle: None };
             let expected = serde_json::to_string(&reading(&s, &sample, mode, source, &mut stamps)).unwrap();

@@ -68,10 +68,12 @@ fn offer_cached(mut e: ToolError, cache: &Cache, sensor: &Sensor) -> ToolError {
     e
 }
 
-fn source(s: Source) -> ReadingSource {
-    match s {
-        Source::Live => ReadingSource::Live,
-        Source::Cache => ReadingSource::Cache,
+/// Where the answer's value came from: at the fleet hub, always its edge node's stream.
+fn source(s: Source, sensor: &Sensor) -> ReadingSource {
+    match (s, &sensor.source) {
+        (_, crate::registry::SensorSource::Edge(_)) => ReadingSource::Hub,
+        (Source::Live, _) => ReadingSource::Live,
+        (Source::Cache, _) => ReadingSource::Cache,
     }
 }
 
@@ -85,7 +87,9 @@ pub(crate) async fn get_one(inner: &View, args: GetSensorReadingArgs, attempts: 
     *attempts += read.attempts;
     let mut stamps = Stamps::new();
     match read.results.pop() {
-        Some(Ok((sample, from))) => to_data(&reading(sensor, &sample, mode, source(from), &mut stamps)),
+        Some(Ok((sample, from))) => {
+            to_data(&reading(sensor, &sample, mode, source(from, sensor), &mut stamps))
+        }
         Some(Err(e)) => {
             Err(offer_cached(device_error(&e, registry.device_of(sensor), sensor), reader.cache(), sensor))
         }
@@ -114,7 +118,7 @@ pub(crate) async fn get_many(
         .iter()
         .zip(read.results)
         .map(|(s, r)| match r {
-            Ok((sample, from)) => Slot::Read(sample, source(from)),
+            Ok((sample, from)) => Slot::Read(sample, source(from, s)),
             Err(e) => Slot::Failed(Box::new(device_error(&e, registry.device_of(s), s))),
         })
         .collect();

@@ -193,8 +193,11 @@ pub async fn listening_addr(
             .expect("fieldgate says where it listens within 30 s")
             .expect("stderr readable")
             .expect("fieldgate exited before listening");
-        let rest = line.strip_prefix("fieldgate listening on http://");
-        if let Some(rest) = rest.or_else(|| line.strip_prefix("fieldgate listening on https://")) {
+        // `fieldgate` or `fieldgate hub`.
+        let said =
+            line.strip_prefix("fieldgate hub ").or_else(|| line.strip_prefix("fieldgate ")).unwrap_or("");
+        let rest = said.strip_prefix("listening on http://");
+        if let Some(rest) = rest.or_else(|| said.strip_prefix("listening on https://")) {
             return rest.split_whitespace().next().and_then(|a| a.parse().ok()).expect("an address");
         }
     }
@@ -354,6 +357,41 @@ pub async fn serve_binary(devices: &Path, data: &Path, env: &[(&str, &str)]) -> 
     let mut stderr = tokio::io::BufReader::new(child.stderr.take().expect("stderr piped")).lines();
     let addr = listening_addr(&mut stderr).await;
     Served { child, addr, stderr: Some(stderr) }
+}
+
+/// `fieldgate hub` with its data in `data` and `env`, listening on a free loopback port.
+pub async fn hub_binary(data: &Path, env: &[(&str, &str)]) -> Served {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .arg("hub")
+        .env_clear()
+        .env("FIELDGATE_STORAGE_DATA_DIR", data)
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("fieldgate hub starts");
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().expect("stderr piped")).lines();
+    let addr = listening_addr(&mut stderr).await;
+    Served { child, addr, stderr: Some(stderr) }
+}
+
+/// A tool called over `addr`'s HTTP API (no token: loopback), within 10 s.
+pub async fn tool_over_http(addr: std::net::SocketAddr, tool: &str, args: Value) -> Value {
+    fieldgate::tls::install_crypto_provider();
+    let res = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/tools/{tool}"))
+        .header("content-type", "application/json")
+        .body(args.to_string())
+        .timeout(std::time::Duration::from_secs(10))
+        .send()
+        .await
+        .expect("the service answers");
+    let body = res.bytes().await.expect("a body");
+    serde_json::from_slice(&body).expect("an envelope")
 }
 
 impl Served {

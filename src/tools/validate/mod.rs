@@ -381,12 +381,24 @@ pub fn known_sensor<'r>(
     registry: &'r Registry,
 ) -> Result<&'r crate::registry::Sensor, ToolError> {
     registry.sensor(id).ok_or_else(|| {
-        let mut e = ToolError::new(
-            ErrorCode::SensorNotFound,
-            format!("No sensor {id} is registered."),
-            format!("Call list_sensors with plant={} zone={} to see valid IDs.", id.plant(), id.zone()),
-        )
-        .with_suggestions(registry.suggest_sensors(id.as_str()));
+        let mut e = match registry.conflict(id.as_str()) {
+            // The fleet hub withholds an ID two edge nodes announce.
+            Some(c) => ToolError::new(
+                ErrorCode::SensorNotFound,
+                format!(
+                    "Sensor {id} is announced by {} edge devices ({}); the hub serves none of them.",
+                    c.claimants.len(),
+                    c.claimants.join(", ")
+                ),
+                "Report the conflict to a person: the sensor ID must be unique in the fleet. Do not retry.",
+            ),
+            None => ToolError::new(
+                ErrorCode::SensorNotFound,
+                format!("No sensor {id} is registered."),
+                format!("Call list_sensors with plant={} zone={} to see valid IDs.", id.plant(), id.zone()),
+            )
+            .with_suggestions(registry.suggest_sensors(id.as_str())),
+        };
         e.parameter = Some(parameter.to_string());
         e.received = Some(id.to_string());
         e

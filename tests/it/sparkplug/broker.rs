@@ -259,6 +259,8 @@ pub struct Msg {
     pub payload: Payload,
     /// The QoS it arrived with (the host subscribes with 1, so it is the publisher's).
     pub qos: u8,
+    /// The bytes as they arrived (STATE is JSON).
+    pub raw: Vec<u8>,
 }
 
 impl Msg {
@@ -326,7 +328,8 @@ impl Host {
                         } else {
                             Payload::decode_bytes(&p.payload).unwrap_or_default()
                         };
-                        let _ = tx.send(Msg { topic, payload, qos: p.qos as u8 });
+                        let raw = p.payload.to_vec();
+                        let _ = tx.send(Msg { topic, payload, qos: p.qos as u8, raw });
                     }
                     Ok(_) => {}
                     Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,

@@ -7,6 +7,7 @@ mod conformance;
 mod edge;
 mod external_decoder;
 mod hostile;
+mod hub;
 mod links;
 mod metrics_text;
 mod outage;

@@ -1,0 +1,218 @@
+//! The fleet hub through the real binaries: two `fieldgate serve` edges (plants A and B of
+//! the demo, each its own edge node) publishing into Mosquitto, and `fieldgate hub` serving
+//! the same tools for both. What the hub answers is held to what each edge answers.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::broker::{Broker, Host};
+use super::edge::demo_sim;
+use crate::support::{self, tool_over_http as call};
+
+const T: Duration = Duration::from_secs(30);
+
+/// The demo's device files of one plant (`a-…` or `b-…`), pointed at the simulator.
+fn plant_files(all: &Path, prefix: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(all).unwrap() {
+        let f = f.unwrap();
+        if f.file_name().to_string_lossy().starts_with(prefix) {
+            std::fs::copy(f.path(), dir.path().join(f.file_name())).unwrap();
+        }
+    }
+    dir
+}
+
+/// Every sensor `list_sensors` lists at `addr` (all pages), by ID.
+async fn sensors(addr: std::net::SocketAddr, filter: Value) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    let mut args = filter;
+    args["limit"] = json!(1000);
+    loop {
+        let e = call(addr, "list_sensors", args.clone()).await;
+        assert_eq!(e["ok"], true, "{e}");
+        for s in e["data"]["sensors"].as_array().unwrap() {
+            out.insert(s["sensor_id"].as_str().unwrap().to_string(), s.clone());
+        }
+        match e["data"]["next_cursor"].as_str() {
+            Some(c) => args["cursor"] = json!(c),
+            None => return out,
+        }
+    }
+}
+
+fn edge_env<'a>(brokers: &'a str, group: &'a str, node: &'a str) -> Vec<(&'static str, &'a str)> {
+    vec![
+        ("FIELDGATE_MQTT_BROKERS", brokers),
+        ("FIELDGATE_MQTT_GROUP_ID", group),
+        ("FIELDGATE_MQTT_EDGE_NODE_ID", node),
+        ("FIELDGATE_MQTT_RECONNECT_MAX_MS", "500"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_edges_through_one_hub_answer_as_each_edge_does() {
+    let broker = Broker::start().await;
+    let brokers = format!("[\"{}\"]", broker.url());
+    let sim = demo_sim().await;
+    let all = support::demo_devices_for(&sim);
+    let (files_a, files_b) = (plant_files(all.path(), "a-"), plant_files(all.path(), "b-"));
+    let (data_a, data_b, data_hub) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // A watcher on the broker, to see the hub's STATE and what crosses it.
+    let mut watch = Host::connect(broker.port).await;
+
+    let hub_env = [("FIELDGATE_HUB_BROKERS", brokers.as_str()), ("FIELDGATE_HUB_HOST_ID", "hub-1")];
+    let mut hub = support::hub_binary(data_hub.path(), &hub_env).await;
+    let _hub_log = hub.drain_stderr();
+    let state = watch.until("the hub's STATE", T, |m| m.topic == "spBv1.0/STATE/hub-1").await;
+    let state: Value = serde_json::from_slice(&state.raw).unwrap();
+    assert_eq!(state["online"], true, "{state}");
+
+    let mut edge_a =
+        support::serve_binary(files_a.path(), data_a.path(), &edge_env(&brokers, "A", "gw-a")).await;
+    let _a_log = edge_a.drain_stderr();
+    let mut edge_b =
+        support::serve_binary(files_b.path(), data_b.path(), &edge_env(&brokers, "B", "gw-b")).await;
+    let _b_log = edge_b.drain_stderr();
+
+    // Both plants listed through the hub, each sensor described as its edge describes it.
+    let at_a = sensors(edge_a.addr, json!({})).await;
+    let at_b = sensors(edge_b.addr, json!({})).await;
+    assert!(!at_a.is_empty() && !at_b.is_empty());
+    let expected = at_a.len() + at_b.len();
+    let at_hub = support::wait_for("every sensor of both edges at the hub", T, || async {
+        let s = sensors(hub.addr, json!({})).await;
+        (s.len() == expected).then_some(s)
+    })
+    .await;
+    for (id, edge_view) in at_a.iter().chain(&at_b) {
+        let mut hub_view = at_hub[id].clone();
+        let edge = hub_view.as_object_mut().unwrap().remove("edge").unwrap();
+        assert_eq!(edge, if id.starts_with("A_") { "A/gw-a" } else { "B/gw-b" });
+        assert_eq!(&hub_view, edge_view, "{id} as the hub lists it");
+    }
+    let only_b = sensors(hub.addr, json!({"edge": "B/gw-b"})).await;
+    assert_eq!(only_b.keys().collect::<Vec<_>>(), at_b.keys().collect::<Vec<_>>());
+
+    // Readings: the hub's value is the edge's for the same sample (same timestamp).
+    let mut matched = 0;
+    for id in at_a.keys().chain(at_b.keys()) {
+        let edge = if id.starts_with("A_") { edge_a.addr } else { edge_b.addr };
+        for _ in 0..20 {
+            let h = call(hub.addr, "get_sensor_reading", json!({"sensor_id": id})).await;
+            let e = call(edge, "get_sensor_reading", json!({"sensor_id": id, "max_age_ms": 60000})).await;
+            if h["ok"] != true || e["ok"] != true {
+                break;
+            }
+            assert_eq!(h["data"]["source"], "hub", "{h}");
+            if h["data"]["timestamp"] == e["data"]["timestamp"] {
+                for k in ["value", "unit", "quality", "device_id", "range", "in_range"] {
+                    assert_eq!(h["data"][k], e["data"][k], "{id}: {k} at the hub {h} and at the edge {e}");
+                }
+                matched += 1;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(matched >= 10, "only {matched} readings could be matched by timestamp");
+
+    // A work order for a sensor of the fleet, at the hub, waiting for a person; history of
+    // what arrived.
+    let order = call(
+        hub.addr,
+        "create_work_order",
+        json!({"sensor_id": at_b.keys().next().unwrap(), "type": "inspection", "priority": "low",
+               "summary": "Checked from the fleet hub: inspect this sensor.", "idempotency_key": "hub-order-1"}),
+    )
+    .await;
+    assert_eq!(
+        (order["ok"].clone(), order["data"]["status"].clone()),
+        (json!(true), json!("pending_approval")),
+        "{order}"
+    );
+    let history = call(
+        hub.addr,
+        "get_sensor_history",
+        json!({"sensor_id": at_a.keys().next().unwrap(), "from": "-10m"}),
+    )
+    .await;
+    assert!(!history["data"]["points"].as_array().is_none_or(Vec::is_empty), "{history}");
+
+    // kill -9 of edge A: its will reaches the hub, which answers EDGE_OFFLINE; B goes on.
+    let a_sensor = at_a.keys().next().unwrap().clone();
+    let b_sensor = at_b.keys().next().unwrap().clone();
+    edge_a.child.start_kill().unwrap();
+    support::exited(&mut edge_a.child, "edge A").await;
+    let offline = support::wait_for("EDGE_OFFLINE for plant A", T, || async {
+        let e = call(hub.addr, "get_sensor_reading", json!({"sensor_id": a_sensor})).await;
+        (e["error"]["code"] == "EDGE_OFFLINE").then_some(e)
+    })
+    .await;
+    assert_eq!(offline["error"]["retryable"], true, "{offline}");
+    assert!(offline["error"]["retry_after_ms"].as_u64().unwrap() > 0, "{offline}");
+    assert!(offline["error"]["message"].as_str().unwrap().contains("A/gw-a"), "{offline}");
+    let b = call(hub.addr, "get_sensor_reading", json!({"sensor_id": b_sensor})).await;
+    assert_eq!(b["ok"], true, "{b}");
+
+    // Back after a restart (a new NBIRTH, a new bdSeq).
+    let mut again =
+        support::serve_binary(files_a.path(), data_a.path(), &edge_env(&brokers, "A", "gw-a")).await;
+    let _again_log = again.drain_stderr();
+    support::wait_until("plant A back at the hub", T, || async {
+        call(hub.addr, "get_sensor_reading", json!({"sensor_id": a_sensor})).await["ok"] == true
+    })
+    .await;
+
+    // An ID a third edge node announces too (its births encoded by Eclipse Tahu): a
+    // conflict, served by neither, and listed.
+    let now = chrono::Utc::now().timestamp_millis();
+    let spoof = |seq: u64, metrics: Value| {
+        super::tahu::encode(&json!({"timestamp": now, "seq": seq, "metrics": metrics}))
+    };
+    let nbirth = spoof(
+        0,
+        json!([{"name": "bdSeq", "type": "Int64", "value": 0}, {"name": "Node Control/Rebirth", "type": "Boolean", "value": false}]),
+    );
+    watch.publish("spBv1.0/C/NBIRTH/gw-c", nbirth, false).await;
+    let dbirth =
+        spoof(1, json!([{"name": b_sensor, "alias": 1, "type": "Double", "value": 1.5, "timestamp": now}]));
+    watch.publish("spBv1.0/C/DBIRTH/gw-c/b-spare", dbirth, false).await;
+    let listed = support::wait_for("the conflict listed", T, || async {
+        let e = call(hub.addr, "list_sensors", json!({"plant": "B"})).await;
+        e["data"]["conflicts"].as_array().filter(|c| !c.is_empty()).cloned()
+    })
+    .await;
+    assert_eq!(listed[0]["id"], json!(b_sensor));
+    let claimants: Vec<&str> =
+        listed[0]["claimants"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert_eq!(claimants.len(), 2, "{claimants:?}");
+    assert!(claimants.contains(&"C/gw-c/b-spare"), "{claimants:?}");
+    let refused = call(hub.addr, "get_sensor_reading", json!({"sensor_id": b_sensor})).await;
+    assert_eq!(refused["error"]["code"], "SENSOR_NOT_FOUND", "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("C/gw-c/b-spare"), "{refused}");
+
+    // Stopped by SIGTERM, the hub leaves with STATE offline, retained, with the timestamp
+    // it came online with.
+    let pid = hub.child.id().expect("running").to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let gone = watch
+        .until("the hub's STATE offline", T, |m| {
+            m.topic == "spBv1.0/STATE/hub-1" && m.raw.windows(14).any(|w| w == b"\"online\":false")
+        })
+        .await;
+    let gone: Value = serde_json::from_slice(&gone.raw).unwrap();
+    assert_eq!(
+        (gone["online"].clone(), gone["timestamp"].clone()),
+        (json!(false), state["timestamp"].clone())
+    );
+    support::exited(&mut hub.child, "the hub").await;
+    again.child.start_kill().unwrap();
+    edge_b.child.start_kill().unwrap();
+    support::exited(&mut again.child, "edge A again").await;
+    support::exited(&mut edge_b.child, "edge B").await;
+}
