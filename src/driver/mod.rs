@@ -171,6 +171,34 @@ pub trait Driver: Send + Sync {
     fn clock(&self) -> Option<std::sync::Arc<clock::Clock>> {
         None
     }
+
+    /// The fleet hub's driver: what the edge node that serves `device` last said of itself
+    /// and of it. `None` for a device fieldgate reads itself.
+    fn edge(&self, _device: &crate::registry::Device) -> Option<EdgeView> {
+        None
+    }
+}
+
+/// An edge node and one of its devices, as the fleet hub sees them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EdgeView {
+    /// `group/node`.
+    pub edge: String,
+    /// The edge node: online since, or offline since and why.
+    pub online: bool,
+    pub since: chrono::DateTime<chrono::Utc>,
+    pub why: Option<EdgeGone>,
+    /// The device at its edge node.
+    pub device_online: bool,
+    pub device_since: chrono::DateTime<chrono::Utc>,
+    /// The edge node's last NBIRTH (its own time).
+    pub last_birth: Option<chrono::DateTime<chrono::Utc>>,
+    pub rebirths_requested: u64,
+    pub messages: u64,
+    /// `seq` gaps that lasted the reorder timeout.
+    pub gaps: u64,
+    /// Messages dropped (late, undecodable, of what was not born).
+    pub dropped: u64,
 }
 
 /// Devices whose protocol this build cannot read yet.

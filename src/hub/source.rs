@@ -11,8 +11,10 @@ use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 
 use super::fleet::{Fleet, Gone, Status};
-use crate::driver::{BoxFuture, Driver, DriverError, EdgeGone, RawValue, ReadOptions, Sample, SampleQuality};
-use crate::registry::{Sensor, SensorSource};
+use crate::driver::{
+    BoxFuture, Driver, DriverError, EdgeGone, EdgeView, RawValue, ReadOptions, Sample, SampleQuality,
+};
+use crate::registry::{Device, Endpoint, Sensor, SensorSource};
 
 /// How soon an agent should ask again about an edge node that is offline.
 pub const RETRY_OFFLINE: Duration = Duration::from_secs(5);
@@ -33,17 +35,49 @@ impl Driver for FleetDriver {
         let out = sensors.iter().map(|s| latest(&fleet, s, now)).collect();
         Box::pin(async move { out })
     }
+
+    fn edge(&self, device: &Device) -> Option<EdgeView> {
+        let Endpoint::Edge { group, node } = &device.endpoint else { return None };
+        let fleet = self.fleet.lock();
+        let e = fleet.edge(group, node)?;
+        let d = e.devices.iter().find(|d| d.id == device.id.as_str())?;
+        let (online, since, why) = split(e.status, false);
+        let (device_online, device_since, _) = split(d.status, true);
+        Some(EdgeView {
+            edge: format!("{group}/{node}"),
+            online,
+            since,
+            why,
+            device_online,
+            device_since,
+            last_birth: e.birth,
+            rebirths_requested: e.stats.rebirths_requested,
+            messages: e.stats.messages,
+            gaps: e.stats.gaps,
+            dropped: e.stats.dropped,
+        })
+    }
 }
 
-fn offline(edge: String, status: Status, device: bool) -> Option<DriverError> {
-    let Status::Offline { since, why } = status else { return None };
-    let why = match (why, device) {
+fn split(s: Status, device: bool) -> (bool, DateTime<Utc>, Option<EdgeGone>) {
+    match s {
+        Status::Online { since } => (true, since, None),
+        Status::Offline { since, why } => (false, since, Some(gone(why, device))),
+    }
+}
+
+fn gone(why: Gone, device: bool) -> EdgeGone {
+    match (why, device) {
         (Gone::BrokerLost, _) => EdgeGone::Broker,
         (Gone::NotBorn, false) => EdgeGone::NotBorn,
         (_, false) => EdgeGone::Node,
         (_, true) => EdgeGone::Device,
-    };
-    Some(DriverError::EdgeOffline { edge, since, why, retry_after: RETRY_OFFLINE })
+    }
+}
+
+fn offline(edge: String, status: Status, device: bool) -> Option<DriverError> {
+    let Status::Offline { since, why } = status else { return None };
+    Some(DriverError::EdgeOffline { edge, since, why: gone(why, device), retry_after: RETRY_OFFLINE })
 }
 
 /// A sensor's latest value, as its edge node sent it; the edge's or device's absence.

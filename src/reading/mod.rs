@@ -177,6 +177,11 @@ impl Reader {
     }
 
     /// Whether `device` can be read at all (it has a driver).
+    /// What the fleet hub knows of `device`'s edge node (`None` outside a hub).
+    pub fn edge(&self, device: &crate::registry::Device) -> Option<crate::driver::EdgeView> {
+        self.drivers.get(&device.id).and_then(|d| d.edge(device))
+    }
+
     pub fn has_driver(&self, device: &DeviceId) -> bool {
         self.drivers.get(device).is_some()
     }

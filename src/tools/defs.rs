@@ -367,6 +367,36 @@ pub struct DeviceStatus {
     pub failures: u64,
     pub latency: Option<Latency>,
     pub sensors: usize,
+    /// Fleet hub only: the edge node the device comes from, and what it last said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge: Option<EdgeStatus>,
+}
+
+/// An edge node and the device at it, as the fleet hub sees them.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct EdgeStatus {
+    /// The edge node, "group/node".
+    pub edge: String,
+    /// `online` or `offline`.
+    pub edge_state: String,
+    /// Since when (RFC 3339).
+    pub edge_since: String,
+    /// Why offline: `death` (its NDEATH), `broker_lost` (the hub lost the broker),
+    /// `not_born` (not born since the hub started); null while online.
+    pub edge_offline_reason: Option<String>,
+    /// The device at its edge node: `online` or `offline`.
+    pub device_state: String,
+    pub device_since: String,
+    /// The edge node's last NBIRTH (its own time).
+    pub last_birth: Option<String>,
+    /// Rebirths the hub asked of the edge node.
+    pub rebirths_requested: u64,
+    /// Messages received from the edge node.
+    pub messages: u64,
+    /// Gaps in its `seq` that lasted the reorder timeout.
+    pub gaps: u64,
+    /// Messages dropped: repeats, undecodable, or of a device or alias not born.
+    pub dropped: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

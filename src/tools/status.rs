@@ -4,8 +4,9 @@
 use chrono::SecondsFormat;
 
 use super::defs::{
-    BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, GetDeviceStatusArgs, LastError,
-    Latency, NorthboundStatus, ProbeData, ProbeResult, StorageState, StorageStatus,
+    BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, EdgeStatus,
+    GetDeviceStatusArgs, LastError, Latency, NorthboundStatus, ProbeData, ProbeResult, StorageState,
+    StorageStatus,
 };
 use super::device_error::device_error;
 use super::{ToolError, ToolResult, View, to_data};
@@ -69,6 +70,13 @@ fn status_of(inner: &View, d: &Device) -> DeviceStatus {
             },
         ),
     };
+    let edge = inner.core.reader.edge(d);
+    // At the hub, the edge node's word decides: its breaker never opens.
+    let state = match &edge {
+        Some(e) if e.online && e.device_online => DeviceState::Up,
+        Some(_) => DeviceState::Down,
+        None => state,
+    };
     let last_error = match (&health.last_error, sensors.first()) {
         (Some((e, at)), Some(s)) => Some(LastError {
             code: device_error(&ReadError::Driver(e.clone()), d, s).code,
@@ -85,10 +93,12 @@ fn status_of(inner: &View, d: &Device) -> DeviceStatus {
         breaker,
         last_success: health.last_success.map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true)),
         last_error,
-        down_since: health
-            .failing_since
-            .filter(|_| state == DeviceState::Down)
-            .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true)),
+        down_since: match &edge {
+            Some(e) if state == DeviceState::Down => Some(if e.online { e.device_since } else { e.since }),
+            Some(_) => None,
+            None => health.failing_since.filter(|_| state == DeviceState::Down),
+        }
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true)),
         confirmed_at: match state {
             DeviceState::Unknown => None,
             DeviceState::Up => health.last_success,
@@ -102,6 +112,33 @@ fn status_of(inner: &View, d: &Device) -> DeviceStatus {
             samples: n as u32,
         }),
         sensors: sensors.len(),
+        edge: edge.map(|e| edge_status(&e)),
+    }
+}
+
+fn edge_status(e: &crate::driver::EdgeView) -> EdgeStatus {
+    use crate::driver::EdgeGone;
+    let t = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
+    let state = |up: bool| if up { "online" } else { "offline" }.to_string();
+    EdgeStatus {
+        edge: e.edge.clone(),
+        edge_state: state(e.online),
+        edge_since: t(e.since),
+        edge_offline_reason: e.why.filter(|_| !e.online).map(|w| {
+            match w {
+                EdgeGone::Node | EdgeGone::Device => "death",
+                EdgeGone::Broker => "broker_lost",
+                EdgeGone::NotBorn => "not_born",
+            }
+            .to_string()
+        }),
+        device_state: state(e.device_online),
+        device_since: t(e.device_since),
+        last_birth: e.last_birth.map(t),
+        rebirths_requested: e.rebirths_requested,
+        messages: e.messages,
+        gaps: e.gaps,
+        dropped: e.dropped,
     }
 }
 

@@ -158,6 +158,21 @@ async fn two_edges_through_one_hub_answer_as_each_edge_does() {
     assert!(offline["error"]["message"].as_str().unwrap().contains("A/gw-a"), "{offline}");
     let b = call(hub.addr, "get_sensor_reading", json!({"sensor_id": b_sensor})).await;
     assert_eq!(b["ok"], true, "{b}");
+    // get_device_status names each device's edge node and what it last said.
+    let status = call(hub.addr, "get_device_status", json!({})).await;
+    let devices = status["data"]["devices"].as_array().unwrap();
+    let of =
+        |prefix: &str| devices.iter().find(|d| d["device_id"].as_str().unwrap().starts_with(prefix)).unwrap();
+    let (a, b) = (of("a-"), of("b-"));
+    assert_eq!(
+        (a["state"].clone(), a["edge"]["edge"].clone(), a["edge"]["edge_state"].clone()),
+        (json!("down"), json!("A/gw-a"), json!("offline")),
+        "{a}"
+    );
+    assert_eq!(a["edge"]["edge_offline_reason"], "death", "{a}");
+    assert_eq!(a["down_since"], a["edge"]["edge_since"], "{a}");
+    assert_eq!((b["state"].clone(), b["edge"]["edge_state"].clone()), (json!("up"), json!("online")), "{b}");
+    assert!(b["edge"]["last_birth"].is_string() && b["edge"]["messages"].as_u64().unwrap() > 1, "{b}");
 
     // Back after a restart (a new NBIRTH, a new bdSeq).
     let mut again =
