@@ -329,3 +329,24 @@ fn retention_keeps_a_chunk_with_a_point_at_the_cutoff_and_a_store_at_its_size_li
     assert_eq!(store.points("S", 0, i64::MAX).unwrap().first().map(|q| q.t), Some(last_sealed + 1));
     assert!(t > last_sealed);
 }
+
+/// A damaged file: a chunk whose value is too short to hold even its last time (cut by a
+/// broken disk or a foreign writer) is reported as corrupt, never read past its end.
+#[test]
+fn a_chunk_too_short_to_hold_its_last_time_is_corrupt() {
+    for len in [0usize, 3, 7] {
+        let store = HistoryStore::in_memory().unwrap();
+        store
+            .db
+            .write(|d| {
+                let tx = d.begin_write().map_err(db)?;
+                tx.open_table(CHUNKS)
+                    .map_err(db)?
+                    .insert(("S", 1000i64), vec![0u8; len].as_slice())
+                    .map_err(db)?;
+                tx.commit().map_err(db)
+            })
+            .unwrap();
+        assert!(matches!(store.points("S", 0, 10_000), Err(StoreError::Corrupt)), "{len} bytes");
+    }
+}

@@ -251,3 +251,55 @@ fn an_opc_ua_metrics_datatype_is_decided_by_a_good_value_only() {
         e.dbirth(s.place.device, |x| (x.id == s.id).then(|| at(RawValue::Bool(true), SampleQuality::Good)));
     assert_eq!(datatype(&b), Some(crate::spb::payload::datatype::INT64));
 }
+
+/// A DCMD is a device's rebirth only when it holds `Device Control/Rebirth` = true and
+/// nothing else (anything more is a write, refused whole).
+#[test]
+fn a_device_rebirth_is_that_one_metric_set_true_and_nothing_else() {
+    let control =
+        |name: &str, v: bool| Metric::new(Some(name), None, datatype::BOOLEAN, Some(Value::Boolean(v)));
+    let p = |metrics: Vec<Metric>| Payload { metrics, ..Payload::default() };
+    assert!(asks_device_rebirth(&p(vec![control(DEVICE_REBIRTH, true)])));
+    assert!(!asks_device_rebirth(&p(vec![control(DEVICE_REBIRTH, false)])), "false asks nothing");
+    assert!(!asks_device_rebirth(&p(vec![control(REBIRTH, true)])), "the node's control is not the device's");
+    assert!(
+        !asks_device_rebirth(&p(vec![control(DEVICE_REBIRTH, true), control("A_LINE1_001", true)])),
+        "with a write"
+    );
+    assert!(!asks_device_rebirth(&p(Vec::new())));
+    // The right name with a value that is no boolean asks nothing either.
+    let odd = Metric::new(Some(DEVICE_REBIRTH), None, datatype::INT32, Some(Value::Int(1)));
+    assert!(!asks_device_rebirth(&p(vec![odd])));
+}
+
+/// A live value no newer than what its device's current DBIRTH carried is covered by the
+/// birth; a newer one, one of a device not born, or of an unknown sensor is not.
+#[test]
+fn a_birth_covers_the_values_up_to_the_time_it_carried() {
+    let mut e = edge();
+    e.nbirth(0);
+    let reg = e.registry.clone();
+    let s = reg.sensor(&"A_LINE1_001".parse().unwrap()).unwrap();
+    assert!(!e.birth_covers("A_LINE1_001", 500), "not born");
+    e.dbirth(s.place.device, |x| (x.id == s.id).then(|| sample(4.0, 1000, SampleQuality::Good)));
+    assert!(e.birth_covers("A_LINE1_001", 1000));
+    assert!(e.birth_covers("A_LINE1_001", 999));
+    assert!(!e.birth_covers("A_LINE1_001", 1001));
+    assert!(!e.birth_covers("A_LINE1_002", 0), "born without a value: nothing carried");
+    assert!(!e.birth_covers("Z_NONE_001", 0));
+    e.ddeath(s.place.device);
+    assert!(!e.birth_covers("A_LINE1_001", 1000), "the device died: its birth covers nothing now");
+}
+
+/// A clock step is a step back of a minute or more: exactly a minute back is one.
+#[test]
+fn exactly_a_minute_back_is_a_clock_step() {
+    let mut e = edge();
+    e.nbirth(0);
+    let reg = e.registry.clone();
+    let s = reg.sensors().iter().find(|s| s.deadband.is_none() && s.range.is_some()).unwrap();
+    e.dbirth(s.place.device, |x| (x.id == s.id).then(|| sample(4.0, 100_000, SampleQuality::Good)));
+    let step = crate::store::history::CLOCK_STEP_MS;
+    assert!(e.offer(s, &sample(5.0, 100_000 - step + 1, SampleQuality::Good)).is_none(), "late, not a step");
+    assert!(e.offer(s, &sample(5.0, 100_000 - step, SampleQuality::Good)).is_some(), "a step");
+}
