@@ -28,6 +28,10 @@ use crate::registry::Registry;
 use crate::tools::ToolService;
 use fleet::{Fleet, Timing};
 
+/// The largest message the hub takes (a DBIRTH of 10,000 metrics with their properties is
+/// about 2 MiB).
+pub const MAX_MESSAGE: usize = 16 << 20;
+
 /// The hub's fleet and its driver, made before the core that reads through it.
 #[derive(Clone)]
 pub struct Hub {
@@ -122,8 +126,10 @@ pub fn start(
     if brokers.is_empty() {
         return Err(HubError::NoBroker);
     }
-    let settings =
+    let mut settings =
         crate::spb::link::Settings::of(&(&cfg.link).into(), &format!("fieldgate-{}", cfg.host_id), env)?;
+    // Births of large devices are large; anything larger than this drops the connection.
+    settings.max_incoming = MAX_MESSAGE;
     let counters = Arc::new(Counters::default());
     let c = counters.clone();
     tools.metrics().collect("hub", move |s| c.report(s));

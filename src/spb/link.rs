@@ -63,6 +63,9 @@ pub struct Settings {
     tls_files: Option<TlsFiles>,
     last_tls: parking_lot::Mutex<Option<TlsConfiguration>>,
     pub keep_alive: Duration,
+    /// The largest message taken from the broker: a larger one drops the connection
+    /// (rumqttc cannot skip it). [`MAX_INCOMING`] unless the owner sets another.
+    pub max_incoming: usize,
 }
 
 struct TlsFiles {
@@ -167,6 +170,7 @@ impl Settings {
             tls_files,
             last_tls: parking_lot::Mutex::new(tls),
             keep_alive: Duration::from_secs(c.keep_alive_s),
+            max_incoming: MAX_INCOMING,
         })
     }
 
@@ -214,7 +218,7 @@ pub fn open(s: &Settings, broker: &Broker, will: Will) -> (AsyncClient, EventLoo
     o.set_clean_session(true);
     o.set_last_will(LastWill::new(will.topic, will.payload, QoS::AtLeastOnce, will.retain));
     // Births of large devices and drained chunks exceed rumqttc's 10 KiB default.
-    o.set_max_packet_size(MAX_INCOMING, 64 << 20);
+    o.set_max_packet_size(s.max_incoming, 64 << 20);
     o.set_inflight(256);
     if let Some((u, p)) = &s.credentials {
         o.set_credentials(u.clone(), p.clone());
