@@ -201,11 +201,19 @@ pub struct Fleet {
     index: foldhash::HashMap<(String, String), usize>,
     /// Who announces each metric name: (edge node, device) of every DBIRTH that holds it.
     claims: foldhash::HashMap<String, Vec<(usize, usize)>>,
+    /// Where the next look for rebirths to ask starts (every edge node gets its turn).
+    next_rebirth: usize,
 }
 
 impl Fleet {
     pub fn new(timing: Timing) -> Fleet {
-        Fleet { timing, edges: Vec::new(), index: Default::default(), claims: Default::default() }
+        Fleet {
+            timing,
+            edges: Vec::new(),
+            index: Default::default(),
+            claims: Default::default(),
+            next_rebirth: 0,
+        }
     }
 
     pub fn edges(&self) -> &[EdgeState] {
@@ -338,12 +346,20 @@ impl Fleet {
         changed
     }
 
-    /// The edge nodes to ask for a rebirth now (each at most once per cooldown).
-    pub fn rebirths(&mut self, now: Instant) -> Vec<(String, String)> {
+    /// The edge nodes to ask for a rebirth now: each at most once per cooldown, at most
+    /// `max` of them (the others stay wanted, taken in turn next time).
+    pub fn rebirths(&mut self, now: Instant, max: usize) -> Vec<(String, String)> {
         let cooldown = self.timing.rebirth_cooldown;
         let mut due = Vec::new();
-        for edge in &mut self.edges {
+        let n = self.edges.len();
+        for k in 0..n {
+            if due.len() >= max {
+                break;
+            }
+            let i = (self.next_rebirth + k) % n;
+            let edge = &mut self.edges[i];
             if edge.rebirth_wanted && edge.last_request.is_none_or(|t| now.duration_since(t) >= cooldown) {
+                self.next_rebirth = i + 1;
                 edge.rebirth_wanted = false;
                 edge.last_request = Some(now);
                 edge.stats.rebirths_requested += 1;
@@ -448,7 +464,15 @@ impl EdgeState {
             self.aliases.insert(alias, (None, m));
         }
         for (i, m) in payload.metrics.iter().enumerate() {
-            apply_value(At { edge: e, device: None, metric: i }, &mut self.node_metrics[i], m, since, out);
+            apply_value(
+                At { edge: e, device: None, metric: i },
+                &mut self.node_metrics[i],
+                m,
+                since,
+                true,
+                wall,
+                out,
+            );
         }
         Changed { catalogue: true }
     }
@@ -519,7 +543,7 @@ impl EdgeState {
                 let dev = &mut self.devices[d];
                 for (i, m) in payload.metrics.iter().enumerate() {
                     let at = At { edge: e, device: Some(d), metric: i };
-                    apply_value(at, &mut dev.metrics[i], m, time_of(m.timestamp, sent), out);
+                    apply_value(at, &mut dev.metrics[i], m, time_of(m.timestamp, sent), true, wall, out);
                 }
                 Changed { catalogue: true }
             }
@@ -538,11 +562,11 @@ impl EdgeState {
                     self.drop_and_ask();
                     return Changed::default();
                 };
-                self.data(e, Some(d), &payload.metrics, sent, out);
+                self.data(e, Some(d), &payload.metrics, (sent, wall), out);
                 Changed::default()
             }
             (Kind::NData, None) => {
-                self.data(e, None, &payload.metrics, sent, out);
+                self.data(e, None, &payload.metrics, (sent, wall), out);
                 Changed::default()
             }
             _ => Changed::default(),
@@ -555,7 +579,7 @@ impl EdgeState {
         e: usize,
         device: Option<usize>,
         metrics: &[Metric],
-        sent: DateTime<Utc>,
+        (sent, wall): (DateTime<Utc>, DateTime<Utc>),
         out: &mut Vec<Update>,
     ) {
         let mut unknown = false;
@@ -573,9 +597,15 @@ impl EdgeState {
                 None => self.node_metrics.get_mut(i).map(|s| (i, s)),
             });
             match slot {
-                Some((i, slot)) => {
-                    apply_value(At { edge: e, device, metric: i }, slot, m, time_of(m.timestamp, sent), out)
-                }
+                Some((i, slot)) => apply_value(
+                    At { edge: e, device, metric: i },
+                    slot,
+                    m,
+                    time_of(m.timestamp, sent),
+                    false,
+                    wall,
+                    out,
+                ),
                 None => unknown = true,
             }
         }
@@ -622,10 +652,17 @@ impl EdgeState {
 fn define(metrics: &[Metric], before: &[MetricState]) -> (Vec<MetricState>, Vec<(u64, usize)>) {
     let mut out = Vec::with_capacity(metrics.len());
     let mut aliases = Vec::new();
+    // An alias given twice in one birth names neither metric: data by it is not guessed at.
+    let mut seen = std::collections::HashMap::new();
+    for m in metrics {
+        if let Some(a) = m.alias {
+            *seen.entry(a).or_insert(0u32) += 1;
+        }
+    }
     for (i, m) in metrics.iter().enumerate() {
         let name = m.name.clone().unwrap_or_default();
         let latest = before.iter().find(|b| b.name == name).and_then(|b| b.latest.clone());
-        if let Some(a) = m.alias {
+        if let Some(a) = m.alias.filter(|a| seen.get(a) == Some(&1)) {
             aliases.push((a, i));
         }
         out.push(MetricState {
@@ -639,7 +676,21 @@ fn define(metrics: &[Metric], before: &[MetricState]) -> (Vec<MetricState>, Vec<
     (out, aliases)
 }
 
-fn apply_value(at: At, slot: &mut MetricState, m: &Metric, time: DateTime<Utc>, out: &mut Vec<Update>) {
+/// A latest value this far ahead of the hub's clock is no reference for what is newer.
+const AHEAD: chrono::TimeDelta = chrono::TimeDelta::minutes(1);
+
+/// A metric's value applied: to history always; as the latest value when it is live and
+/// newer than the latest (a birth's value always is: it says what is current), or when
+/// the latest is from the future (an edge's clock that ran ahead must not freeze it).
+fn apply_value(
+    at: At,
+    slot: &mut MetricState,
+    m: &Metric,
+    time: DateTime<Utc>,
+    birth: bool,
+    wall: DateTime<Utc>,
+    out: &mut Vec<Update>,
+) {
     if slot.name == BD_SEQ
         || slot.name.starts_with("Node Control/")
         || slot.name.starts_with("Device Control/")
@@ -649,7 +700,8 @@ fn apply_value(at: At, slot: &mut MetricState, m: &Metric, time: DateTime<Utc>, 
     let value = raw_value(slot.datatype, m);
     let quality = if value.is_none() { SampleQuality::Bad } else { quality(m) };
     let historical = m.is_historical == Some(true);
-    let live = !historical && slot.latest.as_ref().is_none_or(|l| time >= l.at);
+    let live =
+        !historical && (birth || slot.latest.as_ref().is_none_or(|l| time >= l.at || l.at > wall + AHEAD));
     if live {
         slot.latest = Some(Latest { value: value.clone(), at: time, quality });
     }

@@ -26,8 +26,12 @@ pub struct Props {
 
 pub fn props(m: &Metric) -> Props {
     let Some(p) = &m.properties else { return Props::default() };
+    // Cut to what a person reads (a hostile birth could send megabytes of it).
     let text = |k: &str| match p.get(k).and_then(|v| v.value.as_ref()) {
-        Some(PropertyValueKind::String(s)) => Some(crate::plain::shown(s)),
+        Some(PropertyValueKind::String(s)) => {
+            let most = if k == "description" { 500 } else { 64 };
+            Some(crate::plain::shown(&s.chars().take(most).collect::<String>()))
+        }
         _ => None,
     };
     let number = |k: &str| match p.get(k).and_then(|v| v.value.as_ref()) {

@@ -77,8 +77,36 @@ impl Counters {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
-    fn report(&self, s: &mut Sheet<'_>) {
+    fn report(&self, s: &mut Sheet<'_>, fleet: &Mutex<Fleet>) {
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let (edges, online, dropped, gaps) = {
+            let f = fleet.lock();
+            let e = f.edges();
+            (
+                e.len(),
+                e.iter().filter(|e| e.status.is_online()).count(),
+                e.iter().map(|e| e.stats.dropped).sum::<u64>(),
+                e.iter().map(|e| e.stats.gaps).sum::<u64>(),
+            )
+        };
+        s.gauge("fieldgate_hub_edge_nodes", "Edge nodes the hub has seen.", edges as i64);
+        s.gauge("fieldgate_hub_edge_nodes_online", "Edge nodes online (born, not dead).", online as i64);
+        let left = self.left.lock().clone();
+        s.gauge(
+            "fieldgate_hub_metrics_not_served",
+            "Metrics of born devices not served as sensors: names that are no sensor IDs, devices whose ID is no device ID, sensors not of their device's plant and zone.",
+            (left.not_sensor_ids + left.not_device_ids + left.misplaced) as i64,
+        );
+        s.counter(
+            "fieldgate_hub_messages_dropped",
+            "Messages dropped: repeats (seq already passed), without seq, undecodable, or of an edge node, device or alias not born.",
+            dropped,
+        );
+        s.counter(
+            "fieldgate_hub_seq_gaps",
+            "Gaps in an edge node's seq that lasted the reorder timeout.",
+            gaps,
+        );
         s.gauge(
             "fieldgate_hub_online",
             "1 while the hub's STATE is online on a broker.",
@@ -131,8 +159,8 @@ pub fn start(
     // Births of large devices are large; anything larger than this drops the connection.
     settings.max_incoming = MAX_MESSAGE;
     let counters = Arc::new(Counters::default());
-    let c = counters.clone();
-    tools.metrics().collect("hub", move |s| c.report(s));
+    let (c, fleet) = (counters.clone(), hub.fleet.clone());
+    tools.metrics().collect("hub", move |s| c.report(s, &fleet));
     tracing::info!(host_id = %cfg.host_id, brokers = ?cfg.link.brokers, groups = ?cfg.groups, "fleet hub starting");
     let host = run::Host::new(cfg, brokers, settings, hub, tools.clone(), counters.clone());
     Ok((tokio::spawn(host.run(stop)), counters))

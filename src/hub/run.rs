@@ -30,6 +30,9 @@ use crate::tools::ToolService;
 const TICK: Duration = Duration::from_millis(100);
 /// Births rebuild the catalogue at most this often (a fleet starting up births in bursts).
 const REBUILD_EVERY: Duration = Duration::from_millis(250);
+/// Rebirth requests sent per tick, at most: ten a second, so a fleet coming back (or a
+/// flood of unknown edge nodes) never floods the broker or the client's queue.
+const REBIRTHS_PER_TICK: usize = 1;
 /// A connection up this long resets the reconnect backoff.
 const STABLE: Duration = Duration::from_secs(10);
 
@@ -54,6 +57,8 @@ pub(super) struct Host {
     dirty: bool,
     last_rebuild: Option<Instant>,
     updates: Vec<Update>,
+    /// Log lines the broker's clients can cause at will, one a minute per kind.
+    throttle: crate::logs::Throttle,
 }
 
 impl Host {
@@ -88,6 +93,7 @@ impl Host {
             dirty: false,
             last_rebuild: None,
             updates: Vec::new(),
+            throttle: crate::logs::Throttle::default(),
         }
     }
 
@@ -153,7 +159,15 @@ impl Host {
             Ok(Event::Incoming(Incoming::Publish(p))) => self.on_publish(&p.topic, &p.payload),
             Ok(_) => {}
             Err(e) => {
-                let reason = link::reason(&e);
+                let reason = match &e {
+                    ConnectionError::MqttState(rumqttc::StateError::Deserialization(
+                        rumqttc::Error::PayloadSizeLimitExceeded(size),
+                    )) => format!(
+                        "a message of {size} bytes, more than the hub takes ({} MiB), dropped the connection; if it comes back after every reconnect it is retained on a spBv1.0 topic: remove it (publish an empty retained message on its topic), and cap the broker's message_size_limit",
+                        super::MAX_MESSAGE >> 20
+                    ),
+                    _ => link::reason(&e),
+                };
                 *self.counters.link_error.lock() = Some(reason.clone());
                 self.lost(&reason);
             }
@@ -249,7 +263,7 @@ impl Host {
         let due = {
             let mut fleet = self.fleet.lock();
             self.dirty |= fleet.tick(clock.now, clock.wall, &mut self.updates).catalogue;
-            if self.online { fleet.rebirths(clock.now) } else { Vec::new() }
+            if self.online { fleet.rebirths(clock.now, REBIRTHS_PER_TICK) } else { Vec::new() }
         };
         self.record();
         for (group, node) in due {
@@ -271,7 +285,14 @@ impl Host {
             .is_ok()
         {
             Counters::add(&self.counters.rebirths_requested, 1);
-            tracing::info!(group, node, "hub: rebirth requested");
+            if let Some(skipped) = self.throttle.allow("rebirth") {
+                tracing::info!(
+                    group,
+                    node,
+                    skipped,
+                    "hub: rebirth requested (one line a minute; fieldgate_hub_rebirth_requests counts them all)"
+                );
+            }
         }
     }
 
@@ -333,6 +354,8 @@ impl Host {
         self.fleet.lock().broker_lost(Utc::now());
         if was_online {
             tracing::warn!(reason = why, "hub: lost the broker; every edge node is unknown until it is back");
+        } else if let Some(skipped) = self.throttle.allow("no broker") {
+            tracing::warn!(reason = why, failed_since_last_line = skipped, broker = %self.counters.broker.lock(), "hub: no connection to the broker; trying again (one line a minute)");
         }
         self.broker = (self.broker + 1) % self.brokers.len().max(1);
         self.retry_at = Some(Instant::now() + self.backoff.next_wait());

@@ -266,6 +266,15 @@ fn judge<'a>(sensor: &Sensor, sample: &'a Sample, mode: UnitMode) -> Judged<'a> 
 }
 
 /// The agent-facing reading of a sample.
+/// The unit a reading is in: at the fleet hub always the sensor's (the edge sends its
+/// values scaled, so there is no raw value to give, and none is labelled raw).
+fn unit_mode(sensor: &Sensor, asked: UnitMode) -> UnitMode {
+    match sensor.source {
+        SensorSource::Edge(_) => UnitMode::Normalized,
+        _ => asked,
+    }
+}
+
 pub(crate) fn reading(
     sensor: &Sensor,
     sample: &Sample,
@@ -273,6 +282,7 @@ pub(crate) fn reading(
     source: ReadingSource,
     stamps: &mut Stamps,
 ) -> Reading {
+    let mode = unit_mode(sensor, mode);
     let j = judge(sensor, sample, mode);
     let (timestamp, age_ms) = stamps.of(sample.at);
     Reading {
@@ -307,6 +317,7 @@ pub(crate) fn write_reading(
     source: ReadingSource,
     stamps: &mut Stamps,
 ) {
+    let mode = unit_mode(sensor, mode);
     let j = judge(sensor, sample, mode);
     out.push_str(&parts.head);
     match j.value {

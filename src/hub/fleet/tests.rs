@@ -102,7 +102,7 @@ fn births_define_the_metrics_and_data_by_alias_updates_them() {
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].at.metric, out[0].live, out[0].historical), (1, true, false));
     assert_eq!(latest(&f, 1), Some(9.0));
-    assert_eq!(f.rebirths(now), Vec::<(String, String)>::new());
+    assert_eq!(f.rebirths(now, usize::MAX), Vec::<(String, String)>::new());
 }
 
 #[test]
@@ -122,7 +122,7 @@ fn an_early_message_waits_for_the_one_before_it() {
     f.tick(now + Duration::from_secs(3), wall(T0), &mut out);
     assert!(out.is_empty());
     assert_eq!(
-        (f.edge("A", "gw1").unwrap().stats.gaps, f.rebirths(now + Duration::from_secs(3)).len()),
+        (f.edge("A", "gw1").unwrap().stats.gaps, f.rebirths(now + Duration::from_secs(3), usize::MAX).len()),
         (0, 0)
     );
     // The next seq follows on.
@@ -144,14 +144,14 @@ fn a_gap_that_outlasts_the_reorder_timeout_asks_for_one_rebirth_per_cooldown() {
         "applied in seq order"
     );
     let t = now + Duration::from_secs(2);
-    assert_eq!(f.rebirths(t), [("A".to_string(), "gw1".to_string())]);
-    assert_eq!(f.rebirths(t), Vec::<(String, String)>::new(), "asked once");
+    assert_eq!(f.rebirths(t, usize::MAX), [("A".to_string(), "gw1".to_string())]);
+    assert_eq!(f.rebirths(t, usize::MAX), Vec::<(String, String)>::new(), "asked once");
     // The stream goes on from there; another gap within the cooldown waits for it to end.
     assert_eq!(ddata(&mut f, 5, vec![data(1, T0 + 30, 5.0)], t).len(), 1);
     assert!(ddata(&mut f, 7, vec![data(1, T0 + 40, 7.0)], t).is_empty());
     f.tick(t + Duration::from_secs(2), wall(T0), &mut out);
-    assert_eq!(f.rebirths(t + Duration::from_secs(2)).len(), 0, "within the cooldown");
-    assert_eq!(f.rebirths(t + Duration::from_secs(5)).len(), 1, "when it ends");
+    assert_eq!(f.rebirths(t + Duration::from_secs(2), usize::MAX).len(), 0, "within the cooldown");
+    assert_eq!(f.rebirths(t + Duration::from_secs(5), usize::MAX).len(), 1, "when it ends");
     let e = f.edge("A", "gw1").unwrap();
     assert_eq!((e.stats.gaps, e.stats.rebirths_requested), (2, 2));
 }
@@ -189,7 +189,7 @@ fn unknown_edges_devices_and_aliases_are_never_guessed_at() {
         &mut out,
     );
     assert!(out.is_empty());
-    assert_eq!(f.rebirths(now), [("B".to_string(), "gw9".to_string())]);
+    assert_eq!(f.rebirths(now, usize::MAX), [("B".to_string(), "gw9".to_string())]);
     assert!(matches!(f.edge("B", "gw9").unwrap().status, Status::Offline { why: Gone::NotBorn, .. }));
 
     let (mut f, now) = born();
@@ -206,7 +206,7 @@ fn unknown_edges_devices_and_aliases_are_never_guessed_at() {
         "the known alias is applied"
     );
     assert!(out.is_empty());
-    assert_eq!(f.rebirths(now).len(), 1);
+    assert_eq!(f.rebirths(now, usize::MAX).len(), 1);
     // An alias of another device of the edge is not this device's.
     let other = payload(Some(4), T0, vec![sensor("A_LINE1_003", 3, 0.0)]);
     f.on_message(
@@ -337,7 +337,48 @@ fn losing_the_broker_takes_every_edge_offline_and_asks_each_again() {
     assert_eq!(e.status, Status::Offline { since: wall(T0 + 50), why: Gone::BrokerLost });
     assert_eq!(e.devices[0].status, Status::Offline { since: wall(T0 + 50), why: Gone::BrokerLost });
     f.broker_back();
-    assert_eq!(f.rebirths(now).len(), 1);
+    assert_eq!(f.rebirths(now, usize::MAX).len(), 1);
     // Data before the rebirth is not taken: seq is not known any more.
     assert!(ddata(&mut f, 2, vec![data(1, T0 + 60, 1.0)], now).is_empty());
+}
+
+/// An edge whose clock ran a year ahead sent one value: it must not freeze the sensor.
+/// What follows (and any birth) becomes the latest value again.
+#[test]
+fn a_value_from_the_future_does_not_freeze_the_latest() {
+    let (mut f, now) = born();
+    let year = 365 * 86_400_000;
+    assert!(ddata(&mut f, 2, vec![data(1, T0 + year, 9.0)], now)[0].live);
+    assert_eq!(latest(&f, 0), Some(9.0));
+    assert!(ddata(&mut f, 3, vec![data(1, T0 + 20, 2.0)], now)[0].live, "the hub's clock says T0");
+    assert_eq!(latest(&f, 0), Some(2.0));
+    // A birth says what is current, whatever time the latest value had.
+    assert!(ddata(&mut f, 4, vec![data(1, T0 + year, 9.0)], now)[0].live);
+    let mut out = Vec::new();
+    let birth = payload(Some(5), T0, vec![sensor("A_LINE1_001", 1, 1.25), sensor("A_LINE1_002", 2, 2.5)]);
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DBirth, device: Some("plc-1") },
+        birth,
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    assert_eq!(latest(&f, 0), Some(1.25));
+}
+
+/// An alias a birth gives twice names neither metric: data by it is dropped and a rebirth
+/// asked, never applied to one of them at a guess.
+#[test]
+fn an_alias_given_twice_in_a_birth_names_neither_metric() {
+    let (mut f, now) = born();
+    let mut out = Vec::new();
+    let birth = payload(Some(2), T0, vec![sensor("A_LINE1_001", 7, 1.0), sensor("A_LINE1_002", 7, 2.0)]);
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DBirth, device: Some("plc-1") },
+        birth,
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    assert!(ddata(&mut f, 3, vec![data(7, T0 + 5, 9.0)], now).is_empty());
+    assert_eq!((latest(&f, 0), latest(&f, 1)), (Some(1.0), Some(2.0)));
+    assert_eq!(f.rebirths(now, usize::MAX).len(), 1);
 }

@@ -100,6 +100,27 @@ async fn two_edges_through_one_hub_answer_as_each_edge_does() {
         assert_eq!(edge, if id.starts_with("A_") { "A/gw-a" } else { "B/gw-b" });
         assert_eq!(&hub_view, edge_view, "{id} as the hub lists it");
     }
+    fieldgate::tls::install_crypto_provider();
+    let metrics = reqwest::Client::new()
+        .get(format!("http://{}/metrics", hub.addr))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "fieldgate_hub_online 1",
+        "fieldgate_hub_edge_nodes_online 2",
+        &format!("fieldgate_hub_sensors {expected}"),
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in /metrics");
+    }
+    // At the hub a raw reading is in the sensor's unit: the edge sent it scaled.
+    let (id, listed) = at_a.iter().next().unwrap();
+    let raw = call(hub.addr, "get_sensor_reading", json!({"sensor_id": id, "unit": "raw"})).await;
+    assert_eq!(raw["data"]["unit"], listed["unit"], "{raw}");
     let only_b = sensors(hub.addr, json!({"edge": "B/gw-b"})).await;
     assert_eq!(only_b.keys().collect::<Vec<_>>(), at_b.keys().collect::<Vec<_>>());
 
