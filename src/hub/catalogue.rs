@@ -60,6 +60,24 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
             }
         }
     }
+    // A device its edge node announced in its current life counts over one known only from
+    // an earlier life (its edge node dead, or born again without it): an ID moved to
+    // another edge, or a forger that died, leaves no conflict behind. Among claims of
+    // the same standing, more than one is a conflict.
+    let current = |e: usize, d: usize| {
+        let edge = &fleet.edges()[e];
+        edge.status.is_online() && edge.devices[d].current
+    };
+    for claims in devices.values_mut() {
+        if claims.iter().any(|&(e, d)| current(e, d)) {
+            claims.retain(|&(e, d)| current(e, d));
+        }
+    }
+    for claims in sensors.values_mut() {
+        if claims.iter().any(|&(e, d, _)| current(e, d)) {
+            claims.retain(|&(e, d, _)| current(e, d));
+        }
+    }
     let claimant = |e: usize, d: usize| {
         let edge = &fleet.edges()[e];
         format!("{}/{}/{}", edge.group, edge.node, edge.devices[d].id)
@@ -84,7 +102,12 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
         };
         let edge = &fleet.edges()[e];
         let (dev, metric) = (&edge.devices[d], &edge.devices[d].metrics[m]);
-        if devices.get(&dev.id).is_some_and(|c| c.len() > 1) {
+        // Its device's ID is in conflict: withheld too, and listed, so that no sensor
+        // goes missing without a word.
+        if let Some(c) = devices.get(&dev.id).filter(|c| c.len() > 1) {
+            let mut claimants: Vec<String> = c.iter().map(|&(e, d)| claimant(e, d)).collect();
+            claimants.sort();
+            conflicts.push(Conflict { id: id.clone(), claimants });
             continue;
         }
         let (Ok(sid), Ok(did)) = (SensorId::from_str(id), DeviceId::from_str(&dev.id)) else { continue };

@@ -92,6 +92,8 @@ pub struct DeviceState {
     pub status: Status,
     /// The DBIRTH's own time, when born.
     pub birth: Option<DateTime<Utc>>,
+    /// Born in its edge node's current life (since its last NBIRTH).
+    pub current: bool,
     pub metrics: Vec<MetricState>,
     by_name: foldhash::HashMap<String, usize>,
 }
@@ -236,9 +238,22 @@ impl Fleet {
         }
     }
 
-    /// Whether `name` is announced by the device `(edge, device)` and no other.
+    /// Whether `name` is announced by the device `(edge, device)` and no other, counting
+    /// only devices born in their edge node's current life when there are any (as the
+    /// catalogue does).
     pub fn sole_claim(&self, name: &str, edge: usize, device: usize) -> bool {
-        self.claims.get(name).is_some_and(|c| c.as_slice() == [(edge, device)])
+        let Some(c) = self.claims.get(name) else { return false };
+        let current = |&(e, d): &(usize, usize)| {
+            self.edges
+                .get(e)
+                .is_some_and(|x| x.status.is_online() && x.devices.get(d).is_some_and(|y| y.current))
+        };
+        let live: Vec<&(usize, usize)> = c.iter().filter(|x| current(x)).collect();
+        match live.as_slice() {
+            [] => c.as_slice() == [(edge, device)],
+            [only] => **only == (edge, device),
+            _ => false,
+        }
     }
 
     /// A message that does not decode: what it held is lost, so the edge node is asked
@@ -454,6 +469,7 @@ impl EdgeState {
         self.aliases.clear();
         // Every device waits for its own DBIRTH after this one.
         for d in &mut self.devices {
+            d.current = false;
             if d.status.is_online() || matches!(d.status, Status::Offline { why: Gone::BrokerLost, .. }) {
                 d.status = Status::Offline { since: wall, why: Gone::EdgeGone };
             }
@@ -521,6 +537,7 @@ impl EdgeState {
                             id: id.to_string(),
                             status: Status::Offline { since: wall, why: Gone::NotBorn },
                             birth: None,
+                            current: false,
                             metrics: Vec::new(),
                             by_name: Default::default(),
                         });
@@ -537,6 +554,7 @@ impl EdgeState {
                 dev.metrics = metrics;
                 dev.status = Status::Online { since: wall };
                 dev.birth = Some(sent);
+                dev.current = true;
                 for (alias, m) in aliases {
                     self.aliases.insert(alias, (Some(d), m));
                 }

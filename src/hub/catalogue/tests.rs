@@ -95,3 +95,42 @@ fn what_cannot_be_a_sensor_is_left_out_and_counted() {
     assert_eq!(ids(&r), ["A_LINE1_010"]);
     assert_eq!(left, Left { not_sensor_ids: 1, not_device_ids: 1, misplaced: 1 });
 }
+
+/// A sensor of a device whose ID is in conflict is withheld and listed too; a claim from an
+/// earlier life of an edge node (dead, or born again without the device) gives way to a
+/// current one, so a conflict clears once its cause is gone.
+#[test]
+fn device_conflicts_list_their_sensors_and_stale_claims_give_way() {
+    let mut f = fleet();
+    born(&mut f, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001", "A_LINE1_002"])]);
+    born(&mut f, "Y", "fake", &[("a-line1-plc", &["A_LINE1_001"])]);
+    let (r, _) = build(&f).unwrap();
+    assert!(ids(&r).is_empty());
+    let listed: Vec<&str> = r.conflicts().iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(listed, ["a-line1-plc", "A_LINE1_001", "A_LINE1_002"]);
+    // The forger dies: its claims are of an earlier life now, and give way.
+    let clock = Clock {
+        now: tokio::time::Instant::now(),
+        wall: chrono::DateTime::from_timestamp_millis(T0 as i64).unwrap(),
+    };
+    let death = Payload {
+        timestamp: Some(T0),
+        metrics: vec![Metric::new(Some("bdSeq"), None, datatype::INT64, Some(Value::Long(0)))],
+        seq: None,
+        uuid: None,
+        body: None,
+    };
+    f.on_message(
+        From { group: "Y", node: "fake", kind: Kind::NDeath, device: None },
+        death,
+        clock,
+        &mut Vec::new(),
+    );
+    let (r, _) = build(&f).unwrap();
+    assert_eq!(ids(&r), ["A_LINE1_001", "A_LINE1_002"]);
+    assert!(r.conflicts().is_empty());
+    assert_eq!(
+        r.device_of(r.sensor_named("A_LINE1_001").unwrap()).endpoint,
+        Endpoint::Edge { group: "A".into(), node: "gw1".into() }
+    );
+}

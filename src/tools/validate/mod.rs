@@ -386,8 +386,7 @@ pub fn known_sensor<'r>(
             Some(c) => ToolError::new(
                 ErrorCode::SensorNotFound,
                 format!(
-                    "Sensor {id} is announced by {} edge devices ({}); the hub serves none of them.",
-                    c.claimants.len(),
+                    "Sensor {id} is in a conflict between edge devices ({}); the hub serves it from none of them.",
                     c.claimants.join(", ")
                 ),
                 "Report the conflict to a person: the sensor ID must be unique in the fleet. Do not retry.",
@@ -407,9 +406,23 @@ pub fn known_sensor<'r>(
 
 /// Layer 3 for devices: `DEVICE_NOT_FOUND` with the nearest device IDs.
 pub fn device_not_found(registry: &Registry, raw: &str, hint: &str) -> ToolError {
-    let mut e =
-        ToolError::new(ErrorCode::DeviceNotFound, format!("No device {} is registered.", cut(raw)), hint)
-            .with_suggestions(registry.suggest_devices(raw));
+    let mut e = match registry.conflict(raw) {
+        // The fleet hub withholds a device ID two edge nodes announce.
+        Some(c) => ToolError::new(
+            ErrorCode::DeviceNotFound,
+            format!(
+                "Device {} is announced by {} edge nodes ({}); the hub serves none of them.",
+                cut(raw),
+                c.claimants.len(),
+                c.claimants.join(", ")
+            ),
+            "Report the conflict to a person: device IDs must be unique in the fleet. Do not retry.",
+        ),
+        None => {
+            ToolError::new(ErrorCode::DeviceNotFound, format!("No device {} is registered.", cut(raw)), hint)
+                .with_suggestions(registry.suggest_devices(raw))
+        }
+    };
     e.parameter = Some("device_id".into());
     e.received = Some(cut(raw));
     e
