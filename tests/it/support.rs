@@ -340,10 +340,16 @@ pub struct Served {
 }
 
 pub async fn serve_binary(devices: &Path, data: &Path, env: &[(&str, &str)]) -> Served {
+    let args = [std::ffi::OsStr::new("serve"), std::ffi::OsStr::new("--devices"), devices.as_os_str()];
+    spawn_listening(&args, data, env).await
+}
+
+/// `fieldgate <args>` with its data in `data` and `env`, on a free loopback port, once it
+/// says where it listens.
+async fn spawn_listening(args: &[&std::ffi::OsStr], data: &Path, env: &[(&str, &str)]) -> Served {
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
-        .args(["serve", "--devices"])
-        .arg(devices)
+        .args(args)
         .env_clear()
         .env("FIELDGATE_STORAGE_DATA_DIR", data)
         .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
@@ -361,22 +367,7 @@ pub async fn serve_binary(devices: &Path, data: &Path, env: &[(&str, &str)]) -> 
 
 /// `fieldgate hub` with its data in `data` and `env`, listening on a free loopback port.
 pub async fn hub_binary(data: &Path, env: &[(&str, &str)]) -> Served {
-    use tokio::io::AsyncBufReadExt;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
-        .arg("hub")
-        .env_clear()
-        .env("FIELDGATE_STORAGE_DATA_DIR", data)
-        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
-        .envs(env.iter().copied())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("fieldgate hub starts");
-    let mut stderr = tokio::io::BufReader::new(child.stderr.take().expect("stderr piped")).lines();
-    let addr = listening_addr(&mut stderr).await;
-    Served { child, addr, stderr: Some(stderr) }
+    spawn_listening(&[std::ffi::OsStr::new("hub")], data, env).await
 }
 
 /// A tool called over `addr`'s HTTP API (no token: loopback), within 10 s.
