@@ -2,8 +2,13 @@
 //! (fieldgate's edges send them all, others fewer), the quality, and the value as its
 //! birth's datatype says (never reinterpreted).
 
+use chrono::{DateTime, Utc};
+
 use crate::driver::{RawValue, SampleQuality};
 use crate::spb::payload::{Metric, PropertyValueKind, Value, datatype as dt};
+
+/// The metric an edge node's NBIRTH carries for the host, not a value of its own.
+pub const BD_SEQ: &str = "bdSeq";
 
 /// What a metric's birth says about it (properties of fieldgate's edges; others may send
 /// fewer).
@@ -89,4 +94,103 @@ pub fn raw_value(datatype: u32, m: &Metric) -> Option<RawValue> {
         (dt::STRING, Value::String(s)) => RawValue::Text(crate::plain::shown(s)),
         _ => return None,
     })
+}
+
+/// The latest value of a metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Latest {
+    pub value: Option<RawValue>,
+    pub at: DateTime<Utc>,
+    pub quality: SampleQuality,
+}
+
+#[derive(Debug, Clone)]
+pub struct MetricState {
+    pub name: String,
+    pub alias: Option<u64>,
+    pub datatype: u32,
+    pub props: Props,
+    pub latest: Option<Latest>,
+}
+
+/// Where a metric is: its edge node, device (`None`: the node's own) and index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct At {
+    pub edge: usize,
+    pub device: Option<usize>,
+    pub metric: usize,
+}
+
+/// A value applied: for history, and (`live`) the latest value of its metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub at: At,
+    pub value: Option<RawValue>,
+    pub time: DateTime<Utc>,
+    pub quality: SampleQuality,
+    /// Sent as historical (store-and-forward): history only.
+    pub historical: bool,
+    /// Became the metric's latest value.
+    pub live: bool,
+}
+
+/// The metrics a birth defines, keeping what was known of those it names again (their
+/// latest value), and the aliases it gives them.
+pub fn define(metrics: &[Metric], before: &[MetricState]) -> (Vec<MetricState>, Vec<(u64, usize)>) {
+    let mut out = Vec::with_capacity(metrics.len());
+    let mut aliases = Vec::new();
+    // An alias given twice in one birth names neither metric: data by it is not guessed at.
+    let mut seen = std::collections::HashMap::new();
+    for m in metrics {
+        if let Some(a) = m.alias {
+            *seen.entry(a).or_insert(0u32) += 1;
+        }
+    }
+    for (i, m) in metrics.iter().enumerate() {
+        let name = m.name.clone().unwrap_or_default();
+        let latest = before.iter().find(|b| b.name == name).and_then(|b| b.latest.clone());
+        if let Some(a) = m.alias.filter(|a| seen.get(a) == Some(&1)) {
+            aliases.push((a, i));
+        }
+        out.push(MetricState {
+            name,
+            alias: m.alias,
+            datatype: m.datatype.unwrap_or(0),
+            props: props(m),
+            latest,
+        });
+    }
+    (out, aliases)
+}
+
+/// A latest value this far ahead of the hub's clock is no reference for what is newer.
+const AHEAD: chrono::TimeDelta = chrono::TimeDelta::minutes(1);
+
+/// A metric's value applied: to history always; as the latest value when it is live and
+/// newer than the latest (a birth's value always is: it says what is current), or when
+/// the latest is from the future (an edge's clock that ran ahead must not freeze it).
+pub fn apply_value(
+    at: At,
+    slot: &mut MetricState,
+    m: &Metric,
+    time: DateTime<Utc>,
+    birth: bool,
+    wall: DateTime<Utc>,
+    out: &mut Vec<Update>,
+) {
+    if slot.name == BD_SEQ
+        || slot.name.starts_with("Node Control/")
+        || slot.name.starts_with("Device Control/")
+    {
+        return;
+    }
+    let value = raw_value(slot.datatype, m);
+    let quality = if value.is_none() { SampleQuality::Bad } else { quality(m) };
+    let historical = m.is_historical == Some(true);
+    let live =
+        !historical && (birth || slot.latest.as_ref().is_none_or(|l| time >= l.at || l.at > wall + AHEAD));
+    if live {
+        slot.latest = Some(Latest { value: value.clone(), at: time, quality });
+    }
+    out.push(Update { at, value, time, quality, historical, live });
 }

@@ -1,4 +1,7 @@
 use super::*;
+use crate::driver::{RawValue, SampleQuality};
+use crate::hub::metric::raw_value;
+use crate::spb::payload::{Metric, Value};
 use crate::spb::payload::{PropertySet, PropertyValue};
 
 const T0: u64 = 1_700_000_000_000;

@@ -1,0 +1,242 @@
+//! An edge node's messages in its `seq` turn: births, deaths, data, and the messages held
+//! while one before them is missing (a child of `fleet`, which owns the fields).
+
+use chrono::{DateTime, Utc};
+
+use super::super::metric::{BD_SEQ, apply_value, define};
+use super::{At, Changed, DeviceState, EdgeState, Gone, Held, Status, Update, time_of};
+use crate::spb::payload::{Metric, Payload, Value};
+use crate::spb::topic::Kind;
+
+impl EdgeState {
+    pub(super) fn status_is_not_born(&self) -> bool {
+        matches!(self.status, Status::Offline { why: Gone::NotBorn, .. })
+    }
+
+    pub(super) fn drop_and_ask(&mut self) {
+        self.stats.dropped += 1;
+        self.rebirth_wanted = true;
+    }
+
+    pub(super) fn nbirth(
+        &mut self,
+        e: usize,
+        payload: Payload,
+        wall: DateTime<Utc>,
+        out: &mut Vec<Update>,
+    ) -> Changed {
+        let since = time_of(payload.timestamp, wall);
+        self.bd_seq =
+            payload.metrics.iter().find(|m| m.name.as_deref() == Some(BD_SEQ)).and_then(|m| match m.value {
+                Some(Value::Long(v)) => Some(v),
+                Some(Value::Int(v)) => Some(u64::from(v)),
+                _ => None,
+            });
+        self.status = Status::Online { since: wall };
+        self.birth = Some(since);
+        self.held.clear();
+        self.gap_since = None;
+        self.rebirth_wanted = false;
+        self.aliases.clear();
+        // Every device waits for its own DBIRTH after this one.
+        for d in &mut self.devices {
+            d.current = false;
+            if d.status.is_online() || matches!(d.status, Status::Offline { why: Gone::BrokerLost, .. }) {
+                d.status = Status::Offline { since: wall, why: Gone::EdgeGone };
+            }
+        }
+        let (metrics, aliases) = define(&payload.metrics, &self.node_metrics);
+        self.node_metrics = metrics;
+        for (alias, m) in aliases {
+            self.aliases.insert(alias, (None, m));
+        }
+        for (i, m) in payload.metrics.iter().enumerate() {
+            apply_value(
+                At { edge: e, device: None, metric: i },
+                &mut self.node_metrics[i],
+                m,
+                since,
+                true,
+                wall,
+                out,
+            );
+        }
+        Changed { catalogue: true }
+    }
+
+    pub(super) fn ndeath(&mut self, payload: &Payload, wall: DateTime<Utc>) -> Changed {
+        let bd_seq =
+            payload.metrics.iter().find(|m| m.name.as_deref() == Some(BD_SEQ)).and_then(|m| match m.value {
+                Some(Value::Long(v)) => Some(v),
+                Some(Value::Int(v)) => Some(u64::from(v)),
+                _ => None,
+            });
+        if !self.status.is_online() || bd_seq != self.bd_seq {
+            // Another connection's will, or a death already known.
+            self.stats.dropped += 1;
+            return Changed::default();
+        }
+        self.status = Status::Offline { since: wall, why: Gone::Death };
+        self.expect = None;
+        self.held.clear();
+        self.gap_since = None;
+        for d in &mut self.devices {
+            if d.status.is_online() {
+                d.status = Status::Offline { since: wall, why: Gone::EdgeGone };
+            }
+        }
+        Changed::default()
+    }
+
+    /// A message in its `seq` turn.
+    pub(super) fn apply(
+        &mut self,
+        e: usize,
+        kind: Kind,
+        device: Option<&str>,
+        payload: Payload,
+        wall: DateTime<Utc>,
+        out: &mut Vec<Update>,
+    ) -> Changed {
+        let sent = time_of(payload.timestamp, wall);
+        match (kind, device) {
+            (Kind::DBirth, Some(id)) => {
+                let d = match self.device_index.get(id) {
+                    Some(&d) => d,
+                    None => {
+                        self.devices.push(DeviceState {
+                            id: id.to_string(),
+                            status: Status::Offline { since: wall, why: Gone::NotBorn },
+                            birth: None,
+                            current: false,
+                            metrics: Vec::new(),
+                            by_name: Default::default(),
+                        });
+                        self.device_index.insert(id.to_string(), self.devices.len() - 1);
+                        self.devices.len() - 1
+                    }
+                };
+                // Aliases the device held before are its no more.
+                self.aliases.retain(|_, (dev, _)| *dev != Some(d));
+                self.reborn.push(d);
+                let (metrics, aliases) = define(&payload.metrics, &self.devices[d].metrics);
+                let dev = &mut self.devices[d];
+                dev.by_name = metrics.iter().enumerate().map(|(i, m)| (m.name.clone(), i)).collect();
+                dev.metrics = metrics;
+                dev.status = Status::Online { since: wall };
+                dev.birth = Some(sent);
+                dev.current = true;
+                for (alias, m) in aliases {
+                    self.aliases.insert(alias, (Some(d), m));
+                }
+                let dev = &mut self.devices[d];
+                for (i, m) in payload.metrics.iter().enumerate() {
+                    let at = At { edge: e, device: Some(d), metric: i };
+                    apply_value(at, &mut dev.metrics[i], m, time_of(m.timestamp, sent), true, wall, out);
+                }
+                Changed { catalogue: true }
+            }
+            (Kind::DDeath, Some(id)) => {
+                match self.device_index.get(id).map(|&d| &mut self.devices[d]) {
+                    Some(dev) if dev.status.is_online() && dev.birth.is_none_or(|b| sent >= b) => {
+                        dev.status = Status::Offline { since: wall, why: Gone::Death };
+                    }
+                    _ => self.stats.dropped += 1,
+                }
+                Changed::default()
+            }
+            (Kind::DData, Some(id)) => {
+                let Some(&d) = self.device_index.get(id).filter(|&&d| self.devices[d].status.is_online())
+                else {
+                    self.drop_and_ask();
+                    return Changed::default();
+                };
+                self.data(e, Some(d), &payload.metrics, (sent, wall), out);
+                Changed::default()
+            }
+            (Kind::NData, None) => {
+                self.data(e, None, &payload.metrics, (sent, wall), out);
+                Changed::default()
+            }
+            _ => Changed::default(),
+        }
+    }
+
+    /// A data message's metrics, found by alias (or by name) among what `device` was born with.
+    pub(super) fn data(
+        &mut self,
+        e: usize,
+        device: Option<usize>,
+        metrics: &[Metric],
+        (sent, wall): (DateTime<Utc>, DateTime<Utc>),
+        out: &mut Vec<Update>,
+    ) {
+        let mut unknown = false;
+        for m in metrics {
+            let found = match (m.alias, m.name.as_deref()) {
+                (Some(a), _) => self.aliases.get(&a).filter(|(d, _)| *d == device).map(|&(_, i)| i),
+                (None, Some(n)) => match device {
+                    Some(d) => self.devices[d].by_name.get(n).copied(),
+                    None => self.node_metrics.iter().position(|x| x.name == n),
+                },
+                (None, None) => None,
+            };
+            let slot = found.and_then(|i| match device {
+                Some(d) => self.devices[d].metrics.get_mut(i).map(|s| (i, s)),
+                None => self.node_metrics.get_mut(i).map(|s| (i, s)),
+            });
+            match slot {
+                Some((i, slot)) => apply_value(
+                    At { edge: e, device, metric: i },
+                    slot,
+                    m,
+                    time_of(m.timestamp, sent),
+                    false,
+                    wall,
+                    out,
+                ),
+                None => unknown = true,
+            }
+        }
+        if unknown {
+            self.drop_and_ask();
+        }
+    }
+
+    /// Applies held messages that are next in turn.
+    pub(super) fn release(&mut self, e: usize, wall: DateTime<Utc>, out: &mut Vec<Update>) -> Changed {
+        let mut changed = Changed::default();
+        while let Some(expect) = self.expect {
+            let Some(Held { kind, device, payload }) = self.held.remove(&expect) else { break };
+            changed.catalogue |= self.apply(e, kind, device.as_deref(), payload, wall, out).catalogue;
+            // An NBIRTH cannot be held, so `expect` is still this one's.
+            self.expect = Some(expect.wrapping_add(1));
+        }
+        if self.held.is_empty() {
+            self.gap_since = None;
+        }
+        changed
+    }
+
+    /// The missing message is not coming: what waits is applied in `seq` order, the gap
+    /// counted, and a rebirth asked for.
+    pub(super) fn give_up_waiting(
+        &mut self,
+        e: usize,
+        wall: DateTime<Utc>,
+        out: &mut Vec<Update>,
+    ) -> Changed {
+        let mut changed = Changed::default();
+        let expect = self.expect.unwrap_or(0);
+        let mut held: Vec<(u8, Held)> = std::mem::take(&mut self.held).into_iter().collect();
+        held.sort_by_key(|(seq, _)| seq.wrapping_sub(expect));
+        for (seq, Held { kind, device, payload }) in held {
+            changed.catalogue |= self.apply(e, kind, device.as_deref(), payload, wall, out).catalogue;
+            self.expect = Some(seq.wrapping_add(1));
+        }
+        self.gap_since = None;
+        self.stats.gaps += 1;
+        self.rebirth_wanted = true;
+        changed
+    }
+}
