@@ -548,16 +548,20 @@ async fn a_server_whose_certificate_changed_is_down_not_up() {
     assert_eq!(call("get_device_status", status.clone()).await["data"]["devices"][0]["state"], "up");
 
     // The server comes back on the same port with a new certificate.
+    let changed_at = chrono::Utc::now();
     drop(first);
     let second = OpcuaPeer::start_with(&nodes, &[("PEER_SECURE", "1"), ("PEER_PORT", &port)]).await;
     // The poller meets the new certificate (while the server was away the device failed
-    // and its breaker may have opened: its probe does).
+    // and its breaker may have opened: its probe does). The last error is kept after a
+    // success, so the first refusal (before trust) must not count: only one after the change.
     let addr = served.addr;
     support::wait_until("the poller to meet the new certificate", T, || async move {
         let mut c = HttpClient::connect(addr).await.unwrap();
         let args = json!({"device_id": "t-peer"});
         let s = c.post("/v1/tools/get_device_status", args.to_string().as_bytes()).await.unwrap().json();
-        s["data"]["devices"][0]["last_error"]["code"] == "DEVICE_REJECTED"
+        let e = &s["data"]["devices"][0]["last_error"];
+        let at = e["at"].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+        e["code"] == "DEVICE_REJECTED" && at.is_some_and(|at| at > changed_at)
     })
     .await;
     let v = call("get_sensor_reading", read.clone()).await;
