@@ -288,19 +288,37 @@ fn open_serial(
 ) -> std::io::Result<tokio_serial::SerialStream> {
     use tokio_serial::{ClearBuffer, SerialPort};
     let builder = tokio_serial::new(path, baud)
-        .parity(match parity {
-            Parity::None => tokio_serial::Parity::None,
-            Parity::Even => tokio_serial::Parity::Even,
-            Parity::Odd => tokio_serial::Parity::Odd,
-        })
-        .data_bits(match data_bits {
-            5 => tokio_serial::DataBits::Five,
-            6 => tokio_serial::DataBits::Six,
-            7 => tokio_serial::DataBits::Seven,
-            _ => tokio_serial::DataBits::Eight,
-        })
-        .stop_bits(if stop_bits == 2 { tokio_serial::StopBits::Two } else { tokio_serial::StopBits::One });
+        .parity(line_parity(parity))
+        .data_bits(line_data_bits(data_bits))
+        .stop_bits(line_stop_bits(stop_bits));
     let port = tokio_serial::SerialStream::open(&builder)?;
     let _ = port.clear(ClearBuffer::All);
     Ok(port)
 }
+
+// The line's settings (the device file allows 5 to 8 data bits, 1 or 2 stop bits). A
+// pseudo-terminal keeps none of them, so they are checked here rather than read back.
+fn line_parity(parity: Parity) -> tokio_serial::Parity {
+    match parity {
+        Parity::None => tokio_serial::Parity::None,
+        Parity::Even => tokio_serial::Parity::Even,
+        Parity::Odd => tokio_serial::Parity::Odd,
+    }
+}
+
+fn line_data_bits(bits: u8) -> tokio_serial::DataBits {
+    match bits {
+        5 => tokio_serial::DataBits::Five,
+        6 => tokio_serial::DataBits::Six,
+        7 => tokio_serial::DataBits::Seven,
+        _ => tokio_serial::DataBits::Eight,
+    }
+}
+
+fn line_stop_bits(bits: u8) -> tokio_serial::StopBits {
+    if bits == 2 { tokio_serial::StopBits::Two } else { tokio_serial::StopBits::One }
+}
+
+#[cfg(test)]
+#[path = "link_tests.rs"]
+mod tests;
