@@ -190,7 +190,7 @@ impl Core {
                 );
             }
             let h = history.as_deref();
-            let rows: [(&str, &str, u64); 4] = [
+            let rows: [(&str, &str, u64); 5] = [
                 (
                     "fieldgate_history_flush_failures",
                     "History writes that failed (their points were kept in memory).",
@@ -202,14 +202,19 @@ impl Core {
                     h.map_or(0, |h| h.dropped_points()),
                 ),
                 (
-                    "fieldgate_history_points_out_of_order",
-                    "History points dropped because a device sent them before (or at) the sensor's last one, by less than a minute.",
-                    h.map_or(0, |h| h.out_of_order_points()),
+                    "fieldgate_history_points_late",
+                    "History points stored that came before their sensor's newest one (a replay, a sample out of order).",
+                    h.map_or(0, |h| h.late_points()),
                 ),
                 (
-                    "fieldgate_history_clock_steps",
-                    "History points that came a minute or more before the sensor's last one (the clock stepped back); each started a new chunk.",
-                    h.map_or(0, |h| h.clock_steps()),
+                    "fieldgate_history_points_repeated",
+                    "History points dropped because their sensor already had a point at that instant.",
+                    h.map_or(0, |h| h.repeated_points()),
+                ),
+                (
+                    "fieldgate_history_late_chunks",
+                    "History chunks begun for late points (a replay, a sample out of order, a clock that stepped back).",
+                    h.map_or(0, |h| h.late_chunks()),
                 ),
             ];
             for (name, help, v) in rows {

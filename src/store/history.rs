@@ -1,8 +1,12 @@
 //! The history store: compressed chunks per sensor in redb.
 //!
-//! Each sensor has one open chunk in memory; [`HistoryStore::flush`] writes every changed
-//! open chunk (overwriting its earlier snapshot) and every sealed chunk in one durable
-//! redb transaction. At most one flush interval (plus the time a flush takes) of points can
+//! Each sensor has one open chunk in memory, and a second one for late points (before the
+//! sensor's newest: a replay of what an edge buffered, a clock that stepped back), so a
+//! chunk's points always move forward in time; reads merge overlapping chunks in time order,
+//! one point per instant. [`HistoryStore::flush`] writes every changed open chunk
+//! (overwriting its earlier snapshot) and every sealed chunk in one durable redb
+//! transaction. A chunk never replaces another: one that would start at the instant a
+//! stored chunk starts holds a point already stored, which is dropped as a repeat. At most one flush interval (plus the time a flush takes) of points can
 //! be lost on power failure. A restart replays nothing: new points start new chunks.
 //!
 //! A flush that fails (a full disk, a failed file) keeps everything it was to write in
@@ -29,8 +33,8 @@ const CHUNKS: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("chunks
 pub const MAX_POINTS: u32 = 1024;
 /// ... or when it would span longer than this.
 pub const MAX_SPAN_MS: i64 = 6 * 3_600_000;
-/// A point this far (or further) before its sensor's last one is taken as a step back of
-/// the clock, not as a sample out of order.
+/// A chunk of late points begun this far (or further) before its sensor's newest point is
+/// logged (a replay after an outage, or a clock that stepped back).
 pub const CLOCK_STEP_MS: i64 = 60_000;
 
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +77,9 @@ struct Sealed {
 #[derive(Default)]
 struct Pending {
     open: HashMap<String, Open>,
+    /// Each sensor's chunk of late points, while some arrive (dropped once written and
+    /// unchanged for a flush).
+    late: HashMap<String, Open>,
     /// Sealed chunks not yet written, oldest first.
     sealed: Vec<Sealed>,
     sealed_bytes: usize,
@@ -113,6 +120,21 @@ impl Default for Limits {
     }
 }
 
+/// Whether `p` goes on at the end of the chunk `w` writes.
+fn fits(w: &ChunkWriter, p: &Point) -> bool {
+    p.t > w.last_t()
+        && w.len() < MAX_POINTS
+        && p.t - w.first_t() <= MAX_SPAN_MS
+        && w.kind() == Kind::of(&p.value)
+}
+
+/// Which of a sensor's open chunks a point goes to.
+#[derive(Clone, Copy)]
+enum Lane {
+    Newest,
+    Late,
+}
+
 pub struct HistoryStore {
     db: Db,
     pending: Mutex<Pending>,
@@ -120,13 +142,13 @@ pub struct HistoryStore {
     flushing: Mutex<()>,
     limits: Limits,
     dropped: AtomicU64,
-    /// Points refused because they were not after their sensor's last one by less than
-    /// [`CLOCK_STEP_MS`] (a device sent samples out of order).
-    out_of_order: AtomicU64,
-    /// Points that came [`CLOCK_STEP_MS`] or more before their sensor's last one (the
-    /// clock stepped back): each started a new chunk.
-    clock_steps: AtomicU64,
-    /// When a step back was last logged (ms since the epoch), so one step is one line.
+    /// Points stored before their sensor's newest one (late).
+    late: AtomicU64,
+    /// Points dropped because their sensor already has a point at that instant.
+    repeated: AtomicU64,
+    /// Chunks begun for late points.
+    late_chunks: AtomicU64,
+    /// When late points far back were last logged (ms since the epoch): one line a minute.
     step_logged: std::sync::atomic::AtomicI64,
 }
 
@@ -164,8 +186,9 @@ impl HistoryStore {
             flushing: Mutex::new(()),
             limits: Limits::default(),
             dropped: AtomicU64::new(0),
-            out_of_order: AtomicU64::new(0),
-            clock_steps: AtomicU64::new(0),
+            late: AtomicU64::new(0),
+            repeated: AtomicU64::new(0),
+            late_chunks: AtomicU64::new(0),
             step_logged: std::sync::atomic::AtomicI64::new(i64::MIN),
         })
     }
@@ -180,77 +203,135 @@ impl HistoryStore {
         self.pending.lock()
     }
 
-    /// Appends a point. A chunk's points only move forward in time. A point up to
-    /// [`CLOCK_STEP_MS`] before (or at) the sensor's last one is a sample a device sent out
-    /// of order: dropped and counted (returns false). One further back means the clock
-    /// stepped back (an NTP correction, a box that booted in the future): it starts a new
-    /// chunk, stored with its own time, and queries merge overlapping chunks in time order,
-    /// so history goes on at once. A forward jump is just a long silence: a gap in the
-    /// history, never invented data.
+    /// Appends a point. A point after its sensor's newest one goes to the sensor's open
+    /// chunk; one before it (a replay of buffered values, a device's sample out of order, a
+    /// clock that stepped back) to the sensor's chunk of late points, or a new one when it
+    /// is not after that chunk's last point either. A point at an instant the sensor
+    /// already has (its newest, the last late one, or where a stored chunk starts) is a
+    /// repeat: dropped and counted (returns false). A forward jump is just a long silence:
+    /// a gap in the history, never invented data.
     pub fn append(&self, sensor: &str, p: &Point) -> bool {
         let mut pending = self.lock();
-        let Pending { open, sealed, sealed_bytes } = &mut *pending;
-        let kind = Kind::of(&p.value);
-        if let Some(o) = open.get_mut(sensor) {
-            let stepped_back = p.t <= o.writer.last_t() - CLOCK_STEP_MS;
-            if p.t <= o.writer.last_t() && !stepped_back {
-                self.out_of_order.fetch_add(1, Ordering::Relaxed);
-                return false;
-            }
-            if stepped_back {
-                self.note_step_back(sensor, o.writer.last_t(), p.t);
-            }
-            let full = stepped_back
-                || o.writer.len() >= MAX_POINTS
-                || p.t - o.writer.first_t() > MAX_SPAN_MS
-                || o.writer.kind() != kind;
-            if full {
-                let w = &o.writer;
-                let chunk = Sealed {
-                    sensor: sensor.to_string(),
-                    first: w.first_t(),
-                    last: w.last_t(),
-                    points: w.len(),
-                    bytes: w.bytes(),
-                };
-                *sealed_bytes += chunk.bytes.len();
-                sealed.push(chunk);
-                o.writer = ChunkWriter::new(kind);
-                // Bounded while flushes fail: the oldest waiting chunks go first.
-                while *sealed_bytes > self.limits.max_unflushed_bytes && !sealed.is_empty() {
-                    let gone = sealed.remove(0);
-                    *sealed_bytes -= gone.bytes.len();
-                    self.dropped.fetch_add(u64::from(gone.points), Ordering::Relaxed);
-                }
-            }
+        // The common case first, one lookup: the next point of the sensor's open chunk.
+        if let Some(o) = pending.open.get_mut(sensor)
+            && fits(&o.writer, p)
+        {
             o.writer.push(p);
             o.dirty = true;
-        } else {
-            let mut writer = ChunkWriter::new(kind);
-            writer.push(p);
-            open.insert(sensor.to_string(), Open { writer, dirty: true });
+            return true;
         }
-        true
+        let newest = pending.open.get(sensor).map(|o| o.writer.last_t());
+        let pushed = match newest {
+            Some(last) if p.t > last => self.push(&mut pending, Lane::Newest, sensor, p),
+            Some(last) if p.t < last => {
+                let pushed = self.push(&mut pending, Lane::Late, sensor, p);
+                if pushed.is_some() {
+                    self.late.fetch_add(1, Ordering::Relaxed);
+                }
+                if pushed == Some(true) {
+                    self.late_chunks.fetch_add(1, Ordering::Relaxed);
+                    if p.t <= last - CLOCK_STEP_MS {
+                        self.note_far_back(sensor, last, p.t);
+                    }
+                }
+                pushed
+            }
+            Some(_) => None,
+            None => self.push(&mut pending, Lane::Newest, sensor, p),
+        };
+        if pushed.is_none() {
+            self.repeated.fetch_add(1, Ordering::Relaxed);
+        }
+        pushed.is_some()
     }
 
-    /// Counts a step back of the clock, logging it at most once a minute.
-    fn note_step_back(&self, sensor: &str, last: i64, now: i64) {
-        self.clock_steps.fetch_add(1, Ordering::Relaxed);
+    /// Pushes `p` onto the sensor's chunk in `lane`, sealing that chunk and starting a new
+    /// one when `p` does not fit: whether it did. `None` when `p` repeats an instant
+    /// already stored.
+    fn push(&self, pending: &mut Pending, lane: Lane, sensor: &str, p: &Point) -> Option<bool> {
+        let kind = Kind::of(&p.value);
+        let Pending { open, late, sealed, sealed_bytes } = pending;
+        let chunks = match lane {
+            Lane::Newest => &mut *open,
+            Lane::Late => &mut *late,
+        };
+        let fits = chunks.get(sensor).map(|o| (p.t != o.writer.last_t()).then(|| fits(&o.writer, p)));
+        match fits {
+            Some(None) => return None,
+            Some(Some(true)) => {
+                if let Some(o) = chunks.get_mut(sensor) {
+                    o.writer.push(p);
+                    o.dirty = true;
+                }
+                return Some(false);
+            }
+            Some(Some(false)) | None => {}
+        }
+        // A new chunk, keyed by its first point's time: where a chunk already starts,
+        // that point is stored.
+        let starts = |(_, o): (&String, &Open)| o.writer.first_t() == p.t;
+        let in_memory = open.get_key_value(sensor).is_some_and(starts)
+            || late.get_key_value(sensor).is_some_and(starts)
+            || sealed.iter().any(|c| c.sensor == sensor && c.first == p.t);
+        if in_memory || self.stored_chunk_starts(sensor, p.t) {
+            return None;
+        }
+        let chunks = match lane {
+            Lane::Newest => open,
+            Lane::Late => late,
+        };
+        let mut writer = ChunkWriter::new(kind);
+        writer.push(p);
+        if let Some(old) = chunks.insert(sensor.to_string(), Open { writer, dirty: true }) {
+            let w = &old.writer;
+            let chunk = Sealed {
+                sensor: sensor.to_string(),
+                first: w.first_t(),
+                last: w.last_t(),
+                points: w.len(),
+                bytes: w.bytes(),
+            };
+            *sealed_bytes += chunk.bytes.len();
+            sealed.push(chunk);
+            // Bounded while flushes fail: the oldest waiting chunks go first.
+            while *sealed_bytes > self.limits.max_unflushed_bytes && !sealed.is_empty() {
+                let gone = sealed.remove(0);
+                *sealed_bytes -= gone.bytes.len();
+                self.dropped.fetch_add(u64::from(gone.points), Ordering::Relaxed);
+            }
+        }
+        Some(true)
+    }
+
+    /// Whether a chunk of `sensor` starting at `t` is on disk (a store that cannot be
+    /// read has none: its chunks are written again when it can).
+    fn stored_chunk_starts(&self, sensor: &str, t: i64) -> bool {
+        self.db
+            .read(|d| {
+                let tx = d.begin_read().map_err(db)?;
+                let table = tx.open_table(CHUNKS).map_err(db)?;
+                Ok::<_, StoreError>(table.get((sensor, t)).map_err(db)?.is_some())
+            })
+            .unwrap_or(false)
+    }
+
+    /// Logs, at most once a minute, late points that began a chunk far back.
+    fn note_far_back(&self, sensor: &str, newest: i64, t: i64) {
         let logged = self.step_logged.load(Ordering::Relaxed);
-        if (logged == i64::MIN || (now - logged).abs() >= 60_000)
-            && self.step_logged.compare_exchange(logged, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        if (logged == i64::MIN || (t - logged).abs() >= 60_000)
+            && self.step_logged.compare_exchange(logged, t, Ordering::Relaxed, Ordering::Relaxed).is_ok()
         {
-            tracing::warn!(
+            tracing::info!(
                 sensor,
-                back_ms = last - now,
-                "the clock stepped back: history goes on in new chunks, merged in time order when read"
+                back_ms = newest - t,
+                "history points far before their sensor's newest (a replay, or the clock stepped back): stored in chunks of their own, merged in time order when read"
             );
         }
     }
 
-    /// Points that came a clock step back (each started a new chunk).
-    pub fn clock_steps(&self) -> u64 {
-        self.clock_steps.load(Ordering::Relaxed)
+    /// Chunks begun for late points.
+    pub fn late_chunks(&self) -> u64 {
+        self.late_chunks.load(Ordering::Relaxed)
     }
 
     /// Points dropped because flushes failed for so long that waiting chunks passed the
@@ -259,9 +340,14 @@ impl HistoryStore {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Points dropped as a device's samples out of order.
-    pub fn out_of_order_points(&self) -> u64 {
-        self.out_of_order.load(Ordering::Relaxed)
+    /// Points stored before their sensor's newest one.
+    pub fn late_points(&self) -> u64 {
+        self.late.load(Ordering::Relaxed)
+    }
+
+    /// Points dropped because their sensor had a point at that instant already.
+    pub fn repeated_points(&self) -> u64 {
+        self.repeated.load(Ordering::Relaxed)
     }
 
     /// What is wrong with the store now (a failed flush, the reserve reached), if anything.
@@ -298,12 +384,14 @@ impl HistoryStore {
             let snapshots: Vec<(String, i64, i64, Vec<u8>)> = p
                 .open
                 .iter()
+                .chain(&p.late)
                 .filter(|(_, o)| o.dirty)
                 .map(|(s, o)| (s.clone(), o.writer.first_t(), o.writer.last_t(), o.writer.bytes()))
                 .collect();
             (sealed, snapshots)
         };
         if sealed.is_empty() && snapshots.is_empty() {
+            self.lock().late.retain(|_, o| o.dirty);
             return Ok(0);
         }
         let n = sealed.len() + snapshots.len();
@@ -330,12 +418,14 @@ impl HistoryStore {
                 p.sealed_bytes -= c.bytes.len();
             }
         }
+        // Late chunks written before and unchanged since are on disk as they are: let go.
+        p.late.retain(|_, o| o.dirty);
+        let Pending { open, late, .. } = &mut *p;
         for (sensor, first, last, _) in &snapshots {
-            if let Some(o) = p.open.get_mut(sensor)
-                && o.writer.first_t() == *first
-                && o.writer.last_t() == *last
-            {
-                o.dirty = false;
+            for o in [open.get_mut(sensor), late.get_mut(sensor)].into_iter().flatten() {
+                if o.writer.first_t() == *first && o.writer.last_t() == *last {
+                    o.dirty = false;
+                }
             }
         }
         Ok(n)
@@ -346,7 +436,11 @@ impl HistoryStore {
         // What memory holds is newer than its snapshot on disk.
         let (mem_open, mem_sealed) = {
             let p = self.lock();
-            let open = p.open.get(sensor).map(|o| (o.writer.first_t(), o.writer.bytes()));
+            let open: Vec<(i64, Vec<u8>)> = [p.open.get(sensor), p.late.get(sensor)]
+                .into_iter()
+                .flatten()
+                .map(|o| (o.writer.first_t(), o.writer.bytes()))
+                .collect();
             let sealed: Vec<(i64, Vec<u8>)> =
                 p.sealed.iter().filter(|c| c.sensor == sensor).map(|c| (c.first, c.bytes.clone())).collect();
             (open, sealed)
@@ -359,9 +453,7 @@ impl HistoryStore {
             for item in t.range((sensor, start)..(sensor, to)).map_err(db)? {
                 let (k, v) = item.map_err(db)?;
                 let first = k.value().1;
-                if mem_open.as_ref().is_some_and(|(f, _)| *f == first)
-                    || mem_sealed.iter().any(|(f, _)| *f == first)
-                {
+                if mem_open.iter().chain(&mem_sealed).any(|(f, _)| *f == first) {
                     continue;
                 }
                 let v = v.value();
@@ -388,9 +480,9 @@ impl HistoryStore {
             out.extend(pts.into_iter().filter(|p| p.t >= from && p.t < to));
             overlapping |= out.get(start).is_some_and(|p| before.is_some_and(|b| p.t <= b));
         }
-        // Chunks written after a clock step back overlap older ones: merged in time order,
-        // one point per instant (that of the chunk that starts first), so every query and
-        // every page sees the same points.
+        // Chunks of late points overlap others: merged in time order, one point per instant
+        // (that of the chunk that starts first), so every query and every page sees the
+        // same points.
         if overlapping {
             out.sort_by_key(|p| p.t);
             out.dedup_by_key(|p| p.t);
@@ -439,8 +531,10 @@ impl HistoryStore {
         let mut all = all;
         all.sort_by_key(|c| c.2);
         let total: u64 = all.iter().map(|c| c.3).sum();
-        let open: Vec<(String, i64)> =
-            self.lock().open.iter().map(|(s, o)| (s.clone(), o.writer.first_t())).collect();
+        let open: Vec<(String, i64)> = {
+            let p = self.lock();
+            p.open.iter().chain(&p.late).map(|(s, o)| (s.clone(), o.writer.first_t())).collect()
+        };
         let mut remaining = total;
         let mut doomed = Vec::new();
         for c in &all {

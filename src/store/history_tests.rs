@@ -41,15 +41,86 @@ proptest! {
 }
 
 #[test]
-fn out_of_order_points_are_dropped_counted_and_sensors_are_apart() {
+fn late_points_are_stored_repeats_dropped_and_sensors_are_apart() {
     let store = HistoryStore::in_memory().unwrap();
     assert!(store.append("A", &p(10, 1.0)));
-    assert!(!store.append("A", &p(10, 2.0)));
-    assert!(!store.append("A", &p(5, 2.0)));
+    assert!(!store.append("A", &p(10, 2.0)), "the same instant again");
+    assert!(store.append("A", &p(5, 2.0)), "before the newest: late");
+    assert!(!store.append("A", &p(5, 3.0)), "the late one again");
     assert!(store.append("B", &p(5, 3.0)));
-    assert_eq!(store.points("A", 0, 100).unwrap(), vec![p(10, 1.0)]);
+    assert_eq!(store.points("A", 0, 100).unwrap(), vec![p(5, 2.0), p(10, 1.0)]);
     assert_eq!(store.points("B", 0, 100).unwrap(), vec![p(5, 3.0)]);
-    assert_eq!(store.out_of_order_points(), 2);
+    assert_eq!((store.late_points(), store.repeated_points(), store.late_chunks()), (1, 2, 1));
+}
+
+/// What an edge node buffered through a broker outage arrives after it is back, while its
+/// live values flow again: both land in place, the late ones in one chunk of their own.
+#[test]
+fn a_replay_interleaved_with_live_values_lands_in_place() {
+    let store = HistoryStore::in_memory().unwrap();
+    for t in 0..100 {
+        assert!(store.append("S", &p(t * 1000, t as f64)));
+    }
+    for (i, t) in (100..200).enumerate() {
+        assert!(store.append("S", &p((t + 100) * 1000, (t + 100) as f64)), "live {t}");
+        assert!(store.append("S", &p(t * 1000, t as f64)), "replayed {t}");
+        if i % 30 == 0 {
+            store.flush().unwrap();
+        }
+    }
+    let want: Vec<Point> = (0..300).map(|t| p(t * 1000, t as f64)).collect();
+    assert_eq!(store.points("S", 0, i64::MAX).unwrap(), want);
+    store.flush().unwrap();
+    assert_eq!(store.points("S", 0, i64::MAX).unwrap(), want, "the same once written");
+    assert_eq!(store.points("S", 150_000, 160_000).unwrap(), want[150..160].to_vec());
+    assert_eq!((store.late_points(), store.late_chunks(), store.repeated_points()), (100, 1, 0));
+}
+
+/// A chunk is keyed by its first point's time: a late chunk (or the first after a restart)
+/// that would start where a stored one starts would replace it. That point is stored
+/// already; it is dropped, and what is stored stays.
+#[test]
+fn a_new_chunk_never_replaces_a_stored_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.redb");
+    let first: Vec<Point> = (0..10).map(|t| p(t * 1000, 1.0)).collect();
+    {
+        let store = HistoryStore::open(&path).unwrap();
+        for q in &first {
+            assert!(store.append("S", q));
+        }
+        store.flush().unwrap();
+    }
+    let store = HistoryStore::open(&path).unwrap();
+    assert!(!store.append("S", &p(0, 9.0)), "where the stored chunk starts, after a restart");
+    assert!(store.append("S", &p(20_000, 2.0)));
+    assert!(!store.append("S", &p(0, 9.0)), "late, where the stored chunk starts");
+    assert!(store.append("S", &p(500, 3.0)), "late, between stored points");
+    store.flush().unwrap();
+    let mut want = first.clone();
+    want.insert(1, p(500, 3.0));
+    want.push(p(20_000, 2.0));
+    assert_eq!(store.points("S", 0, i64::MAX).unwrap(), want);
+    assert_eq!(store.repeated_points(), 2);
+}
+
+/// A chunk of late points stays in memory while points come, and is let go once written
+/// and unchanged for a flush; a late point after that begins another.
+#[test]
+fn a_late_chunk_is_let_go_once_written_and_idle() {
+    let store = HistoryStore::in_memory().unwrap();
+    assert!(store.append("S", &p(100_000, 1.0)));
+    assert!(store.append("S", &p(1000, 2.0)));
+    assert!(store.append("S", &p(2000, 2.0)));
+    store.flush().unwrap();
+    assert_eq!(store.lock().late.len(), 1, "written, kept for a flush");
+    store.flush().unwrap();
+    assert!(store.lock().late.is_empty(), "idle since: let go");
+    assert!(store.append("S", &p(3000, 2.0)));
+    assert_eq!(store.late_chunks(), 2);
+    store.flush().unwrap();
+    let got: Vec<i64> = store.points("S", 0, i64::MAX).unwrap().iter().map(|q| q.t).collect();
+    assert_eq!(got, vec![1000, 2000, 3000, 100_000]);
 }
 
 /// An edge box without a battery clock: it runs an hour ahead, NTP steps it back, and
@@ -64,24 +135,30 @@ fn a_clock_that_steps_back_and_forward_never_corrupts_a_chunk_or_a_query() {
         assert!(store.append("S", &p(t, 1.0)));
     }
     store.flush().unwrap();
-    // Stepped back by an hour: stored at once, in a new chunk.
+    // Stepped back by an hour: stored at once, in a chunk of late points, all but the
+    // point at the instant of the newest (a repeat).
     let mut t = 9 * hour;
+    let mut refused = Vec::new();
     while t <= ahead[99] + 5000 {
-        assert!(store.append("S", &p(t, 2.0)), "{t}");
+        if !store.append("S", &p(t, 2.0)) {
+            refused.push(t);
+        }
         t += 1000;
     }
-    assert_eq!((store.clock_steps(), store.out_of_order_points()), (1, 0));
-    // A device's sample 30 s out of order is not a step: dropped and counted.
-    assert!(!store.append("S", &p(t - 30_000, 9.0)));
-    assert_eq!((store.clock_steps(), store.out_of_order_points()), (1, 1));
+    assert_eq!(refused, vec![ahead[99]]);
+    // 3,699 late points, at most 1,024 to a chunk.
+    assert_eq!((store.late_points(), store.late_chunks()), (3699, 4));
+    // A device's sample 30.5 s out of order: late, stored, in a chunk of its own.
+    assert!(store.append("S", &p(t - 30_500, 9.0)));
+    assert_eq!(store.late_chunks(), 5);
     // A jump forward by a day starts a new chunk; the silence is a gap, not data.
     assert!(store.append("S", &p(t + 24 * hour, 3.0)));
     store.flush().unwrap();
     let all = store.points("S", 0, i64::MAX).unwrap();
     assert!(all.windows(2).all(|w| w[0].t < w[1].t), "merged in time order, one point per instant");
     // Every second from 9 h to the last point + 5 s (the hour ahead's instants among
-    // them), and the point after the jump.
-    assert_eq!(all.len(), 3600 + 100 + 5 + 1);
+    // them), the sample out of order, and the point after the jump.
+    assert_eq!(all.len(), 3600 + 100 + 5 + 1 + 1);
     assert!(
         store.points("S", ahead[99] + 6000, t + 24 * hour).unwrap().is_empty(),
         "no invented data in the jump"
@@ -252,12 +329,12 @@ fn chunks_waiting_for_a_flush_are_bounded_in_bytes_oldest_dropped_first() {
 }
 
 #[test]
-fn clock_steps_are_counted_each() {
+fn late_chunks_far_back_are_counted_each() {
     let store = HistoryStore::in_memory().unwrap();
     assert!(store.append("S", &p(T0, 1.0)));
     assert!(store.append("S", &p(T0 - CLOCK_STEP_MS, 1.0)));
     assert!(store.append("S", &p(T0 - 3 * CLOCK_STEP_MS, 1.0)));
-    assert_eq!(store.clock_steps(), 2);
+    assert_eq!(store.late_chunks(), 2);
 }
 
 #[test]

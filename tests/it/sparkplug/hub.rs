@@ -292,3 +292,96 @@ async fn two_edges_through_one_hub_answer_as_each_edge_does() {
     support::exited(&mut again.child, "edge A again").await;
     support::exited(&mut edge_b.child, "edge B").await;
 }
+
+/// Points of `sensor`'s history at `addr` from `from` on: (time in ms, value), and gaps.
+async fn history(addr: std::net::SocketAddr, sensor: &str, from: &str) -> (Vec<(i64, Value)>, Vec<Value>) {
+    let mut args = json!({"sensor_id": sensor, "from": from, "limit": 5000});
+    let e = call(addr, "get_sensor_history", args.take()).await;
+    assert_eq!(e["ok"], true, "{e}");
+    let t = |p: &Value| {
+        chrono::DateTime::parse_from_rfc3339(p["t"].as_str().unwrap()).unwrap().timestamp_millis()
+    };
+    let points = e["data"]["points"].as_array().unwrap().iter().map(|p| (t(p), p["value"].clone())).collect();
+    (points, e["data"]["gaps"].as_array().cloned().unwrap_or_default())
+}
+
+/// A broker outage: the edge buffers, and after the broker is back replays what it
+/// buffered (historical) while its live values flow again. The hub's history has the
+/// outage's values in place, as the edge recorded them: no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_broker_outage_the_hubs_history_has_the_edges_replay_in_place() {
+    let mut broker = Broker::start().await;
+    let brokers = format!("[\"{}\"]", broker.url());
+    let sim = demo_sim().await;
+    let all = support::demo_devices_for(&sim);
+    let files = plant_files(all.path(), "a-");
+    let (data_edge, data_hub) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let hub_env = [
+        ("FIELDGATE_HUB_BROKERS", brokers.as_str()),
+        ("FIELDGATE_HUB_HOST_ID", "hub-1"),
+        ("FIELDGATE_HUB_RECONNECT_MAX_MS", "500"),
+    ];
+    let mut hub = support::hub_binary(data_hub.path(), &hub_env).await;
+    let _hub_log = hub.drain_stderr();
+    // The edge waits for the hub (its primary host): nothing it buffered is published while
+    // the hub is not there to take it (a clean session would lose it).
+    let mut env = edge_env(&brokers, "A", "gw-a");
+    env.push(("FIELDGATE_MQTT_PRIMARY_HOST_ID", "hub-1"));
+    let mut edge = support::serve_binary(files.path(), data_edge.path(), &env).await;
+    let _edge_log = edge.drain_stderr();
+    let ids: Vec<String> = sensors(edge.addr, json!({})).await.into_keys().collect();
+    support::wait_until("every sensor of the edge at the hub", T, || async {
+        sensors(hub.addr, json!({})).await.len() == ids.len()
+    })
+    .await;
+    // Some sensor already in the hub's history (the others' values may change less often).
+    support::wait_until("history at the hub", T, || async {
+        for id in &ids {
+            if !history(hub.addr, id, "-10m").await.0.is_empty() {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+
+    broker.stop().await;
+    let stopped = chrono::Utc::now().timestamp_millis();
+    // The outage lasts until the edge has recorded five new values of one sensor.
+    let busiest = support::wait_for("five values recorded at the edge during the outage", T, || async {
+        for id in &ids {
+            let (points, _) = history(edge.addr, id, "-10m").await;
+            if points.iter().filter(|(t, _)| *t > stopped).count() >= 5 {
+                return Some(id.clone());
+            }
+        }
+        None
+    })
+    .await;
+    broker.restart().await;
+    let restarted = chrono::Utc::now().timestamp_millis();
+    let during = |points: &[(i64, Value)]| -> Vec<(i64, Value)> {
+        points.iter().filter(|(t, _)| *t > stopped && *t < restarted).cloned().collect()
+    };
+    let at_edge = during(&history(edge.addr, &busiest, "-10m").await.0);
+    assert!(at_edge.len() >= 5, "{at_edge:?}");
+    // Every value the edge recorded during the outage, replayed to the hub, in place.
+    let (at_hub, gaps) = support::wait_for("the outage's values in the hub's history", T, || async {
+        let (points, gaps) = history(hub.addr, &busiest, "-10m").await;
+        let during = during(&points);
+        at_edge.iter().all(|p| during.contains(p)).then_some((points, gaps))
+    })
+    .await;
+    assert!(at_hub.windows(2).all(|w| w[0].0 < w[1].0), "in time order, one point per instant");
+    let spans_outage = |g: &Value| {
+        let at = |k: &str| {
+            chrono::DateTime::parse_from_rfc3339(g[k].as_str().unwrap()).unwrap().timestamp_millis()
+        };
+        at("from") < restarted && at("to") > stopped
+    };
+    assert!(!gaps.iter().any(spans_outage), "no gap in the outage: {gaps:?}");
+    edge.child.start_kill().unwrap();
+    hub.child.start_kill().unwrap();
+    support::exited(&mut edge.child, "the edge").await;
+    support::exited(&mut hub.child, "the hub").await;
+}

@@ -15,7 +15,7 @@ use crate::support;
 const T: Duration = Duration::from_secs(20);
 
 /// Every sample family `/metrics` had before the exposition moved to `prometheus-client`.
-const EVERY_METRIC: [&str; 29] = [
+const EVERY_METRIC: [&str; 30] = [
     "fieldgate_auth_scope_refusals_total",
     "fieldgate_tool_calls_total",
     "fieldgate_tool_call_seconds_bucket",
@@ -29,8 +29,9 @@ const EVERY_METRIC: [&str; 29] = [
     "fieldgate_storage_free_bytes",
     "fieldgate_history_flush_failures_total",
     "fieldgate_history_points_dropped_total",
-    "fieldgate_history_points_out_of_order_total",
-    "fieldgate_history_clock_steps_total",
+    "fieldgate_history_points_late_total",
+    "fieldgate_history_points_repeated_total",
+    "fieldgate_history_late_chunks_total",
     "fieldgate_points_polled_total",
     "fieldgate_points_stored_total",
     "fieldgate_opcua_sessions_total",
