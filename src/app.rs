@@ -210,7 +210,7 @@ async fn start_with(
         crate::service::Stores { history: Some(Arc::new(history)), work_orders: Some(orders.clone()) };
     let registry = Arc::new(registry);
     let core = match &hub {
-        Some(h) => crate::service::Core::with_drivers(registry.clone(), config, stores, h.drivers(&registry)),
+        Some(h) => crate::service::Core::fleet(registry.clone(), config, stores, h.drivers(&registry)),
         None => crate::service::Core::new(registry, config, stores),
     };
     let shutdown = CancellationToken::new();

@@ -60,6 +60,8 @@ pub struct Parts {
     pub repeat: Arc<RepeatGuard>,
     /// The Sparkplug edge node's counters, when it runs (`get_device_status` shows them).
     pub sparkplug: OnceLock<Arc<SparkplugCounters>>,
+    /// This core serves a fleet of edge nodes (the hub), not devices of its own.
+    pub fleet: bool,
 }
 
 impl AsRef<Core> for Core {
@@ -85,19 +87,19 @@ impl Core {
             config.calls.repeat_failure_limit,
             std::time::Duration::from_secs(config.calls.repeat_failure_window_s),
         ));
-        Core::of(registry, config, reader, metrics, stores, repeat)
+        Core::of(registry, config, reader, metrics, stores, repeat, false)
     }
 
     /// A core whose devices are read through `drivers` (the fleet hub's, which answer
     /// from the fleet's latest values), not through drivers made from the registry.
-    pub fn with_drivers(registry: Arc<Registry>, config: Config, stores: Stores, drivers: Drivers) -> Core {
+    pub fn fleet(registry: Arc<Registry>, config: Config, stores: Stores, drivers: Drivers) -> Core {
         let metrics = Arc::new(Metrics::default());
         let reader = Arc::new(Reader::with_drivers(registry.clone(), &config, &metrics, drivers));
         let repeat = Arc::new(RepeatGuard::new(
             config.calls.repeat_failure_limit,
             std::time::Duration::from_secs(config.calls.repeat_failure_window_s),
         ));
-        Core::of(registry, config, reader, metrics, stores, repeat)
+        Core::of(registry, config, reader, metrics, stores, repeat, true)
     }
 
     /// This core over another registry, read through `drivers`: the same configuration,
@@ -106,7 +108,15 @@ impl Core {
     pub fn renewed(&self, registry: Arc<Registry>, drivers: Drivers) -> Core {
         let reader = Arc::new(Reader::with_drivers(registry.clone(), &self.config, &self.metrics, drivers));
         let stores = Stores { history: self.history.clone(), work_orders: self.work_orders.clone() };
-        Core::of(registry, self.config.clone(), reader, self.metrics.clone(), stores, self.repeat.clone())
+        Core::of(
+            registry,
+            self.config.clone(),
+            reader,
+            self.metrics.clone(),
+            stores,
+            self.repeat.clone(),
+            self.fleet,
+        )
     }
 
     fn of(
@@ -116,6 +126,7 @@ impl Core {
         metrics: Arc<Metrics>,
         stores: Stores,
         repeat: Arc<RepeatGuard>,
+        fleet: bool,
     ) -> Core {
         let parts = Parts {
             registry,
@@ -127,6 +138,7 @@ impl Core {
             feed: Feed::default(),
             repeat,
             sparkplug: OnceLock::new(),
+            fleet,
         };
         let core = Core { parts: Arc::new(parts) };
         core.report_metrics();

@@ -1,7 +1,7 @@
 //! The operator console: server-rendered HTML pages (maud) at `/console` for the people
 //! next to the agent: the plant overview with live values (server-sent events), a page
-//! per device and per sensor (history chart), the work-order approval queue and the
-//! agent's recent calls.
+//! per device and per sensor (history chart), the work-order approval queue, the
+//! agent's recent calls, and at the fleet hub the fleet page (edge nodes, conflicts).
 //!
 //! The console asks the same query code as the tools (`ToolService::view`) but not the
 //! agent's pipeline: no rate limit, no log line, no activity entry. Its live values come
@@ -12,6 +12,7 @@
 
 mod auth;
 mod chart;
+mod fleet;
 mod guard;
 mod live;
 mod orders;
@@ -42,6 +43,7 @@ pub use live::LIFETIME as LIVE_STREAM_LIFETIME;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Page {
     Overview,
+    Fleet,
     Device,
     Sensor,
     Queue,
@@ -73,6 +75,7 @@ const fn at(verb: Verb, path: &'static str, page: Page) -> ConsoleRoute {
 /// a test probes each.
 pub const ROUTES: &[ConsoleRoute] = &[
     at(Verb::Get, "/console", Page::Overview),
+    at(Verb::Get, "/console/fleet", Page::Fleet),
     at(Verb::Get, "/console/devices/{id}", Page::Device),
     at(Verb::Get, "/console/sensors/{id}", Page::Sensor),
     at(Verb::Get, "/console/work-orders", Page::Queue),
@@ -91,6 +94,7 @@ pub const ROUTES: &[ConsoleRoute] = &[
 fn handler(page: Page, on: MethodFilter) -> MethodRouter<Console> {
     match page {
         Page::Overview => routing::on(on, pages::overview),
+        Page::Fleet => routing::on(on, fleet::fleet),
         Page::Device => routing::on(on, pages::device),
         Page::Sensor => routing::on(on, pages::sensor),
         Page::Queue => routing::on(on, orders::queue),

@@ -28,11 +28,14 @@ pub fn layout(
     live: Option<&str>,
     body: Markup,
 ) -> Markup {
+    let fleet = c.tools.core().fleet.then_some(("/console/fleet", "Fleet"));
     let nav = [
-        ("/console", "Overview"),
-        ("/console/work-orders", "Work orders"),
-        ("/console/activity", "Agent activity"),
+        Some(("/console", "Overview")),
+        fleet,
+        Some(("/console/work-orders", "Work orders")),
+        Some(("/console/activity", "Agent activity")),
     ];
+    let nav = nav.into_iter().flatten();
     html! {
         (DOCTYPE)
         html lang="en" {

@@ -44,6 +44,26 @@ async fn sensors(addr: std::net::SocketAddr, filter: Value) -> BTreeMap<String, 
     }
 }
 
+/// A console page at `addr`, as HTML.
+async fn console(addr: std::net::SocketAddr, path: &str) -> String {
+    fieldgate::tls::install_crypto_provider();
+    let res = reqwest::Client::new()
+        .get(format!("http://{addr}{path}"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    assert_eq!(res.status(), 200, "GET {path}");
+    res.text().await.unwrap()
+}
+
+/// The fleet page's row of edge node `edge`, up to the next row.
+fn fleet_row<'a>(page: &'a str, edge: &str) -> &'a str {
+    let at = page.find(&format!("data-edge=\"{edge}\"")).unwrap_or_else(|| panic!("{edge} on the fleet page"));
+    let row = &page[at..];
+    &row[..row.find("</tr>").unwrap_or(row.len())]
+}
+
 /// What a STATE message says (`None`: not JSON with an `online` flag).
 fn online(raw: &[u8]) -> Option<bool> {
     serde_json::from_slice::<Value>(raw).ok()?.get("online")?.as_bool()
@@ -117,6 +137,21 @@ async fn two_edges_through_one_hub_answer_as_each_edge_does() {
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in /metrics");
     }
+    // The console's fleet page: both edge nodes online, each with its devices; an edge's
+    // console has no fleet to show.
+    let fleet = console(hub.addr, "/console/fleet").await;
+    assert!(fleet.contains("2 of 2 edge nodes online"), "{fleet}");
+    for edge in ["A/gw-a", "B/gw-b"] {
+        assert!(fleet_row(&fleet, edge).contains("▲ online"), "{edge}: {fleet}");
+    }
+    assert!(console(hub.addr, "/console").await.contains("href=\"/console/fleet\""), "Fleet in the hub's menu");
+    let at_edge = console(edge_a.addr, "/console/fleet").await;
+    assert!(at_edge.contains("it is an edge node") && !at_edge.contains("data-edge"), "{at_edge}");
+    assert!(!console(edge_a.addr, "/console").await.contains("href=\"/console/fleet\""));
+    // A device of the fleet has its console page at the hub.
+    let device = at_hub.values().next().unwrap()["device_id"].as_str().unwrap().to_string();
+    assert!(console(hub.addr, &format!("/console/devices/{device}")).await.contains(&device));
+
     // At the hub a raw reading is in the sensor's unit: the edge sent it scaled.
     let (id, listed) = at_a.iter().next().unwrap();
     let raw = call(hub.addr, "get_sensor_reading", json!({"sensor_id": id, "unit": "raw"})).await;
@@ -201,6 +236,10 @@ async fn two_edges_through_one_hub_answer_as_each_edge_does() {
     assert_eq!(a["edge"]["edge_offline_reason"], "death", "{a}");
     assert_eq!(a["down_since"], a["edge"]["edge_since"], "{a}");
     assert_eq!((b["state"].clone(), b["edge"]["edge_state"].clone()), (json!("up"), json!("online")), "{b}");
+    let fleet = console(hub.addr, "/console/fleet").await;
+    assert!(fleet.contains("1 of 2 edge nodes online"), "{fleet}");
+    let row = fleet_row(&fleet, "A/gw-a");
+    assert!(row.contains("▼ offline") && row.contains("its death message"), "{row}");
     assert!(b["edge"]["last_birth"].is_string() && b["edge"]["messages"].as_u64().unwrap() > 1, "{b}");
 
     // Back after a restart (a new NBIRTH, a new bdSeq).
@@ -268,6 +307,9 @@ async fn two_edges_through_one_hub_answer_as_each_edge_does() {
         listed[0]["claimants"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
     assert_eq!(claimants.len(), 2, "{claimants:?}");
     assert!(claimants.contains(&"C/gw-c/b-spare"), "{claimants:?}");
+    let fleet = console(hub.addr, "/console/fleet").await;
+    let conflicts = &fleet[fleet.find("id=\"conflicts\"").expect("the conflicts on the fleet page")..];
+    assert!(conflicts.contains(&b_sensor) && conflicts.contains("C/gw-c/b-spare"), "{fleet}");
     let refused = call(hub.addr, "get_sensor_reading", json!({"sensor_id": b_sensor})).await;
     assert_eq!(refused["error"]["code"], "SENSOR_NOT_FOUND", "{refused}");
     assert!(refused["error"]["message"].as_str().unwrap().contains("C/gw-c/b-spare"), "{refused}");
