@@ -33,13 +33,13 @@ pub fn overview_markup(c: &Console, viewer: &Viewer) -> Markup {
         div.attention #attention { (view::attention(tools, &devices, &readings)) }
         @for plant in registry.plants() {
             h2 { "Plant " (plant) }
-            @for zone in registry.zones().into_iter().filter(|z| registry.devices().iter().any(|d| d.plant == plant && d.zone == *z)) {
+            @for zone in registry.zones().iter().filter(|z| registry.devices().iter().any(|d| &d.plant == plant && &d.zone == *z)) {
                 section.zone {
                     h3 { "Zone " (zone) }
                     table {
                         thead { tr { th { "Device" } th { "State" } th { "Breaker" } th { "Last error" } th { "Latency" } th { "Last contact" } } }
                         tbody {
-                            @for d in registry.devices().iter().filter(|d| d.plant == plant && d.zone == zone) {
+                            @for d in registry.devices().iter().filter(|d| &d.plant == plant && &d.zone == zone) {
                                 @if let Some(s) = status(d.id.as_str()) { tr #{ "dev-" (d.id) } { (device_cells(s)) } }
                                 tr { td colspan="6" { ul.sensors {
                                     @for s in registry.sensors_of_device(&d.id) {

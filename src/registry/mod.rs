@@ -8,12 +8,14 @@ pub mod bounds;
 pub mod file_schema;
 mod load;
 mod model;
+mod text;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 pub use load::{device_files, load_dir, load_texts};
 pub use model::*;
+pub use text::{Matches, TextIndex};
 
 use crate::ids::{DeviceId, SensorId};
 use crate::toml_reader::Problem;
@@ -31,6 +33,12 @@ pub struct Registry {
     /// IDs withheld because more than one source claims them (the fleet hub's catalogue:
     /// the same sensor or device ID announced by two edge nodes); empty for device files.
     conflicts: Vec<Conflict>,
+    /// Sensor kinds, plants and zones (the values `list_sensors` filters take).
+    kinds: BTreeSet<String>,
+    plants: BTreeSet<String>,
+    zones: BTreeSet<String>,
+    /// Built on the first text query.
+    text: std::sync::OnceLock<TextIndex>,
 }
 
 /// An ID more than one source claims, served by none of them.
@@ -76,8 +84,9 @@ impl Registry {
         if let Some(s) = sensors.iter().find(|s| !names.insert(s.id.as_str())) {
             return Err(format!("sensor {} twice", s.id));
         }
+        let by_id: HashMap<&DeviceId, &Device> = devices.iter().map(|d| (&d.id, d)).collect();
         for s in &sensors {
-            match devices.iter().find(|d| d.id == s.device) {
+            match by_id.get(&s.device) {
                 Some(d) if d.plant == s.id.plant() && d.zone == s.id.zone() => {}
                 Some(_) => return Err(format!("sensor {} is not of its device's plant and zone", s.id)),
                 None => return Err(format!("sensor {} has no device {}", s.id, s.device)),
@@ -111,12 +120,23 @@ impl Registry {
         let mut by_equipment: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         let mut by_device: HashMap<DeviceId, Vec<usize>> = HashMap::new();
         for (i, s) in sensors.iter().enumerate() {
+            // A key is cloned once, for its first sensor.
             if let Some(eq) = &s.equipment {
-                by_equipment.entry(eq.clone()).or_default().push(i);
+                match by_equipment.get_mut(eq) {
+                    Some(list) => list.push(i),
+                    None => drop(by_equipment.insert(eq.clone(), vec![i])),
+                }
             }
-            by_device.entry(s.device.clone()).or_default().push(i);
+            match by_device.get_mut(&s.device) {
+                Some(list) => list.push(i),
+                None => drop(by_device.insert(s.device.clone(), vec![i])),
+            }
         }
+        let owned = |set: BTreeSet<&str>| set.into_iter().map(String::from).collect::<BTreeSet<String>>();
         Registry {
+            kinds: owned(sensors.iter().map(|s| s.kind.as_str()).collect()),
+            plants: owned(devices.iter().map(|d| d.plant.as_str()).collect()),
+            zones: owned(devices.iter().map(|d| d.zone.as_str()).collect()),
             devices,
             sensors,
             device_index,
@@ -124,6 +144,7 @@ impl Registry {
             by_equipment,
             by_device,
             conflicts: Vec::new(),
+            text: std::sync::OnceLock::new(),
         }
     }
 
@@ -207,16 +228,22 @@ impl Registry {
         self.by_equipment.get(tag).into_iter().flatten().map(|&i| &self.sensors[i])
     }
 
-    pub fn plants(&self) -> BTreeSet<&str> {
-        self.devices.iter().map(|d| d.plant.as_str()).collect()
+    pub fn plants(&self) -> &BTreeSet<String> {
+        &self.plants
     }
 
-    pub fn zones(&self) -> BTreeSet<&str> {
-        self.devices.iter().map(|d| d.zone.as_str()).collect()
+    pub fn zones(&self) -> &BTreeSet<String> {
+        &self.zones
     }
 
-    pub fn kinds(&self) -> BTreeSet<&str> {
-        self.sensors.iter().map(|s| s.kind.as_str()).collect()
+    pub fn kinds(&self) -> &BTreeSet<String> {
+        &self.kinds
+    }
+
+    /// The sensors whose text (ID, description, equipment, unit, kind) contains every
+    /// word (lowercase, without whitespace), by place.
+    pub fn text_matches(&self, words: &[String]) -> Matches {
+        self.text.get_or_init(|| TextIndex::build(&self.sensors)).matching(words)
     }
 
     /// Up to three registered sensor IDs close to `input` (well-formed or not).

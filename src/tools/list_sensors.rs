@@ -1,5 +1,7 @@
 //! `list_sensors`: the registry, filtered and paged with an opaque cursor.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 use super::ToolResult;
@@ -22,20 +24,22 @@ struct Cursor {
 pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
     // Layer 3: filters must name things that exist, or the agent would read an empty
     // list as "no such sensors" when it made a typo.
-    check_member("plant", args.plant.as_deref(), &registry.plants())?;
-    check_member("zone", args.zone.as_deref(), &registry.zones())?;
-    check_member("kind", args.kind.as_deref(), &registry.kinds())?;
-    let edges: std::collections::BTreeSet<String> = registry.devices().iter().filter_map(edge_of).collect();
-    if edges.is_empty() && args.edge.is_some() {
-        return Err(ToolError::invalid(
-            "edge",
-            args.edge.as_deref(),
-            "no value: this service reads its own devices, it is no fleet hub",
-            "No sensor here comes from an edge node.",
-            "Omit edge; it filters only at a fleet hub.",
-        ));
+    check_member("plant", args.plant.as_deref(), registry.plants())?;
+    check_member("zone", args.zone.as_deref(), registry.zones())?;
+    check_member("kind", args.kind.as_deref(), registry.kinds())?;
+    if args.edge.is_some() {
+        let edges: BTreeSet<String> = registry.devices().iter().filter_map(edge_of).collect();
+        if edges.is_empty() {
+            return Err(ToolError::invalid(
+                "edge",
+                args.edge.as_deref(),
+                "no value: this service reads its own devices, it is no fleet hub",
+                "No sensor here comes from an edge node.",
+                "Omit edge; it filters only at a fleet hub.",
+            ));
+        }
+        check_member("edge", args.edge.as_deref(), &edges)?;
     }
-    check_member("edge", args.edge.as_deref(), &edges.iter().map(String::as_str).collect())?;
     if let Some(raw) = &args.device_id {
         let known = raw.parse::<DeviceId>().ok().and_then(|id| registry.device(&id));
         if known.is_none() {
@@ -56,7 +60,14 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
     };
     let limit = args.limit.unwrap_or(ListSensorsArgs::DEFAULT_LIMIT) as usize;
 
-    let matching = registry.sensors().iter().filter(|s| matches(s, registry, &args, &words));
+    // Text through the registry's index; the other filters on what it found.
+    let found = (!words.is_empty()).then(|| registry.text_matches(&words));
+    let sensors = registry.sensors();
+    let candidates: Box<dyn Iterator<Item = &Sensor>> = match &found {
+        Some(m) => Box::new(m.iter().filter_map(|i| sensors.get(i))),
+        None => Box::new(sensors.iter()),
+    };
+    let matching = candidates.filter(|s| matches(s, registry, &args));
     let mut total = 0;
     let mut page = Vec::new();
     let mut more = false;
@@ -85,16 +96,12 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
     super::to_data(&data)
 }
 
-fn check_member(
-    param: &str,
-    value: Option<&str>,
-    known: &std::collections::BTreeSet<&str>,
-) -> Result<(), ToolError> {
+fn check_member(param: &str, value: Option<&str>, known: &BTreeSet<String>) -> Result<(), ToolError> {
     let Some(v) = value else { return Ok(()) };
     if known.contains(v) {
         return Ok(());
     }
-    let all: Vec<&str> = known.iter().copied().collect();
+    let all: Vec<&str> = known.iter().map(String::as_str).collect();
     let mut near: Vec<(usize, &str)> = all
         .iter()
         .map(|k| (suggest::distance(&v.to_ascii_lowercase(), &k.to_ascii_lowercase()), *k))
@@ -119,27 +126,23 @@ pub(crate) fn edge_of(d: &Device) -> Option<String> {
     }
 }
 
-fn matches(s: &Sensor, registry: &Registry, a: &ListSensorsArgs, words: &[String]) -> bool {
-    if a.plant.as_deref().is_some_and(|p| p != s.id.plant())
+/// Whether `s` passes the filters besides `text`.
+fn matches(s: &Sensor, registry: &Registry, a: &ListSensorsArgs) -> bool {
+    !(a.plant.as_deref().is_some_and(|p| p != s.id.plant())
         || a.zone.as_deref().is_some_and(|z| z != s.id.zone())
         || a.device_id.as_deref().is_some_and(|d| d != s.device.as_str())
         || a.kind.as_deref().is_some_and(|k| k != s.kind)
-        || a.edge.as_deref().is_some_and(|e| edge_of(registry.device_of(s)).as_deref() != Some(e))
-    {
-        return false;
+        || a.edge.as_deref().is_some_and(|e| !is_edge(registry.device_of(s), e)))
+}
+
+/// Whether device `d` comes from edge node `edge` ("group/node").
+fn is_edge(d: &Device, edge: &str) -> bool {
+    match &d.endpoint {
+        Endpoint::Edge { group, node } => {
+            edge.split_once('/').is_some_and(|(g, n)| g == group.as_str() && n == node.as_str())
+        }
+        _ => false,
     }
-    if words.is_empty() {
-        return true;
-    }
-    let hay = format!(
-        "{} {} {} {} {}",
-        s.id.as_str().to_lowercase(),
-        s.description.to_lowercase(),
-        s.equipment.as_deref().unwrap_or("").to_lowercase(),
-        s.unit.to_lowercase(),
-        s.kind
-    );
-    words.iter().all(|w| hay.contains(w.as_str()))
 }
 
 pub(crate) fn info(s: &Sensor, registry: &Registry) -> SensorInfo {

@@ -513,7 +513,7 @@ fn suggestions_for(registry: &Registry, param: &str, received: &str) -> Vec<Stri
         "device_id" => return registry.suggest_devices(received),
         _ => return Vec::new(),
     };
-    crate::suggest::closest(&received.to_ascii_uppercase(), known.iter().copied())
+    crate::suggest::closest(&received.to_ascii_uppercase(), known.iter().map(String::as_str))
         .map(|k| vec![k.to_string()])
         .unwrap_or_default()
 }

@@ -59,7 +59,8 @@ async fn console(addr: std::net::SocketAddr, path: &str) -> String {
 
 /// The fleet page's row of edge node `edge`, up to the next row.
 fn fleet_row<'a>(page: &'a str, edge: &str) -> &'a str {
-    let at = page.find(&format!("data-edge=\"{edge}\"")).unwrap_or_else(|| panic!("{edge} on the fleet page"));
+    let at =
+        page.find(&format!("data-edge=\"{edge}\"")).unwrap_or_else(|| panic!("{edge} on the fleet page"));
     let row = &page[at..];
     &row[..row.find("</tr>").unwrap_or(row.len())]
 }
@@ -144,7 +145,10 @@ async fn two_edges_through_one_hub_answer_as_each_edge_does() {
     for edge in ["A/gw-a", "B/gw-b"] {
         assert!(fleet_row(&fleet, edge).contains("▲ online"), "{edge}: {fleet}");
     }
-    assert!(console(hub.addr, "/console").await.contains("href=\"/console/fleet\""), "Fleet in the hub's menu");
+    assert!(
+        console(hub.addr, "/console").await.contains("href=\"/console/fleet\""),
+        "Fleet in the hub's menu"
+    );
     let at_edge = console(edge_a.addr, "/console/fleet").await;
     assert!(at_edge.contains("it is an edge node") && !at_edge.contains("data-edge"), "{at_edge}");
     assert!(!console(edge_a.addr, "/console").await.contains("href=\"/console/fleet\""));
