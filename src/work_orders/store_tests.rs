@@ -70,3 +70,87 @@ fn storage_failures_are_told_from_refusals() {
     assert!(WorkOrderError::Db("disk full".into()).is_storage());
     assert!(!WorkOrderError::Refused("x".into()).is_storage());
 }
+
+fn draft_at(sensor: &str, created_at: &str) -> WorkOrder {
+    WorkOrder { created_at: created_at.into(), ..draft(sensor) }
+}
+
+fn ids(orders: &[WorkOrder]) -> Vec<&str> {
+    orders.iter().map(|o| o.id.as_str()).collect()
+}
+
+#[test]
+fn the_list_is_newest_first_each_order_with_its_delivery() {
+    let s = WorkOrderStore::in_memory().unwrap();
+    for n in 1..=3 {
+        s.create(&format!("k{n}"), "f", draft(&format!("A_LINE1_00{n}")), false).unwrap();
+    }
+    s.transition("WO-000002", WorkOrderStatus::Approved, "op", None).unwrap();
+    let list = s.list().unwrap();
+    assert_eq!(ids(&list), vec!["WO-000003", "WO-000002", "WO-000001"]);
+    let states: Vec<Option<DeliveryState>> =
+        list.iter().map(|o| o.delivery.as_ref().map(|d| d.state)).collect();
+    assert_eq!(states, vec![None, Some(DeliveryState::Pending), None]);
+}
+
+#[test]
+fn transitions_follow_the_lifecycle_and_an_open_order_stays_the_one_of_its_sensor_and_type() {
+    let s = WorkOrderStore::in_memory().unwrap();
+    s.create("k1", "f", draft("A_LINE1_001"), false).unwrap();
+    let e =
+        s.transition("WO-000001", WorkOrderStatus::Completed, "op", None).err().expect("not from pending");
+    assert!(matches!(e, WorkOrderError::Transition { .. }), "{e}");
+    let o = s.transition("WO-000001", WorkOrderStatus::Approved, "op", Some("ok".into())).unwrap();
+    assert_eq!((o.status, o.history.len()), (WorkOrderStatus::Approved, 1));
+    assert_eq!(o.history[0].note.as_deref(), Some("ok"));
+    // Approved is still open: the same sensor and type again is its duplicate.
+    let again = s.create("k2", "f", draft("A_LINE1_001"), false).unwrap();
+    assert_eq!((again.created, again.duplicate_of.as_deref()), (false, Some("WO-000001")));
+    // Cancelled is closed: the next one is a new order.
+    s.transition("WO-000001", WorkOrderStatus::Cancelled, "op", None).unwrap();
+    let next = s.create("k3", "f", draft("A_LINE1_001"), false).unwrap();
+    assert_eq!((next.created, next.order.id.as_str()), (true, "WO-000002"));
+    // Only an approval queues a delivery.
+    s.transition("WO-000002", WorkOrderStatus::Rejected, "op", None).unwrap();
+    assert!(s.get("WO-000002").unwrap().delivery.is_none());
+    assert!(s.due(i64::MAX).unwrap().iter().all(|(o, _)| o.id == "WO-000001"));
+}
+
+#[test]
+fn pending_orders_created_before_the_cutoff_expire_and_no_others() {
+    let s = WorkOrderStore::in_memory().unwrap();
+    s.create("k1", "f", draft_at("A_LINE1_001", "2026-12-01T10:00:00.000Z"), false).unwrap();
+    s.create("k2", "f", draft_at("A_LINE1_002", "2026-12-01T10:00:00.000Z"), false).unwrap();
+    s.create("k3", "f", draft_at("A_LINE1_003", "2026-12-01T11:00:00.000Z"), false).unwrap();
+    s.transition("WO-000002", WorkOrderStatus::Approved, "op", None).unwrap();
+    let at = |t: &str| DateTime::parse_from_rfc3339(t).unwrap().with_timezone(&Utc);
+    // Created exactly at the cutoff: not before it.
+    assert_eq!(s.expire(at("2026-12-01T10:00:00.000Z")).unwrap(), Vec::<String>::new());
+    assert_eq!(s.expire(at("2026-12-01T10:00:00.001Z")).unwrap(), vec!["WO-000001".to_string()]);
+    let o = s.get("WO-000001").unwrap();
+    assert_eq!((o.status, o.history[0].by.as_str()), (WorkOrderStatus::Expired, "system"));
+    assert_eq!(s.get("WO-000002").unwrap().status, WorkOrderStatus::Approved, "approved: not expired");
+    assert_eq!(s.get("WO-000003").unwrap().status, WorkOrderStatus::PendingApproval);
+}
+
+#[test]
+fn a_delivery_is_due_at_its_time_counted_per_attempt_and_not_again_once_delivered() {
+    let s = WorkOrderStore::in_memory().unwrap();
+    s.create("k1", "f", draft("A_LINE1_001"), false).unwrap();
+    s.create("k2", "f", draft("A_LINE1_002"), true).unwrap();
+    assert!(s.due(i64::MAX).unwrap().iter().all(|(o, _)| o.id == "WO-000002"), "only the approved");
+    assert_eq!(s.due(0).unwrap().len(), 1, "due at once");
+    assert!(s.due(-1).unwrap().is_empty());
+    s.delivered("WO-000002", false, 5000).unwrap();
+    assert!(s.due(4999).unwrap().is_empty(), "waits for its next attempt");
+    let due = s.due(5000).unwrap();
+    assert_eq!((due.len(), due[0].1.attempts, due[0].1.delivered), (1, 1, false));
+    let d = s.get("WO-000002").unwrap().delivery.unwrap();
+    assert_eq!((d.state, d.attempts), (DeliveryState::Failing, 1));
+    assert!(d.last_attempt_at.is_some());
+    s.delivered("WO-000002", true, 0).unwrap();
+    assert!(s.due(i64::MAX).unwrap().is_empty(), "delivered: never due again");
+    let d = s.get("WO-000002").unwrap().delivery.unwrap();
+    assert_eq!((d.state, d.attempts), (DeliveryState::Delivered, 2));
+    assert!(matches!(s.delivered("WO-000001", true, 0), Err(WorkOrderError::NotFound(_))), "nothing queued");
+}
