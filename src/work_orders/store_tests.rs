@@ -97,8 +97,7 @@ fn the_list_is_newest_first_each_order_with_its_delivery() {
 fn transitions_follow_the_lifecycle_and_an_open_order_stays_the_one_of_its_sensor_and_type() {
     let s = WorkOrderStore::in_memory().unwrap();
     s.create("k1", "f", draft("A_LINE1_001"), false).unwrap();
-    let e =
-        s.transition("WO-000001", WorkOrderStatus::Completed, "op", None).err().expect("not from pending");
+    let e = s.transition("WO-000001", WorkOrderStatus::Completed, "op", None).expect_err("not from pending");
     assert!(matches!(e, WorkOrderError::Transition { .. }), "{e}");
     let o = s.transition("WO-000001", WorkOrderStatus::Approved, "op", Some("ok".into())).unwrap();
     assert_eq!((o.status, o.history.len()), (WorkOrderStatus::Approved, 1));
