@@ -15,6 +15,7 @@ use super::*;
 use crate::registry::RegisterTable;
 
 const KEY: ReadKey = ReadKey { unit: 1, table: RegisterTable::Holding, start: 0, count: 2 };
+const OTHER: ReadKey = ReadKey { unit: 1, table: RegisterTable::Holding, start: 10, count: 2 };
 const WAIT: Duration = Duration::from_secs(5);
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -189,10 +190,12 @@ async fn refused_connects_back_off_and_a_read_waits_for_the_backoff_only_if_it_h
     // Within the backoff, a read whose deadline comes first fails at once, saying when
     // to try again; the device is not asked.
     let r = read(&link, SECOND, until(100)).await;
-    assert!(
-        matches!(r, Err(DriverError::Unavailable { retry_after: Some(w) }) if w > Duration::ZERO),
-        "{r:?}"
-    );
+    let Err(DriverError::Unavailable { retry_after: Some(left) }) = r else { panic!("{r:?}") };
+    assert!(left > Duration::ZERO);
+    // Nor one whose deadline leaves less than 50 ms after the backoff ends (a connect
+    // must have time to succeed).
+    let r = read(&link, SECOND, until(left.as_millis() as u64 + 10)).await;
+    assert!(matches!(r, Err(DriverError::Unavailable { .. })), "{r:?}");
     // A read with time left waits for the backoff and connects.
     assert_eq!(read(&link, SECOND, until(3000)).await, registers());
 }
@@ -243,9 +246,14 @@ async fn a_serial_line_stays_quiet_for_a_timeout_after_a_timeout() {
     // One with time left waits for the quiet to end, then is sent and answered.
     let call = tokio::spawn({
         let link = link.clone();
-        async move { read(&link, quiet, until(3000)).await }
+        async move {
+            tokio::time::timeout(WAIT, link.read(OTHER, quiet, until(3000))).await.expect("the read ends")
+        }
     });
+    // The first request on the line after the quiet is this one (the queued one was
+    // never sent).
     let req = request(&mut peer, 8).await;
+    assert_eq!(u16::from_be_bytes([req[2], req[3]]), OTHER.start, "{req:?}");
     let sent_after = timed_out.elapsed();
     send(&mut peer, &rtu_answer(&req)).await;
     assert_eq!(call.await.unwrap(), registers());
