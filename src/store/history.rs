@@ -63,7 +63,15 @@ fn db<E: std::fmt::Display>(e: E) -> StoreError {
 struct Open {
     writer: ChunkWriter,
     dirty: bool,
+    /// Flushes in a row that found it unchanged (a chunk of late points is let go after
+    /// [`LATE_IDLE_FLUSHES`]).
+    idle: u32,
 }
+
+/// A chunk of late points unchanged for this many flushes is let go (it is on disk as it
+/// is): late points that keep coming (a device's clock a little behind, a long replay)
+/// stay in one chunk, and a sensor's late points cost memory only while they come.
+const LATE_IDLE_FLUSHES: u32 = 60;
 
 /// A sealed chunk not yet written.
 struct Sealed {
@@ -118,6 +126,19 @@ impl Default for Limits {
     fn default() -> Self {
         Limits { reserve_bytes: 100 << 20, reserve_percent: 5, max_unflushed_bytes: 64 << 20 }
     }
+}
+
+/// Counts a flush for each chunk of late points: one unchanged (on disk as it is) for
+/// [`LATE_IDLE_FLUSHES`] flushes is let go.
+fn age_late(p: &mut Pending) {
+    p.late.retain(|_, o| {
+        if o.dirty {
+            o.idle = 0;
+            return true;
+        }
+        o.idle += 1;
+        o.idle < LATE_IDLE_FLUSHES
+    });
 }
 
 /// Whether `p` goes on at the end of the chunk `w` writes.
@@ -282,7 +303,7 @@ impl HistoryStore {
         };
         let mut writer = ChunkWriter::new(kind);
         writer.push(p);
-        if let Some(old) = chunks.insert(sensor.to_string(), Open { writer, dirty: true }) {
+        if let Some(old) = chunks.insert(sensor.to_string(), Open { writer, dirty: true, idle: 0 }) {
             let w = &old.writer;
             let chunk = Sealed {
                 sensor: sensor.to_string(),
@@ -391,7 +412,7 @@ impl HistoryStore {
             (sealed, snapshots)
         };
         if sealed.is_empty() && snapshots.is_empty() {
-            self.lock().late.retain(|_, o| o.dirty);
+            age_late(&mut self.lock());
             return Ok(0);
         }
         let n = sealed.len() + snapshots.len();
@@ -418,8 +439,7 @@ impl HistoryStore {
                 p.sealed_bytes -= c.bytes.len();
             }
         }
-        // Late chunks written before and unchanged since are on disk as they are: let go.
-        p.late.retain(|_, o| o.dirty);
+        age_late(&mut p);
         let Pending { open, late, .. } = &mut *p;
         for (sensor, first, last, _) in &snapshots {
             for o in [open.get_mut(sensor), late.get_mut(sensor)].into_iter().flatten() {

@@ -37,8 +37,8 @@ pub struct ListSensorsArgs {
     /// Only sensors of this kind, e.g. "temperature", "pressure", "flow". Default: all kinds.
     #[schemars(length(min = 1, max = 32), example = &"pressure")]
     pub kind: Option<String>,
-    /// Case-insensitive words that must all appear in the ID, description, equipment tag or
-    /// unit, e.g. "pump discharge" or "P-042". Default: no text filter.
+    /// Case-insensitive words that must all appear in the ID, description, equipment tag,
+    /// unit or kind, e.g. "pump discharge" or "P-042". Default: no text filter.
     #[schemars(length(min = 1, max = 100), example = &"pump discharge")]
     pub text: Option<String>,
     /// Fleet hub only: sensors of this edge node, as "group/node", e.g. "A/gw1". Default: all

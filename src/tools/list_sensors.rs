@@ -53,6 +53,15 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
 
     let words: Vec<String> =
         args.text.as_deref().unwrap_or("").split_whitespace().map(str::to_lowercase).collect();
+    if args.text.is_some() && words.is_empty() {
+        return Err(ToolError::invalid(
+            "text",
+            args.text.as_deref(),
+            "at least one word",
+            "text holds no word, only spaces.",
+            "Give words to search for, or omit text to list every sensor.",
+        ));
+    }
     let fingerprint = fingerprint(&args, &words);
     let after = match &args.cursor {
         Some(c) => Some(super::cursor::decode::<Cursor>(c, fingerprint, &PAGING)?.a),

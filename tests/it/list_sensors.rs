@@ -170,6 +170,24 @@ async fn filters_combine() {
     assert_eq!(e.json()["total"], 0);
 }
 
+/// Text of spaces only names no word: refused as the empty text is, not read as no filter.
+#[tokio::test]
+async fn text_of_spaces_only_is_refused_like_empty_text() {
+    for text in ["", "   "] {
+        let e = call("list_sensors", json!({"text": text})).await;
+        let err = e.error.unwrap_or_else(|| panic!("{text:?} refused"));
+        assert_eq!(
+            (err.code, err.parameter.as_deref()),
+            (ErrorCode::InvalidArgument, Some("text")),
+            "{text:?}"
+        );
+    }
+    // The kind is searched too.
+    let e = call("list_sensors", json!({"text": "temperature", "kind": "temperature"})).await;
+    let n = e.json()["total"].as_u64().unwrap();
+    assert!(n > 0);
+}
+
 #[tokio::test]
 async fn unknown_filter_values_are_errors_with_suggestions() {
     let e = call("list_sensors", json!({"zone": "LINE2"})).await;

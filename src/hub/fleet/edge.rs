@@ -85,7 +85,8 @@ impl EdgeState {
                 d.status = Status::Offline { since: wall, why: Gone::EdgeGone };
             }
         }
-        Changed::default()
+        // Its claims no longer count over others' (a conflict it made clears).
+        Changed { catalogue: true }
     }
 
     /// A message in its `seq` turn.

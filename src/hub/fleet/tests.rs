@@ -237,19 +237,23 @@ fn only_the_current_connections_ndeath_counts() {
     let death = |bd: u64| {
         payload(None, T0, vec![Metric::new(Some("bdSeq"), None, dt_::INT64, Some(Value::Long(bd)))])
     };
-    f.on_message(
+    let stale = f.on_message(
         From { group: "A", node: "gw1", kind: Kind::NDeath, device: None },
         death(2),
         Clock { now, wall: wall(T0 + 100) },
         &mut out,
     );
     assert!(f.edge("A", "gw1").unwrap().status.is_online(), "an older connection's will");
-    f.on_message(
+    assert!(!stale.catalogue);
+    let dead = f.on_message(
         From { group: "A", node: "gw1", kind: Kind::NDeath, device: None },
         death(3),
         Clock { now, wall: wall(T0 + 200) },
         &mut out,
     );
+    // Whose claims count changed (a dead edge node's claims give way): the catalogue is
+    // built again.
+    assert!(dead.catalogue, "a death changes the catalogue");
     let e = f.edge("A", "gw1").unwrap();
     assert_eq!(e.status, Status::Offline { since: wall(T0 + 200), why: Gone::Death });
     assert_eq!(e.devices[0].status, Status::Offline { since: wall(T0 + 200), why: Gone::EdgeGone });
