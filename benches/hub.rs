@@ -25,6 +25,9 @@ use rumqttc::{AsyncClient, Event, Incoming, LastWill, MqttOptions, QoS};
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
 
+#[path = "common/proc.rs"]
+mod proc;
+
 const EDGES: usize = 100;
 const DEVICES: usize = 10;
 const TAGS: usize = 100;
@@ -35,23 +38,6 @@ const BOOLEAN: u32 = 11;
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-fn proc_cpu(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let f: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-fn rss_mb(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
 }
 
 fn sensor(edge: usize, device: usize, tag: usize) -> String {
@@ -397,8 +383,12 @@ async fn run(gen_rt: &tokio::runtime::Runtime) {
         metric(&http, &hub_addr, "fieldgate_hub_messages_dropped_total").await,
         metric(&http, &hub_addr, "fieldgate_hub_seq_gaps_total").await,
     );
-    let (o0, c0, h0, t0) =
-        (offered.metrics.load(Ordering::Relaxed), proc_cpu(hub_pid), history(), Instant::now());
+    let (o0, c0, h0, t0) = (
+        offered.metrics.load(Ordering::Relaxed),
+        proc::cpu_seconds(&std::path::Path::new("/proc").join(hub_pid.to_string()).join("stat")),
+        history(),
+        Instant::now(),
+    );
     // Tool latency while ingesting: readings of sensors across the fleet.
     let mut at_hub = Vec::new();
     let mut refused = std::collections::BTreeMap::<String, u32>::new();
@@ -420,9 +410,11 @@ async fn run(gen_rt: &tokio::runtime::Runtime) {
     let dropped = metric(&http, &hub_addr, "fieldgate_hub_messages_dropped_total").await - d0;
     let gaps = metric(&http, &hub_addr, "fieldgate_hub_seq_gaps_total").await - g0;
     let sent = (offered.metrics.load(Ordering::Relaxed) - o0) as f64 / wall;
-    let cpu = (proc_cpu(hub_pid) - c0) / wall * 100.0;
+    let cpu = (proc::cpu_seconds(&std::path::Path::new("/proc").join(hub_pid.to_string()).join("stat")) - c0)
+        / wall
+        * 100.0;
     let history_rate = (history().saturating_sub(h0)) as f64 / wall;
-    let rss = rss_mb(hub_pid);
+    let rss = proc::rss_mb(&hub_pid.to_string());
 
     // Lag: a probe value through edge node 0's own connection (its seq goes on), until the
     // hub answers it.

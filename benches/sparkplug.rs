@@ -21,6 +21,10 @@ use fieldgate::transport::auth::Tokens;
 use fieldgate_sim::{Bind, Scenario, Simulator, Wave};
 use rumqttc::{AsyncClient, Event, Incoming, MqttOptions, QoS};
 
+#[path = "common/proc.rs"]
+mod proc;
+use proc::rss_mb;
+
 const DEVICES: usize = 40;
 const PER_DEVICE: usize = 250;
 const DRAIN: usize = 1_000_000;
@@ -32,26 +36,9 @@ fn thread_cpu() -> BTreeMap<String, f64> {
     for t in tasks.flatten() {
         let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
         let group = comm.trim().split(['-', ' ']).next().unwrap_or("").to_string();
-        *out.entry(group).or_insert(0.0) += proc_cpu(&t.path().join("stat"));
+        *out.entry(group).or_insert(0.0) += proc::cpu_seconds(&t.path().join("stat"));
     }
     out
-}
-
-fn proc_cpu(stat: &std::path::Path) -> f64 {
-    let stat = std::fs::read_to_string(stat).unwrap_or_default();
-    let f: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-fn rss_mb(pid: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
 }
 
 fn runtime(name: &str, threads: usize) -> tokio::runtime::Runtime {
@@ -175,7 +162,7 @@ fn main() {
     std::thread::sleep(Duration::from_secs(3));
     let (cpu0, broker0, t0) = (
         thread_cpu(),
-        proc_cpu(&std::path::PathBuf::from(format!("/proc/{broker_pid}/stat"))),
+        proc::cpu_seconds(&std::path::PathBuf::from(format!("/proc/{broker_pid}/stat"))),
         Instant::now(),
     );
     let (sent0, live0, bytes0) = (
@@ -186,7 +173,7 @@ fn main() {
     std::thread::sleep(Duration::from_secs(10));
     let wall = t0.elapsed().as_secs_f64();
     let (cpu1, broker1) =
-        (thread_cpu(), proc_cpu(&std::path::PathBuf::from(format!("/proc/{broker_pid}/stat"))));
+        (thread_cpu(), proc::cpu_seconds(&std::path::PathBuf::from(format!("/proc/{broker_pid}/stat"))));
     let sent = counter(&running.tools, "fieldgate_sparkplug_metrics_sent_total") - sent0;
     let live = seen.live.load(Ordering::Relaxed) - live0;
     let bytes = seen.bytes.load(Ordering::Relaxed) - bytes0;
