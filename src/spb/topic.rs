@@ -119,6 +119,9 @@ pub fn state(host: &str) -> String {
     format!("{NAMESPACE}/STATE/{host}")
 }
 
+/// The longest group, edge node, device or host ID a host application reads (characters).
+pub const MAX_ID: usize = 64;
+
 /// Any Sparkplug topic, as a host application reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Address<'a> {
@@ -131,19 +134,24 @@ pub enum Address<'a> {
 
 impl<'a> Address<'a> {
     /// The topic's parts; `None` for anything outside the namespace, an unknown message
-    /// type, an empty ID, or a device where there must be none (or none where there must).
+    /// type, an ID that is empty, longer than [`MAX_ID`] characters or holds a character a
+    /// person cannot see as it is (a control, bidirectional or invisible one: the IDs are
+    /// shown), or a device where there must be none (or none where there must).
     pub fn parse(topic: &'a str) -> Option<Address<'a>> {
         let mut parts = topic.split('/');
         if parts.next()? != NAMESPACE {
             return None;
         }
         let rest: Vec<&str> = parts.collect();
+        let id = |s: &str| {
+            !s.is_empty() && s.chars().count() <= MAX_ID && !s.chars().any(crate::plain::is_hidden)
+        };
         match rest.as_slice() {
-            ["STATE", host] if !host.is_empty() => Some(Address::State { host }),
-            [group, kind, node, device @ ..] if !group.is_empty() && !node.is_empty() => {
+            ["STATE", host] if id(host) => Some(Address::State { host }),
+            [group, kind, node, device @ ..] if id(group) && id(node) => {
                 let kind = Kind::ALL.into_iter().find(|k| k.as_str() == *kind)?;
                 let device = match (kind.is_device(), device) {
-                    (true, [d]) if !d.is_empty() => Some(*d),
+                    (true, [d]) if id(d) => Some(*d),
                     (false, []) => None,
                     _ => return None,
                 };
@@ -190,6 +198,20 @@ mod tests {
         ] {
             assert_eq!(Address::parse(bad), None, "{bad}");
         }
+        // IDs are shown to people: none hides characters or runs long.
+        let long = "n".repeat(MAX_ID + 1);
+        for bad in [
+            "spBv1.0/A\u{202e}/NBIRTH/gw1".to_string(),
+            "spBv1.0/A/NBIRTH/gw\u{7}1".to_string(),
+            "spBv1.0/A/DBIRTH/gw1/d\u{200b}1".to_string(),
+            "spBv1.0/STATE/ho\u{2066}st".to_string(),
+            format!("spBv1.0/A/NBIRTH/{long}"),
+        ] {
+            assert_eq!(Address::parse(&bad), None, "{bad:?}");
+        }
+        let longest = "n".repeat(MAX_ID);
+        assert!(Address::parse(&format!("spBv1.0/A/NBIRTH/{longest}")).is_some());
+        assert!(Address::parse("spBv1.0/Ä/NBIRTH/gw-ü").is_some(), "any visible text");
         assert_eq!(node_command("A", "gw1"), "spBv1.0/A/NCMD/gw1");
     }
 
