@@ -506,4 +506,30 @@ mod tests {
         // time: one bit (dod 0); quality: one bit; value: one bit.
         assert!(w.bytes().len() < HEADER + 1000 * 3 / 8 + 16, "{}", w.bytes().len());
     }
+
+    /// A value that swings between two levels: each XOR with the last value has the same
+    /// meaningful bits, written in the window of the one before (no new window each time).
+    #[test]
+    fn a_value_swinging_between_two_levels_reuses_its_window() {
+        let mut w = ChunkWriter::new(Kind::Float);
+        for i in 0..1000 {
+            let v = if i % 2 == 0 { 100.0 } else { 100.5 };
+            w.push(&Point { t: 1_700_000_000_000 + i * 1000, value: Stored::Float(v), quality: 0 });
+        }
+        let n = w.bytes().len();
+        // time and quality one bit each; the value: two control bits and the window's bits
+        // (7 for 100.0 ^ 100.5), no 11 bits of window each time.
+        assert!(n < HEADER + 1000 * 11 / 8 + 16, "{n}");
+    }
+
+    /// A text that repeats takes one bit per point, not its bytes again.
+    #[test]
+    fn a_repeated_text_takes_one_bit_per_point() {
+        let mut w = ChunkWriter::new(Kind::Text);
+        for i in 0..1000 {
+            w.push(&Point { t: 1_700_000_000_000 + i * 1000, value: Stored::Text("running".into()), quality: 0 });
+        }
+        assert!(w.bytes().len() < HEADER + 1000 * 3 / 8 + 32, "{}", w.bytes().len());
+        roundtrip(&decode(&w.bytes()).unwrap());
+    }
 }
