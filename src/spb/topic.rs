@@ -143,9 +143,8 @@ impl<'a> Address<'a> {
             return None;
         }
         let rest: Vec<&str> = parts.collect();
-        let id = |s: &str| {
-            !s.is_empty() && s.chars().count() <= MAX_ID && !s.chars().any(crate::plain::is_hidden)
-        };
+        let id =
+            |s: &str| !s.is_empty() && s.chars().count() <= MAX_ID && !s.chars().any(crate::plain::is_hidden);
         match rest.as_slice() {
             ["STATE", host] if id(host) => Some(Address::State { host }),
             [group, kind, node, device @ ..] if id(group) && id(node) => {

@@ -527,7 +527,11 @@ mod tests {
     fn a_repeated_text_takes_one_bit_per_point() {
         let mut w = ChunkWriter::new(Kind::Text);
         for i in 0..1000 {
-            w.push(&Point { t: 1_700_000_000_000 + i * 1000, value: Stored::Text("running".into()), quality: 0 });
+            w.push(&Point {
+                t: 1_700_000_000_000 + i * 1000,
+                value: Stored::Text("running".into()),
+                quality: 0,
+            });
         }
         assert!(w.bytes().len() < HEADER + 1000 * 3 / 8 + 32, "{}", w.bytes().len());
         roundtrip(&decode(&w.bytes()).unwrap());
