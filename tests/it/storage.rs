@@ -176,7 +176,7 @@ fn order(key: &str) -> serde_json::Value {
 async fn work_orders_answer_storage_unavailable_while_writes_fail_and_recover() {
     let (db, fail) = flaky_db("work orders");
     let orders = Arc::new(WorkOrderStore::init(db).unwrap());
-    let svc = service_with_orders(orders);
+    let svc = service_with_orders(orders.clone());
     fail.store(true, Ordering::SeqCst);
     let e = svc.call("create_work_order", order("disk-full-0001")).await.unwrap();
     let err = e.error.unwrap();
@@ -188,7 +188,15 @@ async fn work_orders_answer_storage_unavailable_while_writes_fail_and_recover() 
     // A read while the store cannot be reopened is refused the same way, never INTERNAL.
     let e = svc.call("list_work_orders", json!({})).await.unwrap();
     assert!(e.ok || e.error.as_ref().unwrap().code == ErrorCode::StorageUnavailable, "{:?}", e.error);
+    assert!(!orders.recheck(), "still failing: not fine");
+    assert!(orders.problem().is_some());
     fail.store(false, Ordering::SeqCst);
+    // The storage is back: the store finds out by itself (the delivery task's recheck),
+    // without waiting for the next order.
+    assert!(orders.recheck(), "fine again once a write commits");
+    assert!(orders.problem().is_none());
+    let status = svc.call("get_device_status", json!({})).await.unwrap().json();
+    assert_eq!(status["storage"]["state"], "ok", "{status}");
     let e = svc.call("create_work_order", order("disk-full-0001")).await.unwrap();
     assert!(e.ok, "{:?}", e.error);
     assert_eq!(e.json()["work_order"]["id"], "WO-000001", "the refused call created nothing");
