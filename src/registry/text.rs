@@ -104,7 +104,10 @@ impl TextIndex {
             // A word with a line break would match across tokens: no token holds one.
             let found = (!word.contains('\n')).then(|| self.vocabulary.match_indices(word.as_str()));
             for (at, _) in found.into_iter().flatten() {
-                let token = self.starts.partition_point(|&s| s as usize <= at) - 1;
+                // Every match starts in a token (the vocabulary starts with one).
+                let Some(token) = self.starts.partition_point(|&s| s as usize <= at).checked_sub(1) else {
+                    continue;
+                };
                 if previous == Some(token) {
                     continue;
                 }
@@ -203,6 +206,15 @@ mod tests {
         // "pump" then "1": together only with the space between them.
         assert!(index.matching(&["pump1".to_string()]).iter().next().is_none());
         assert!(index.matching(&["001\npump".to_string()]).iter().next().is_none());
+    }
+
+    #[test]
+    fn an_empty_word_matches_as_a_scan_does_and_an_empty_registry_nothing() {
+        let r = registry();
+        let all: Vec<usize> = TextIndex::build(r.sensors()).matching(&[String::new()]).iter().collect();
+        assert_eq!(all, vec![0, 1, 2]);
+        let none = TextIndex::build(&[]).matching(&[String::new(), "x".into()]);
+        assert!(none.iter().next().is_none());
     }
 
     #[test]
