@@ -153,3 +153,43 @@ fn a_delivery_is_due_at_its_time_counted_per_attempt_and_not_again_once_delivere
     assert_eq!((d.state, d.attempts), (DeliveryState::Delivered, 2));
     assert!(matches!(s.delivered("WO-000001", true, 0), Err(WorkOrderError::NotFound(_))), "nothing queued");
 }
+
+#[test]
+fn a_marker_that_could_not_be_written_is_caught_up_by_recheck_once_it_can() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("work_orders.redb");
+    let s = WorkOrderStore::open(&path).unwrap();
+    s.create("k1", "f", draft("A_LINE1_001"), false).unwrap();
+    assert_eq!(marker(dir.path()), "WO-000001");
+    // The marker's temporary file cannot be created (a directory stands in its place): the
+    // order is committed, the marker lags and the store says so.
+    let blocker = dir.path().join("work_orders.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    s.create("k2", "f", draft("A_LINE1_002"), false).unwrap();
+    assert_eq!(marker(dir.path()), "WO-000001");
+    let problem = s.problem().expect("the lagging marker is a problem");
+    assert!(problem.reason.contains("marker"), "{}", problem.reason);
+    // The store itself writes again, the marker still cannot: not fine.
+    assert!(!s.recheck());
+    assert!(s.problem().is_some());
+    assert_eq!(marker(dir.path()), "WO-000001");
+    // Once it can, recheck catches the marker up to the highest order and clears the problem.
+    std::fs::remove_dir(&blocker).unwrap();
+    assert!(s.recheck());
+    assert!(s.problem().is_none());
+    assert_eq!(marker(dir.path()), "WO-000002");
+    // And a reopen agrees with it.
+    drop(s);
+    drop(WorkOrderStore::open(&path).unwrap());
+}
+
+#[test]
+fn recheck_of_a_store_that_never_issued_an_order_leaves_no_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = WorkOrderStore::open_in(dir.path()).unwrap();
+    s.db.note("a write failed");
+    assert!(s.recheck(), "the store writes: fine");
+    assert!(s.problem().is_none());
+    // Nothing was issued: no marker claims an ID.
+    assert!(!dir.path().join("work_orders.last_id").exists());
+}
