@@ -125,6 +125,10 @@ fn spawn_edge(rt: &tokio::runtime::Runtime, port: u16, n: usize, offered: Arc<Of
     death.metrics.push(Metric::new(Some("bdSeq"), None, INT64, Some(Value::Long(0))));
     o.set_last_will(LastWill::new(node_topic("NDEATH", n), death.encode_to_bytes(), QoS::AtLeastOnce, false));
     let (client, mut events) = AsyncClient::new(o, 64);
+    // Sent when published, as fieldgate's own edge nodes do.
+    let mut network = events.network_options();
+    network.set_tcp_nodelay(true);
+    events.set_network_options(network);
     let (probe, mut probes) = tokio::sync::mpsc::unbounded_channel();
     let edge =
         Arc::new(Edge { n, client, birth: AtomicBool::new(false), connected: AtomicBool::new(false), probe });
@@ -324,7 +328,7 @@ async fn run(gen_rt: &tokio::runtime::Runtime) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let conf = dir.path().join("mosquitto.conf");
     let text = format!(
-        "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 100000\nmax_inflight_messages 0\n"
+        "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 100000\nmax_inflight_messages 0\nset_tcp_nodelay true\n"
     );
     std::fs::write(&conf, text).unwrap();
     let mut broker = tokio::process::Command::new("/usr/sbin/mosquitto")

@@ -180,10 +180,10 @@ async fn keep(core: Core, store: Arc<HistoryStore>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.flush_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_prune = Instant::now();
-    let flush = |store: &Arc<HistoryStore>| {
+    let flush = |store: &Arc<HistoryStore>, all: bool| {
         let s = store.clone();
         async move {
-            match tokio::task::spawn_blocking(move || s.flush()).await {
+            match tokio::task::spawn_blocking(move || if all { s.flush_all() } else { s.flush() }).await {
                 Ok(Err(error)) => tracing::debug!(%error, "history flush failed; points kept in memory"),
                 Err(error) => tracing::error!(%error, "history flush task failed"),
                 Ok(Ok(_)) => {}
@@ -194,14 +194,14 @@ async fn keep(core: Core, store: Arc<HistoryStore>, stop: CancellationToken) {
         tokio::select! {
             _ = tick.tick() => {}
             () = stop.cancelled() => {
-                flush(&store).await;
+                flush(&store, true).await;
                 if let Some(p) = store.problem() {
                     tracing::error!(reason = %p.reason, "history not fully written at stop");
                 }
                 return;
             }
         }
-        flush(&store).await;
+        flush(&store, false).await;
         if last_prune.elapsed() >= Duration::from_secs(60) {
             last_prune = Instant::now();
             let older = chrono::Utc::now().timestamp_millis() - cfg.retention_days as i64 * 86_400_000;

@@ -201,6 +201,10 @@ impl Fleet {
     /// catalogue does).
     pub fn sole_claim(&self, name: &str, edge: usize, device: usize) -> bool {
         let Some(c) = self.claims.get(name) else { return false };
+        // One claim (the common case): it is this device's or not, whoever is online.
+        if let [only] = c.as_slice() {
+            return *only == (edge, device);
+        }
         let current = |&(e, d): &(usize, usize)| {
             self.edges
                 .get(e)

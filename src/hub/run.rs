@@ -229,8 +229,10 @@ impl Host {
                     return;
                 }
                 let clock = Clock { now: Instant::now(), wall: Utc::now() };
+                // Decoded before the fleet is locked: readings wait only for the applying.
+                let decoded = Payload::decode_bytes(payload);
                 let mut fleet = self.fleet.lock();
-                match Payload::decode_bytes(payload) {
+                match decoded {
                     Ok(p) => {
                         let changed =
                             fleet.on_message(From { group, node, kind, device }, p, clock, &mut self.updates);
@@ -296,32 +298,36 @@ impl Host {
         }
     }
 
-    /// Values applied go to history (the hub's own, whatever their time).
+    /// Values applied go to history (the hub's own, whatever their time), a message's
+    /// values in one go.
     fn record(&mut self) {
         if self.updates.is_empty() {
             return;
         }
         let updates = std::mem::take(&mut self.updates);
-        let Some(store) = self.tools.history() else { return };
-        let fleet = self.fleet.lock();
-        for u in &updates {
-            let Some((_, Some(_), metric)) = fleet.metric(u.at) else { continue };
-            // A sensor ID, announced by this device alone: a conflict is never merged.
-            let sole = u.at.device.is_some_and(|d| fleet.sole_claim(&metric.name, u.at.edge, d));
-            if !sole || metric.name.parse::<crate::ids::SensorId>().is_err() {
-                continue;
-            }
-            let sample = crate::driver::Sample {
-                value: u.value.clone().unwrap_or(crate::driver::RawValue::Float(f64::NAN)),
-                at: u.time,
-                quality: u.quality,
-            };
-            let (value, quality) = stored_of(&sample);
-            let point = crate::store::gorilla::Point { t: u.time.timestamp_millis(), value, quality };
-            store.append(&metric.name, &point);
+        if let Some(store) = self.tools.history() {
+            let fleet = self.fleet.lock();
+            let points = updates.iter().filter_map(|u| {
+                let (_, Some(_), metric) = fleet.metric(u.at)? else { return None };
+                // A sensor ID, announced by this device alone: a conflict is never merged.
+                let sole = u.at.device.is_some_and(|d| fleet.sole_claim(&metric.name, u.at.edge, d));
+                if !sole || metric.name.parse::<crate::ids::SensorId>().is_err() {
+                    return None;
+                }
+                let sample = crate::driver::Sample {
+                    value: u.value.clone().unwrap_or(crate::driver::RawValue::Float(f64::NAN)),
+                    at: u.time,
+                    quality: u.quality,
+                };
+                let (value, quality) = stored_of(&sample);
+                Some((
+                    metric.name.as_str(),
+                    crate::store::gorilla::Point { t: u.time.timestamp_millis(), value, quality },
+                ))
+            });
+            store.append_all(points);
         }
         Counters::add(&self.counters.values, updates.len() as u64);
-        drop(fleet);
         self.updates = updates;
         self.updates.clear();
     }

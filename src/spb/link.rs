@@ -229,7 +229,13 @@ pub fn open(s: &Settings, broker: &Broker, will: Will) -> (AsyncClient, EventLoo
             o.set_transport(Transport::Tls(t));
         }
     }
-    AsyncClient::new(o, REQUESTS)
+    let (client, mut events) = AsyncClient::new(o, REQUESTS);
+    // A value (or a rebirth request) goes out when it is published, not when the broker
+    // acknowledged the message before it (Nagle's wait can reach its delayed ACK, 40 ms).
+    let mut network = events.network_options();
+    network.set_tcp_nodelay(true);
+    events.set_network_options(network);
+    (client, events)
 }
 
 /// One connection: the client, and its events from a task of their own. rumqttc's

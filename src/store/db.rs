@@ -47,12 +47,18 @@ pub struct Db {
     failures: AtomicU64,
 }
 
+/// The page cache of each store file (redb's default, 1 GiB, is more than an edge box has
+/// to spare; reads of history touch a sensor's chunks, a few hundred KiB).
+pub const CACHE_BYTES: usize = 32 << 20;
+
 /// Opens `path` with its integrity checked; the error names the file and what to do.
 pub fn open_checked(path: &Path) -> Result<Database, String> {
     // A file this call creates and cannot finish (a full disk) is removed again: left
     // behind, half written, it would be refused as damaged at every later start.
     let existed = std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
-    let opened = catch_unwind(|| Database::builder().set_check_integrity_on_open(true).create(path));
+    let opened = catch_unwind(|| {
+        Database::builder().set_check_integrity_on_open(true).set_cache_size(CACHE_BYTES).create(path)
+    });
     let failed = |message: String| {
         if !existed {
             let _ = std::fs::remove_file(path);

@@ -286,6 +286,11 @@ impl ChunkWriter {
         self.count += 1;
     }
 
+    /// How many bytes [`ChunkWriter::bytes`] returns.
+    pub fn byte_len(&self) -> usize {
+        HEADER + self.bits.bytes.len()
+    }
+
     /// The chunk as stored: header (kind, count, first time) then the bits.
     pub fn bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + self.bits.bytes.len());
@@ -301,6 +306,11 @@ impl ChunkWriter {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("corrupt history chunk")]
 pub struct Corrupt;
+
+/// How many points a stored chunk holds, read from its header.
+pub fn count_of(bytes: &[u8]) -> Result<u32, Corrupt> {
+    bytes.get(1..5).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes).ok_or(Corrupt)
+}
 
 /// Every point of a stored chunk.
 pub fn decode(bytes: &[u8]) -> Result<Vec<Point>, Corrupt> {

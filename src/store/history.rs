@@ -3,11 +3,15 @@
 //! Each sensor has one open chunk in memory, and a second one for late points (before the
 //! sensor's newest: a replay of what an edge buffered, a clock that stepped back), so a
 //! chunk's points always move forward in time; reads merge overlapping chunks in time order,
-//! one point per instant. [`HistoryStore::flush`] writes every changed open chunk
-//! (overwriting its earlier snapshot) and every sealed chunk in one durable redb
-//! transaction. A chunk never replaces another: one that would start at the instant a
-//! stored chunk starts holds a point already stored, which is dropped as a repeat. At most one flush interval (plus the time a flush takes) of points can
-//! be lost on power failure. A restart replays nothing: new points start new chunks.
+//! one point per instant. [`HistoryStore::flush`] writes, in one durable redb transaction,
+//! every sealed chunk, the changed open chunks of its turn (overwriting their earlier
+//! snapshot) and a journal record of every point appended since the flush before (see
+//! `history_journal.rs`): what a flush writes grows with what arrived, not with the number of
+//! sensors. A chunk never replaces another: one that would start at the instant a stored
+//! chunk starts holds a point already stored, which is dropped as a repeat. A chunk is
+//! sealed at [`MAX_POINTS`] points, [`MAX_CHUNK_BYTES`] bytes or [`MAX_SPAN_MS`]. At most one
+//! flush interval (plus the time a flush takes) of points can be lost on power failure; a
+//! restart replays the journal's points that no stored chunk holds, into new chunks.
 //!
 //! A flush that fails (a full disk, a failed file) keeps everything it was to write in
 //! memory and the next flush writes it again, after the store reopened its file (see
@@ -18,19 +22,29 @@
 //! Table `chunks`: key `(sensor_id, first_t_ms)`, value `last_t_ms (8 bytes LE) ++ chunk`.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, TableDefinition};
 
 use super::db::{Db, Problem, StorageFailure, disk_space};
 use super::gorilla::{ChunkWriter, Kind, Point, decode};
+use journal::{JOURNAL, TURNS};
+
+#[path = "history_journal.rs"]
+mod journal;
+#[path = "history_retention.rs"]
+mod retention;
+pub use retention::{Limits, Pruned};
 
 const CHUNKS: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("chunks");
 
 /// A chunk is sealed at this many points ...
 pub const MAX_POINTS: u32 = 1024;
+/// ... or when it holds this many bytes (an open chunk is held in memory: noisy values take
+/// up to 8 bytes a point) ...
+pub const MAX_CHUNK_BYTES: usize = 1536;
 /// ... or when it would span longer than this.
 pub const MAX_SPAN_MS: i64 = 6 * 3_600_000;
 /// A chunk of late points begun this far (or further) before its sensor's newest point is
@@ -62,7 +76,10 @@ fn db<E: std::fmt::Display>(e: E) -> StoreError {
 
 struct Open {
     writer: ChunkWriter,
+    /// Changed since it was last written.
     dirty: bool,
+    /// The flushes that write it (`flush number % TURNS`).
+    turn: u64,
     /// Flushes in a row that found it unchanged (a chunk of late points is let go after
     /// [`LATE_IDLE_FLUSHES`]).
     idle: u32,
@@ -91,41 +108,20 @@ struct Pending {
     /// Sealed chunks not yet written, oldest first.
     sealed: Vec<Sealed>,
     sealed_bytes: usize,
+    /// The journal record of what was appended since the last flush took one.
+    journal: Vec<u8>,
+    /// The next flush writes every changed open chunk (after a flush that failed, or a
+    /// replay): until then nothing is journaled.
+    full_due: bool,
+    /// Open chunks begun, for their turns.
+    begun: u64,
 }
 
-/// What retention removed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Pruned {
-    pub chunks: usize,
-    pub bytes: u64,
-}
-
-/// Limits of what history may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// History is not written while the filesystem has less free space than this.
-    pub reserve_bytes: u64,
-    /// ... or less than this share of its size (percent); the smaller of the two applies.
-    pub reserve_percent: u8,
-    /// Sealed chunks waiting in memory for a flush that can write them, at most.
-    pub max_unflushed_bytes: usize,
-}
-
-impl Limits {
-    pub fn of(c: &crate::config::StorageConfig) -> Limits {
-        Limits {
-            reserve_bytes: c.reserve_mb.saturating_mul(1 << 20),
-            reserve_percent: c.reserve_percent,
-            max_unflushed_bytes: usize::try_from(c.unflushed_max_mb.saturating_mul(1 << 20))
-                .unwrap_or(usize::MAX),
-        }
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits { reserve_bytes: 100 << 20, reserve_percent: 5, max_unflushed_bytes: 64 << 20 }
-    }
+/// The journal's records on disk, and the next flush's number.
+#[derive(Default)]
+struct Flushes {
+    next: u64,
+    on_disk: VecDeque<u64>,
 }
 
 /// Counts a flush for each chunk of late points: one unchanged (on disk as it is) for
@@ -145,6 +141,7 @@ fn age_late(p: &mut Pending) {
 fn fits(w: &ChunkWriter, p: &Point) -> bool {
     p.t > w.last_t()
         && w.len() < MAX_POINTS
+        && w.byte_len() < MAX_CHUNK_BYTES
         && p.t - w.first_t() <= MAX_SPAN_MS
         && w.kind() == Kind::of(&p.value)
 }
@@ -160,7 +157,7 @@ pub struct HistoryStore {
     db: Db,
     pending: Mutex<Pending>,
     /// One flush at a time: a flush removes from `pending` only what it wrote.
-    flushing: Mutex<()>,
+    flushing: Mutex<Flushes>,
     limits: Limits,
     dropped: AtomicU64,
     /// Points stored before their sensor's newest one (late).
@@ -171,6 +168,8 @@ pub struct HistoryStore {
     late_chunks: AtomicU64,
     /// When late points far back were last logged (ms since the epoch): one line a minute.
     step_logged: std::sync::atomic::AtomicI64,
+    /// Points the journal gave back at open (appended before a crash, in no stored chunk).
+    replayed: AtomicU64,
 }
 
 impl HistoryStore {
@@ -199,19 +198,23 @@ impl HistoryStore {
         db.write(|d| {
             let tx = d.begin_write().map_err(self::db)?;
             tx.open_table(CHUNKS).map_err(self::db)?;
+            tx.open_table(JOURNAL).map_err(self::db)?;
             tx.commit().map_err(self::db)
         })?;
-        Ok(HistoryStore {
+        let store = HistoryStore {
             db,
             pending: Mutex::new(Pending::default()),
-            flushing: Mutex::new(()),
+            flushing: Mutex::new(Flushes::default()),
             limits: Limits::default(),
             dropped: AtomicU64::new(0),
             late: AtomicU64::new(0),
             repeated: AtomicU64::new(0),
             late_chunks: AtomicU64::new(0),
             step_logged: std::sync::atomic::AtomicI64::new(i64::MIN),
-        })
+            replayed: AtomicU64::new(0),
+        };
+        store.replay()?;
+        Ok(store)
     }
 
     /// The same store with these limits.
@@ -232,20 +235,33 @@ impl HistoryStore {
     /// repeat: dropped and counted (returns false). A forward jump is just a long silence:
     /// a gap in the history, never invented data.
     pub fn append(&self, sensor: &str, p: &Point) -> bool {
+        self.append_to(&mut self.lock(), sensor, p)
+    }
+
+    /// Appends points of any sensors, as [`HistoryStore::append`] does, taking the lock once
+    /// (a hub applies a message of a hundred values at a time). Returns how many were stored.
+    pub fn append_all<'a>(&self, points: impl IntoIterator<Item = (&'a str, Point)>) -> usize {
         let mut pending = self.lock();
+        points.into_iter().filter(|(sensor, p)| self.append_to(&mut pending, sensor, p)).count()
+    }
+
+    fn append_to(&self, pending: &mut Pending, sensor: &str, p: &Point) -> bool {
         // The common case first, one lookup: the next point of the sensor's open chunk.
         if let Some(o) = pending.open.get_mut(sensor)
             && fits(&o.writer, p)
         {
             o.writer.push(p);
             o.dirty = true;
+            let (chunk, place) = (o.writer.first_t(), o.writer.len() - 1);
+            pending.note(sensor, chunk, place, p);
             return true;
         }
         let newest = pending.open.get(sensor).map(|o| o.writer.last_t());
+        let lane = if newest.is_some_and(|last| p.t < last) { Lane::Late } else { Lane::Newest };
         let pushed = match newest {
-            Some(last) if p.t > last => self.push(&mut pending, Lane::Newest, sensor, p),
+            Some(last) if p.t > last => self.push(pending, Lane::Newest, sensor, p),
             Some(last) if p.t < last => {
-                let pushed = self.push(&mut pending, Lane::Late, sensor, p);
+                let pushed = self.push(pending, Lane::Late, sensor, p);
                 if pushed.is_some() {
                     self.late.fetch_add(1, Ordering::Relaxed);
                 }
@@ -258,10 +274,13 @@ impl HistoryStore {
                 pushed
             }
             Some(_) => None,
-            None => self.push(&mut pending, Lane::Newest, sensor, p),
+            None => self.push(pending, Lane::Newest, sensor, p),
         };
-        if pushed.is_none() {
-            self.repeated.fetch_add(1, Ordering::Relaxed);
+        match pushed {
+            Some(_) => pending.journal(lane, sensor, p),
+            None => {
+                self.repeated.fetch_add(1, Ordering::Relaxed);
+            }
         }
         pushed.is_some()
     }
@@ -271,7 +290,7 @@ impl HistoryStore {
     /// already stored.
     fn push(&self, pending: &mut Pending, lane: Lane, sensor: &str, p: &Point) -> Option<bool> {
         let kind = Kind::of(&p.value);
-        let Pending { open, late, sealed, sealed_bytes } = pending;
+        let Pending { open, late, sealed, sealed_bytes, begun, .. } = pending;
         let chunks = match lane {
             Lane::Newest => &mut *open,
             Lane::Late => &mut *late,
@@ -291,9 +310,12 @@ impl HistoryStore {
         // A new chunk, keyed by its first point's time: where a chunk already starts,
         // that point is stored.
         let starts = |(_, o): (&String, &Open)| o.writer.first_t() == p.t;
-        let in_memory = open.get_key_value(sensor).is_some_and(starts)
-            || late.get_key_value(sensor).is_some_and(starts)
-            || sealed.iter().any(|c| c.sensor == sensor && c.first == p.t);
+        // Only a late point can: a point after the sensor's newest is after every point
+        // of its chunks in memory (late ones are before the newest when they come).
+        let in_memory = matches!(lane, Lane::Late)
+            && (open.get_key_value(sensor).is_some_and(starts)
+                || late.get_key_value(sensor).is_some_and(starts)
+                || sealed.iter().any(|c| c.sensor == sensor && c.first == p.t));
         if in_memory || self.stored_chunk_starts(sensor, p.t) {
             return None;
         }
@@ -303,7 +325,9 @@ impl HistoryStore {
         };
         let mut writer = ChunkWriter::new(kind);
         writer.push(p);
-        if let Some(old) = chunks.insert(sensor.to_string(), Open { writer, dirty: true, idle: 0 }) {
+        let turn = *begun % TURNS;
+        *begun += 1;
+        if let Some(old) = chunks.insert(sensor.to_string(), Open { writer, dirty: true, turn, idle: 0 }) {
             let w = &old.writer;
             let chunk = Sealed {
                 sensor: sensor.to_string(),
@@ -386,37 +410,52 @@ impl HistoryStore {
         self.db.file().and_then(|f| disk_space(f.parent().unwrap_or(f)))
     }
 
-    /// Makes every appended point durable. Returns the chunks written. On failure
-    /// everything stays in memory for the next flush.
+    /// Makes every appended point durable: the sealed chunks, the changed open chunks of
+    /// this flush's turn (all of them after a flush that failed) and the journal record of
+    /// the rest. Returns the chunks written. On failure everything stays in memory for the
+    /// next flush.
     pub fn flush(&self) -> Result<usize, StoreError> {
-        let _one = self.flushing.lock();
+        let mut flushes = self.flushing.lock();
+        let k = flushes.next;
+        flushes.next += 1;
         if let Some((free, total)) = self.disk_space() {
             let share = total / 100 * u64::from(self.limits.reserve_percent);
             if free < self.limits.reserve_bytes.min(share) {
+                self.lock().give_up_journal();
                 self.db.set_problem(Some("the disk reserve is reached; history waits in memory"));
                 return Err(StoreError::Reserve { free });
             }
         }
         // Copies: what was taken is removed only once it is durable.
-        let (sealed, snapshots) = {
-            let p = self.lock();
+        let (sealed, snapshots, record, full) = {
+            let mut p = self.lock();
+            // Every changed open chunk is written when that costs no more than the record
+            // (many points a sensor since the flush before), or after a failure.
+            let dirty: usize =
+                p.open.values().chain(p.late.values()).filter(|o| o.dirty).map(|o| o.writer.byte_len()).sum();
+            let full = std::mem::take(&mut p.full_due) || p.journal.len() >= dirty;
             let sealed: Vec<(String, i64, i64, Vec<u8>)> =
                 p.sealed.iter().map(|c| (c.sensor.clone(), c.first, c.last, c.bytes.clone())).collect();
             let snapshots: Vec<(String, i64, i64, Vec<u8>)> = p
                 .open
                 .iter()
                 .chain(&p.late)
-                .filter(|(_, o)| o.dirty)
+                .filter(|(_, o)| o.dirty && (full || o.turn == k % TURNS))
                 .map(|(s, o)| (s.clone(), o.writer.first_t(), o.writer.last_t(), o.writer.bytes()))
                 .collect();
-            (sealed, snapshots)
+            // A full flush writes every point the record holds in a chunk.
+            let record = std::mem::take(&mut p.journal);
+            (sealed, snapshots, if full { Vec::new() } else { record }, full)
         };
-        if sealed.is_empty() && snapshots.is_empty() {
+        // Records every turn has come round since (all of them, when this flush is full).
+        let done: Vec<u64> =
+            flushes.on_disk.iter().copied().take_while(|&r| full || r + TURNS <= k).collect();
+        if sealed.is_empty() && snapshots.is_empty() && record.is_empty() && done.is_empty() {
             age_late(&mut self.lock());
             return Ok(0);
         }
         let n = sealed.len() + snapshots.len();
-        self.db.write(|d| {
+        let written = self.db.write(|d| {
             let tx = d.begin_write().map_err(db)?;
             {
                 let mut t = tx.open_table(CHUNKS).map_err(db)?;
@@ -426,19 +465,36 @@ impl HistoryStore {
                     v.extend_from_slice(bytes);
                     t.insert((sensor.as_str(), *first), v.as_slice()).map_err(db)?;
                 }
+                let mut j = tx.open_table(JOURNAL).map_err(db)?;
+                if !record.is_empty() {
+                    j.insert(k, record.as_slice()).map_err(db)?;
+                }
+                for r in &done {
+                    j.remove(*r).map_err(db)?;
+                }
             }
             tx.commit().map_err(db)
-        })?;
+        });
         let mut p = self.lock();
+        if let Err(e) = written {
+            p.give_up_journal();
+            return Err(e);
+        }
+        flushes.on_disk.drain(..done.len());
+        if !record.is_empty() {
+            flushes.on_disk.push_back(k);
+        }
         // Written: the sealed chunks taken (new ones were appended behind them, and only
         // the bound can have dropped some of them meanwhile), and each open chunk that
         // has not moved on since its snapshot.
-        for (sensor, first, ..) in &sealed {
-            if let Some(i) = p.sealed.iter().position(|c| c.sensor == *sensor && c.first == *first) {
-                let c = p.sealed.remove(i);
-                p.sealed_bytes -= c.bytes.len();
-            }
-        }
+        let written: HashSet<(&str, i64)> = sealed.iter().map(|(s, f, ..)| (s.as_str(), *f)).collect();
+        let mut freed = 0;
+        p.sealed.retain(|c| {
+            let keep = !written.contains(&(c.sensor.as_str(), c.first));
+            freed += if keep { 0 } else { c.bytes.len() };
+            keep
+        });
+        p.sealed_bytes -= freed;
         age_late(&mut p);
         let Pending { open, late, .. } = &mut *p;
         for (sensor, first, last, _) in &snapshots {
@@ -449,6 +505,13 @@ impl HistoryStore {
             }
         }
         Ok(n)
+    }
+
+    /// Flushes every changed open chunk, not only those of this flush's turn (at stop, so
+    /// that a restart has nothing to replay).
+    pub fn flush_all(&self) -> Result<usize, StoreError> {
+        self.lock().give_up_journal();
+        self.flush()
     }
 
     /// Every point of `sensor` with `from <= t < to`, in time order.
@@ -513,71 +576,6 @@ impl HistoryStore {
     /// Whether the store answers reads (for `/readyz`).
     pub fn is_open(&self) -> bool {
         self.db.read(|d| d.begin_read().map_err(db)?.open_table(CHUNKS).map(|_| ()).map_err(db)).is_ok()
-    }
-
-    /// Bytes and chunks on disk.
-    pub fn size(&self) -> Result<(u64, usize), StoreError> {
-        self.db.read(|d| {
-            let tx = d.begin_read().map_err(db)?;
-            let t = tx.open_table(CHUNKS).map_err(db)?;
-            let mut bytes = 0u64;
-            let mut n = 0;
-            for item in t.iter().map_err(db)? {
-                let (k, v) = item.map_err(db)?;
-                bytes += (k.value().0.len() + 8 + v.value().len()) as u64;
-                n += 1;
-            }
-            Ok((bytes, n))
-        })
-    }
-
-    /// Drops chunks that ended before `older_than`, then the oldest until at most
-    /// `max_bytes` remain.
-    pub fn prune(&self, older_than: i64, max_bytes: u64) -> Result<Pruned, StoreError> {
-        let all: Vec<(String, i64, i64, u64)> = self.db.read(|d| {
-            let mut all = Vec::new();
-            let tx = d.begin_read().map_err(db)?;
-            let t = tx.open_table(CHUNKS).map_err(db)?;
-            for item in t.iter().map_err(db)? {
-                let (k, v) = item.map_err(db)?;
-                let (sensor, first) = k.value();
-                let v = v.value();
-                let last =
-                    v.get(..8).and_then(|b| b.try_into().ok()).map(i64::from_le_bytes).unwrap_or(i64::MIN);
-                all.push((sensor.to_string(), first, last, (sensor.len() + 8 + v.len()) as u64));
-            }
-            Ok(all)
-        })?;
-        let mut all = all;
-        all.sort_by_key(|c| c.2);
-        let total: u64 = all.iter().map(|c| c.3).sum();
-        let open: Vec<(String, i64)> = {
-            let p = self.lock();
-            p.open.iter().chain(&p.late).map(|(s, o)| (s.clone(), o.writer.first_t())).collect()
-        };
-        let mut remaining = total;
-        let mut doomed = Vec::new();
-        for c in &all {
-            let is_open = open.iter().any(|(s, f)| *s == c.0 && *f == c.1);
-            if !is_open && (c.2 < older_than || remaining > max_bytes) {
-                remaining -= c.3;
-                doomed.push(c);
-            }
-        }
-        if doomed.is_empty() {
-            return Ok(Pruned::default());
-        }
-        self.db.write(|d| {
-            let tx = d.begin_write().map_err(db)?;
-            {
-                let mut t = tx.open_table(CHUNKS).map_err(db)?;
-                for c in &doomed {
-                    t.remove((c.0.as_str(), c.1)).map_err(db)?;
-                }
-            }
-            tx.commit().map_err(db)
-        })?;
-        Ok(Pruned { chunks: doomed.len(), bytes: total - remaining })
     }
 }
 

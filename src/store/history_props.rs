@@ -1,5 +1,6 @@
 //! A property test of the history store as a whole: four sensors of four value kinds,
-//! flushes, reopens of the file and retention by age, against a list per sensor.
+//! flushes (each writing its turn's open chunks and a journal record), reopens of the
+//! file, crashes and retention by age, against a list per sensor.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -42,8 +43,11 @@ enum Op {
         x: i64,
     },
     Flush,
-    /// Flush, close and open the file again.
+    /// Flush everything, close and open the file again.
     Reopen,
+    /// Close without a last flush (what was appended since the last flush is lost) and
+    /// open again: the journal gives back what was flushed and is in no stored chunk.
+    Crash,
     /// Retention by age at this share (0-100 %) of the time covered so far.
     Prune(u8),
 }
@@ -53,6 +57,7 @@ fn op() -> impl Strategy<Value = Op> {
         80 => (0usize..4, 1i64..400_000, 0u8..3, any::<i64>()).prop_map(|(s, gap, q, x)| Op::Append { s, gap, q, x }),
         2 => Just(Op::Flush),
         1 => Just(Op::Reopen),
+        1 => Just(Op::Crash),
         1 => (0u8..=100).prop_map(Op::Prune),
     ]
 }
@@ -89,6 +94,8 @@ proptest! {
         let names = ["S0", "S1", "S2", "S3"];
         let mut want: Vec<Vec<Point>> = vec![Vec::new(); 4];
         let mut last = [0i64; 4];
+        // Points of each sensor made durable by the last flush.
+        let mut flushed = [0usize; 4];
         for op in ops {
             match op {
                 Op::Append { s, gap, q, x } => {
@@ -99,14 +106,23 @@ proptest! {
                 }
                 Op::Flush => {
                     store.flush().unwrap();
+                    flushed = std::array::from_fn(|s| want[s].len());
                 }
                 Op::Reopen => {
-                    store.flush().unwrap();
+                    store.flush_all().unwrap();
                     drop(store);
                     store = open();
+                    flushed = std::array::from_fn(|s| want[s].len());
+                }
+                Op::Crash => {
+                    drop(store);
+                    store = open();
+                    for (w, n) in want.iter_mut().zip(flushed) {
+                        w.truncate(n);
+                    }
                 }
                 Op::Prune(share) => {
-                    store.flush().unwrap();
+                    store.flush_all().unwrap();
                     let cut = last.iter().max().unwrap() * i64::from(share) / 100;
                     store.prune(cut, u64::MAX).unwrap();
                     for (s, name) in names.iter().enumerate() {
@@ -117,6 +133,7 @@ proptest! {
                         prop_assert!(want[s][..dropped].iter().all(|p| p.t < cut), "{} lost a point at or after {}", name, cut);
                         want[s].drain(..dropped);
                     }
+                    flushed = std::array::from_fn(|s| want[s].len());
                 }
             }
         }

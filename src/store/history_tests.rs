@@ -25,7 +25,7 @@ proptest! {
             prop_assert!(store.append("S", &point));
             all.push(point);
             if i % flush_every == 0 {
-                store.flush().unwrap();
+                store.flush_all().unwrap();
             }
         }
         for (from, len) in ranges {
@@ -65,12 +65,12 @@ fn a_replay_interleaved_with_live_values_lands_in_place() {
         assert!(store.append("S", &p((t + 100) * 1000, (t + 100) as f64)), "live {t}");
         assert!(store.append("S", &p(t * 1000, t as f64)), "replayed {t}");
         if i % 30 == 0 {
-            store.flush().unwrap();
+            store.flush_all().unwrap();
         }
     }
     let want: Vec<Point> = (0..300).map(|t| p(t * 1000, t as f64)).collect();
     assert_eq!(store.points("S", 0, i64::MAX).unwrap(), want);
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     assert_eq!(store.points("S", 0, i64::MAX).unwrap(), want, "the same once written");
     assert_eq!(store.points("S", 150_000, 160_000).unwrap(), want[150..160].to_vec());
     assert_eq!((store.late_points(), store.late_chunks(), store.repeated_points()), (100, 1, 0));
@@ -89,14 +89,14 @@ fn a_new_chunk_never_replaces_a_stored_one() {
         for q in &first {
             assert!(store.append("S", q));
         }
-        store.flush().unwrap();
+        store.flush_all().unwrap();
     }
     let store = HistoryStore::open(&path).unwrap();
     assert!(!store.append("S", &p(0, 9.0)), "where the stored chunk starts, after a restart");
     assert!(store.append("S", &p(20_000, 2.0)));
     assert!(!store.append("S", &p(0, 9.0)), "late, where the stored chunk starts");
     assert!(store.append("S", &p(500, 3.0)), "late, between stored points");
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     let mut want = first.clone();
     want.insert(1, p(500, 3.0));
     want.push(p(20_000, 2.0));
@@ -113,14 +113,14 @@ fn a_late_chunk_is_let_go_once_written_and_idle() {
     assert!(store.append("S", &p(1000, 2.0)));
     assert!(store.append("S", &p(2000, 2.0)));
     for _ in 0..LATE_IDLE_FLUSHES {
-        store.flush().unwrap();
+        store.flush_all().unwrap();
         assert_eq!(store.lock().late.len(), 1, "written, kept while it may go on");
     }
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     assert!(store.lock().late.is_empty(), "idle since: let go");
     assert!(store.append("S", &p(3000, 2.0)));
     assert_eq!(store.late_chunks(), 2);
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     let got: Vec<i64> = store.points("S", 0, i64::MAX).unwrap().iter().map(|q| q.t).collect();
     assert_eq!(got, vec![1000, 2000, 3000, 100_000]);
 }
@@ -133,8 +133,8 @@ fn late_points_that_keep_coming_stay_in_one_chunk_across_flushes() {
     for k in 0..100i64 {
         assert!(store.append("S", &p(k * 2000 + 3000, 1.0)));
         assert!(store.append("S", &p(k * 2000 + 500, 2.0)), "late by 2.5 s");
-        store.flush().unwrap();
-        store.flush().unwrap();
+        store.flush_all().unwrap();
+        store.flush_all().unwrap();
     }
     assert_eq!((store.late_points(), store.late_chunks()), (100, 1));
     assert_eq!(store.points("S", 0, i64::MAX).unwrap().len(), 200);
@@ -151,7 +151,7 @@ fn a_clock_that_steps_back_and_forward_never_corrupts_a_chunk_or_a_query() {
     for &t in &ahead {
         assert!(store.append("S", &p(t, 1.0)));
     }
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     // Stepped back by an hour: stored at once, in a chunk of late points, all but the
     // point at the instant of the newest (a repeat).
     let mut t = 9 * hour;
@@ -170,7 +170,7 @@ fn a_clock_that_steps_back_and_forward_never_corrupts_a_chunk_or_a_query() {
     assert_eq!(store.late_chunks(), 5);
     // A jump forward by a day starts a new chunk; the silence is a gap, not data.
     assert!(store.append("S", &p(t + 24 * hour, 3.0)));
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     let all = store.points("S", 0, i64::MAX).unwrap();
     assert!(all.windows(2).all(|w| w[0].t < w[1].t), "merged in time order, one point per instant");
     // Every second from 9 h to the last point + 5 s (the hour ahead's instants among
@@ -196,13 +196,13 @@ fn overlapping_chunks_across_a_restart_read_in_time_order() {
         for i in 0..50 {
             assert!(store.append("S", &p(100_000 + i * 1000, 1.0)));
         }
-        store.flush().unwrap();
+        store.flush_all().unwrap();
     }
     let store = HistoryStore::open(&path).unwrap();
     for i in 0..50 {
         assert!(store.append("S", &p(90_000 + i * 1000 + 500, 2.0)));
     }
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     let all = store.points("S", 0, i64::MAX).unwrap();
     assert_eq!(all.len(), 100);
     assert!(all.windows(2).all(|w| w[0].t < w[1].t), "{:?}", &all[..5]);
@@ -219,7 +219,7 @@ fn a_restart_keeps_what_was_flushed_and_replays_nothing() {
         for i in 0..3000 {
             store.append("A_LINE1_001", &p(i * 1000, i as f64));
         }
-        store.flush().unwrap();
+        store.flush_all().unwrap();
         store.append("A_LINE1_001", &p(5_000_000, -1.0)); // never flushed: may be lost
     }
     let store = HistoryStore::open(&path).unwrap();
@@ -228,17 +228,18 @@ fn a_restart_keeps_what_was_flushed_and_replays_nothing() {
     assert_eq!(pts[2999], p(2_999_000, 2999.0));
     // Appending continues in a new chunk.
     store.append("A_LINE1_001", &p(6_000_000, 7.0));
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     assert_eq!(store.points("A_LINE1_001", 0, i64::MAX).unwrap().len(), 3001);
 }
 
 #[test]
 fn retention_drops_the_oldest_chunks_first() {
     let store = HistoryStore::in_memory().unwrap();
+    // Values that change every 100 points: chunks end at MAX_POINTS, not at their byte bound.
     for i in 0..(MAX_POINTS as i64 * 5) {
-        store.append("S", &p(i * 1000, (i % 7) as f64));
+        store.append("S", &p(i * 1000, (i / 100 % 7) as f64));
     }
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     let (bytes, chunks) = store.size().unwrap();
     assert_eq!(chunks, 5);
     // By age: the first two chunks end before 2 * 1024 s.
@@ -269,13 +270,14 @@ fn retention_drops_the_oldest_chunks_first() {
 #[test]
 fn size_pruning_keeps_only_open_chunks_when_the_limit_is_below_them() {
     let store = HistoryStore::in_memory().unwrap();
+    // Values that compress well: chunks end at MAX_POINTS, not at their byte bound.
     for i in 0..(MAX_POINTS as i64 * 3) {
-        store.append("A", &p(i * 1000, i as f64));
+        store.append("A", &p(i * 1000, (i / 100) as f64));
     }
     for i in 0..(MAX_POINTS as i64 + 10) {
-        store.append("B", &p(i * 1000 + 500, -(i as f64)));
+        store.append("B", &p(i * 1000 + 500, -((i / 100) as f64)));
     }
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     assert_eq!(store.size().unwrap().1, 5);
     let pruned = store.prune(i64::MIN, 0).unwrap();
     assert_eq!(pruned.chunks, 3, "the sealed chunks: two of A, one of B");
@@ -295,16 +297,16 @@ fn a_chunk_spans_six_hours_at_most_counted_from_its_first_point() {
     let store = HistoryStore::in_memory().unwrap();
     // 0 h and exactly 6 h: one chunk.
     assert!(store.append("S", &p(T0, 1.0)) && store.append("S", &p(T0 + 6 * HOUR, 1.0)));
-    assert_eq!(store.flush().unwrap(), 1);
+    assert_eq!(store.flush_all().unwrap(), 1);
     // One millisecond past six hours from the first: a new chunk, plus the open one.
     for h in [1, 2, 3, 4, 5] {
         assert!(store.append("T", &p(T0 + h * HOUR, 1.0)));
     }
     assert!(store.append("T", &p(T0 + 7 * HOUR, 1.0)));
     assert!(store.append("T", &p(T0 + 7 * HOUR + 1, 1.0)));
-    assert_eq!(store.flush().unwrap(), 2, "[1 h .. 5 h] sealed, [7 h ..] open");
+    assert_eq!(store.flush_all().unwrap(), 2, "[1 h .. 5 h] sealed, [7 h ..] open");
     // Nothing changed since: nothing is written again.
-    assert_eq!(store.flush().unwrap(), 0);
+    assert_eq!(store.flush_all().unwrap(), 0);
     assert_eq!(store.points("T", 0, i64::MAX).unwrap().len(), 7);
 }
 
@@ -335,7 +337,7 @@ fn chunks_waiting_for_a_flush_are_bounded_in_bytes_oldest_dropped_first() {
     let t = seal(&store, "S", T0, 2);
     assert_eq!(store.dropped_points(), 0);
     // Written: the two waiting chunks leave memory, and their bytes with them.
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     let t = seal(&store, "S", t, 2);
     assert_eq!(store.dropped_points(), 0, "two more fit again after the flush");
     let t = seal(&store, "S", t, 3);
@@ -359,7 +361,7 @@ fn a_range_starting_at_a_flushed_chunks_last_point_includes_it() {
     let store = HistoryStore::in_memory().unwrap();
     let t = seal(&store, "S", T0, 1);
     assert!(store.append("S", &p(t + 10, 2.0)));
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     let last_sealed = t - 1;
     let got = store.points("S", last_sealed, last_sealed + 1).unwrap();
     assert_eq!(got.iter().map(|q| q.t).collect::<Vec<_>>(), [last_sealed]);
@@ -372,13 +374,13 @@ fn the_disk_reserve_holds_history_in_memory() {
     let all = Limits { reserve_bytes: u64::MAX, reserve_percent: 100, max_unflushed_bytes: 1 << 20 };
     let store = HistoryStore::open_in(dir.path()).unwrap().with_limits(all);
     assert!(store.append("S", &p(T0, 1.0)));
-    assert!(matches!(store.flush(), Err(StoreError::Reserve { .. })));
+    assert!(matches!(store.flush_all(), Err(StoreError::Reserve { .. })));
     assert!(store.problem().is_some());
     assert_eq!(store.points("S", 0, i64::MAX).unwrap().len(), 1, "kept in memory");
     // No reserve: written.
     let none = Limits { reserve_bytes: 0, reserve_percent: 0, max_unflushed_bytes: 1 << 20 };
     let store = store.with_limits(none);
-    assert_eq!(store.flush().unwrap(), 1);
+    assert_eq!(store.flush_all().unwrap(), 1);
     let (free, total) = store.disk_space().expect("a file on a filesystem");
     assert!(free > 0 && free <= total);
 }
@@ -411,7 +413,7 @@ fn the_store_answers_reads_when_open() {
 fn retention_keeps_a_chunk_with_a_point_at_the_cutoff_and_a_store_at_its_size_limit() {
     let store = HistoryStore::in_memory().unwrap();
     let t = seal(&store, "S", T0, 2);
-    store.flush().unwrap();
+    store.flush_all().unwrap();
     let (bytes, chunks) = store.size().unwrap();
     assert_eq!(chunks, 2, "one sealed, one open");
     // Exactly at the size limit: nothing goes.
@@ -444,3 +446,22 @@ fn a_chunk_too_short_to_hold_its_last_time_is_corrupt() {
         assert!(matches!(store.points("S", 0, 10_000), Err(StoreError::Corrupt)), "{len} bytes");
     }
 }
+
+#[test]
+fn a_chunk_of_values_that_compress_badly_is_sealed_at_its_byte_bound() {
+    let store = HistoryStore::in_memory().unwrap();
+    for k in 0..1000 {
+        store.append("N", &p(T0 + k * 1000, (k as f64 * 1.37).sin() * 1e6));
+    }
+    assert!(store.lock().open["N"].writer.byte_len() < MAX_CHUNK_BYTES + 32);
+    store.flush_all().unwrap();
+    let (bytes, chunks) = store.size().unwrap();
+    assert!(
+        chunks >= 4 && bytes as usize <= chunks * (MAX_CHUNK_BYTES + 64),
+        "{chunks} chunks, {bytes} bytes"
+    );
+    assert_eq!(store.points("N", 0, i64::MAX).unwrap().len(), 1000);
+}
+
+#[path = "history_journal_tests.rs"]
+mod journal_tests;
