@@ -109,6 +109,8 @@ pub struct EdgeState {
     /// The node's own metrics (`bdSeq`, `Node Control/Rebirth`, any other).
     pub node_metrics: Vec<MetricState>,
     aliases: foldhash::HashMap<u64, (Option<usize>, usize)>,
+    /// Aliases two metrics of the edge node were born with: they name neither.
+    shared_aliases: foldhash::HashSet<u64>,
     pub stats: EdgeStats,
     /// The `seq` the next message must carry; `None` until an NBIRTH.
     expect: Option<u8>,
@@ -386,6 +388,7 @@ impl Fleet {
             device_index: Default::default(),
             node_metrics: Vec::new(),
             aliases: Default::default(),
+            shared_aliases: Default::default(),
             stats: EdgeStats::default(),
             expect: None,
             held: BTreeMap::new(),

@@ -38,6 +38,7 @@ impl EdgeState {
         self.gap_since = None;
         self.rebirth_wanted = false;
         self.aliases.clear();
+        self.shared_aliases.clear();
         // Every device waits for its own DBIRTH after this one.
         for d in &mut self.devices {
             d.current = false;
@@ -127,8 +128,25 @@ impl EdgeState {
                 dev.status = Status::Online { since: wall };
                 dev.birth = Some(sent);
                 dev.current = true;
+                // An alias must name one metric of the whole edge node: one another device
+                // (or the node) holds names neither, as an alias given twice in one birth.
+                let mut shared = 0;
                 for (alias, m) in aliases {
-                    self.aliases.insert(alias, (Some(d), m));
+                    if self.aliases.remove(&alias).is_some() || self.shared_aliases.contains(&alias) {
+                        self.shared_aliases.insert(alias);
+                        shared += 1;
+                    } else {
+                        self.aliases.insert(alias, (Some(d), m));
+                    }
+                }
+                if shared > 0 {
+                    tracing::warn!(
+                        group = %self.group,
+                        node = %self.node,
+                        device = %id,
+                        shared,
+                        "aliases of this device's birth are another metric's of the edge node: data by them is not read"
+                    );
                 }
                 let dev = &mut self.devices[d];
                 for (i, m) in payload.metrics.iter().enumerate() {

@@ -389,3 +389,35 @@ fn an_alias_given_twice_in_a_birth_names_neither_metric() {
     assert_eq!((latest(&f, 0), latest(&f, 1)), (Some(1.0), Some(2.0)));
     assert_eq!(f.rebirths(now, usize::MAX).len(), 1);
 }
+
+/// An alias a second device's birth gives that the first device already holds names
+/// neither metric: data by it (from either device) is dropped and a rebirth asked; the
+/// first device's other aliases still work.
+#[test]
+fn an_alias_two_devices_of_an_edge_node_were_born_with_names_neither() {
+    let (mut f, now) = born();
+    let mut out = Vec::new();
+    let birth = payload(Some(2), T0, vec![sensor("A_LINE2_001", 2, 7.0)]);
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DBirth, device: Some("plc-2") },
+        birth,
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    // plc-1's alias 2 is plc-2's too: not applied to plc-1 at a guess.
+    assert!(ddata(&mut f, 3, vec![data(2, T0 + 5, 9.0)], now).is_empty());
+    assert_eq!(latest(&f, 1), Some(2.5));
+    assert_eq!(f.rebirths(now, usize::MAX).len(), 1);
+    // Nor to plc-2.
+    let mut out = Vec::new();
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DData, device: Some("plc-2") },
+        payload(Some(4), T0 + 10, vec![data(2, T0 + 6, 8.0)]),
+        Clock { now, wall: wall(T0) },
+        &mut out,
+    );
+    assert!(out.is_empty(), "{out:?}");
+    // Alias 1 is plc-1's alone.
+    assert_eq!(ddata(&mut f, 5, vec![data(1, T0 + 7, 4.0)], now).len(), 1);
+    assert_eq!(latest(&f, 0), Some(4.0));
+}
