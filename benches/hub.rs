@@ -9,213 +9,39 @@
 //! through one edge node's own connection until the hub answers it), the hub's CPU share
 //! and RSS, history bytes written per second, `get_sensor_reading` at the hub next to the
 //! same call at an edge (`fieldgate demo`, same run), and `list_sensors` with `text` over the
-//! fleet. Not yet: the variants (an edge killed, a broker outage, dropped messages).
+//! fleet. Then the variants (`common/hub_variants.rs`): one message in 1,000 not sent, an
+//! edge node killed, the broker stopped for a minute.
 //!
-//! `HUB_BENCH_LOG=FILE` keeps what the hub and the demo print (their log at `info`).
+//! `HUB_BENCH_LOG=FILE` keeps what the hub and the demo print (their log at `info`);
+//! `HUB_BENCH_WINDOW_S` sets the steady window (default 20), `HUB_BENCH_OUTAGE_S` the
+//! broker's outage (default 60), `HUB_BENCH_WRAP` a profiler to run the hub under.
 //!
 //! Targets: 100,000 metrics/s applied, none dropped; CPU ≤ 50 % of one core; RSS ≤ 300 MB;
 //! fleet online < 30 s with ≤ 10 rebirth requests/s; a reading ≤ 1.5x the edge's.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use fieldgate::spb::payload::{Metric, Payload, Value};
-use rumqttc::{AsyncClient, Event, Incoming, LastWill, MqttOptions, QoS};
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
 
+#[path = "common/fleet_gen.rs"]
+mod fleet_gen;
 #[path = "common/proc.rs"]
 mod proc;
 
+#[path = "common/hub_variants.rs"]
+mod variants;
+
+use fleet_gen::{DEVICES, Edge, Offered, TAGS, sensor, spawn_edge};
+use variants::{Hub, broker_outage, dropped_messages, edge_killed};
+
 const EDGES: usize = 100;
-const DEVICES: usize = 10;
-const TAGS: usize = 100;
-const WINDOW: Duration = Duration::from_secs(20);
-const DOUBLE: u32 = 10;
-const INT64: u32 = 4;
-const BOOLEAN: u32 = 11;
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-fn sensor(edge: usize, device: usize, tag: usize) -> String {
-    format!("E{edge:03}_D{device}_{:03}", tag + 1)
-}
-
-/// One edge node of the generator: its connection, and what its publisher is to do.
-struct Edge {
-    n: usize,
-    client: AsyncClient,
-    /// Births to send (on connect, on the hub's rebirth request).
-    birth: AtomicBool,
-    connected: AtomicBool,
-    /// A probe value to send on device 0's probe tag, at once, in its seq.
-    probe: tokio::sync::mpsc::UnboundedSender<f64>,
-}
-
-#[derive(Default)]
-struct Offered {
-    metrics: AtomicU64,
-    births: AtomicU64,
-}
-
-fn node_topic(kind: &str, edge: usize) -> String {
-    format!("spBv1.0/G/{kind}/e{edge:03}")
-}
-
-fn device_topic(kind: &str, edge: usize, device: usize) -> String {
-    format!("spBv1.0/G/{kind}/e{edge:03}/e{edge:03}-d{device}")
-}
-
-fn value(edge: usize, device: usize, tag: usize, t: u64) -> f64 {
-    ((t as f64 / 1000.0) + (edge * 1000 + device * 100 + tag) as f64).sin() * 100.0
-}
-
-/// A device's tags, plus on device 0 of each edge node the probe (`_101`), changed only by
-/// probes.
-fn tags(device: usize) -> usize {
-    if device == 0 { TAGS + 1 } else { TAGS }
-}
-
-/// A tag's alias: unique across its edge node, as Sparkplug requires.
-fn alias(device: usize, tag: usize) -> u64 {
-    (device * 1000 + tag) as u64
-}
-
-fn births(edge: usize, seq: &mut u8) -> Vec<(String, Vec<u8>)> {
-    let t = now_ms();
-    let mut out = Vec::new();
-    let mut nbirth = Payload { timestamp: Some(t), seq: Some(0), ..Default::default() };
-    nbirth.metrics.push(Metric::new(Some("bdSeq"), None, INT64, Some(Value::Long(0))));
-    nbirth.metrics.push(Metric::new(
-        Some("Node Control/Rebirth"),
-        None,
-        BOOLEAN,
-        Some(Value::Boolean(false)),
-    ));
-    out.push((node_topic("NBIRTH", edge), nbirth.encode_to_bytes()));
-    *seq = 0;
-    for d in 0..DEVICES {
-        *seq = seq.wrapping_add(1);
-        let mut p = Payload { timestamp: Some(t), seq: Some(u64::from(*seq)), ..Default::default() };
-        for tag in 0..tags(d) {
-            let mut m = Metric::new(
-                Some(&sensor(edge, d, tag)),
-                Some(alias(d, tag)),
-                DOUBLE,
-                Some(Value::Double(value(edge, d, tag, t))),
-            );
-            m.timestamp = Some(t);
-            p.metrics.push(m);
-        }
-        out.push((device_topic("DBIRTH", edge, d), p.encode_to_bytes()));
-    }
-    out
-}
-
-/// Runs one edge node: its connection's events and, each second, a DDATA per device.
-fn spawn_edge(rt: &tokio::runtime::Runtime, port: u16, n: usize, offered: Arc<Offered>) -> Arc<Edge> {
-    let mut o = MqttOptions::new(format!("gen-e{n:03}"), "127.0.0.1", port);
-    o.set_keep_alive(Duration::from_secs(30));
-    o.set_clean_session(true);
-    o.set_max_packet_size(1 << 20, 1 << 20);
-    let mut death = Payload { timestamp: Some(now_ms()), ..Default::default() };
-    death.metrics.push(Metric::new(Some("bdSeq"), None, INT64, Some(Value::Long(0))));
-    o.set_last_will(LastWill::new(node_topic("NDEATH", n), death.encode_to_bytes(), QoS::AtLeastOnce, false));
-    let (client, mut events) = AsyncClient::new(o, 64);
-    // Sent when published, as fieldgate's own edge nodes do.
-    let mut network = events.network_options();
-    network.set_tcp_nodelay(true);
-    events.set_network_options(network);
-    let (probe, mut probes) = tokio::sync::mpsc::unbounded_channel();
-    let edge =
-        Arc::new(Edge { n, client, birth: AtomicBool::new(false), connected: AtomicBool::new(false), probe });
-    let e = edge.clone();
-    rt.spawn(async move {
-        loop {
-            match events.poll().await {
-                Ok(Event::Incoming(Incoming::ConnAck(_))) => {
-                    let _ = e.client.try_subscribe(node_topic("NCMD", e.n), QoS::AtMostOnce);
-                    e.birth.store(true, Ordering::SeqCst);
-                    e.connected.store(true, Ordering::SeqCst);
-                }
-                Ok(Event::Incoming(Incoming::Publish(p))) => {
-                    let asks = Payload::decode_bytes(&p.payload).is_ok_and(|pl| {
-                        pl.metrics.iter().any(|m| {
-                            m.name.as_deref() == Some("Node Control/Rebirth")
-                                && m.value == Some(Value::Boolean(true))
-                        })
-                    });
-                    if asks {
-                        e.birth.store(true, Ordering::SeqCst);
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    });
-    let e = edge.clone();
-    rt.spawn(async move {
-        let mut seq = 0u8;
-        // Each edge node ticks at its own phase within the second.
-        tokio::time::sleep(Duration::from_millis((n * 10) as u64)).await;
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            let probe = tokio::select! {
-                _ = tick.tick() => None,
-                Some(v) = probes.recv() => Some(v),
-            };
-            if !e.connected.load(Ordering::SeqCst) {
-                continue;
-            }
-            if let Some(v) = probe {
-                seq = seq.wrapping_add(1);
-                let t = now_ms();
-                let mut p = Payload { timestamp: Some(t), seq: Some(u64::from(seq)), ..Default::default() };
-                let mut m = Metric::new(None, Some(alias(0, TAGS)), DOUBLE, Some(Value::Double(v)));
-                m.timestamp = Some(t);
-                p.metrics.push(m);
-                let _ = e
-                    .client
-                    .publish(device_topic("DDATA", n, 0), QoS::AtMostOnce, false, p.encode_to_bytes())
-                    .await;
-                continue;
-            }
-            if e.birth.swap(false, Ordering::SeqCst) {
-                for (topic, bytes) in births(n, &mut seq) {
-                    let _ = e.client.publish(topic, QoS::AtMostOnce, false, bytes).await;
-                }
-                offered.births.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let t = now_ms();
-            for d in 0..DEVICES {
-                seq = seq.wrapping_add(1);
-                let mut p = Payload { timestamp: Some(t), seq: Some(u64::from(seq)), ..Default::default() };
-                for tag in 0..TAGS {
-                    let mut m = Metric::new(
-                        None,
-                        Some(alias(d, tag)),
-                        DOUBLE,
-                        Some(Value::Double(value(n, d, tag, t))),
-                    );
-                    m.timestamp = Some(t);
-                    p.metrics.push(m);
-                }
-                if e.client
-                    .publish(device_topic("DDATA", n, d), QoS::AtMostOnce, false, p.encode_to_bytes())
-                    .await
-                    .is_ok()
-                {
-                    offered.metrics.fetch_add(TAGS as u64, Ordering::Relaxed);
-                }
-            }
-        }
-    });
-    edge
+/// The steady window (`HUB_BENCH_WINDOW_S`, default 20 s).
+fn window() -> Duration {
+    Duration::from_secs(std::env::var("HUB_BENCH_WINDOW_S").ok().and_then(|v| v.parse().ok()).unwrap_or(20))
 }
 
 /// `fieldgate <args>` on a free port: the process and its address.
@@ -224,9 +50,16 @@ async fn spawn(
     data: &std::path::Path,
     env: &[(&str, &str)],
 ) -> (tokio::process::Child, String) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
-        .args(args)
+    // HUB_BENCH_WRAP="heaptrack -o FILE" runs the hub under a profiler (its PID is then the
+    // profiler's: CPU and RSS figures are the pair's).
+    let wrap = std::env::var("HUB_BENCH_WRAP").ok().filter(|_| args.first() == Some(&"hub"));
+    let mut words: Vec<String> = wrap.iter().flat_map(|w| w.split_whitespace().map(str::to_string)).collect();
+    words.push(env!("CARGO_BIN_EXE_fieldgate").to_string());
+    words.extend(args.iter().map(|a| a.to_string()));
+    let mut child = tokio::process::Command::new(&words[0])
+        .args(&words[1..])
         .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("FIELDGATE_STORAGE_DATA_DIR", data)
         .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:0")
         .env("FIELDGATE_LOG", if std::env::var("HUB_BENCH_LOG").is_ok() { "info" } else { "warn" })
@@ -330,19 +163,13 @@ async fn run(gen_rt: &tokio::runtime::Runtime) {
     let text = format!(
         "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 100000\nmax_inflight_messages 0\nset_tcp_nodelay true\n"
     );
+    // HUB_BENCH_BROKER_LOG=FILE keeps Mosquitto's warnings (a subscriber it drops for).
+    let text = match std::env::var("HUB_BENCH_BROKER_LOG") {
+        Ok(f) => format!("{text}log_dest file {f}\nlog_type error\nlog_type warning\nlog_type notice\n"),
+        Err(_) => text,
+    };
     std::fs::write(&conf, text).unwrap();
-    let mut broker = tokio::process::Command::new("/usr/sbin/mosquitto")
-        .arg("-c")
-        .arg(&conf)
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("mosquitto (scripts/test-deps installs it)");
-    let until = Instant::now() + Duration::from_secs(10);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(Instant::now() < until, "Mosquitto listens within 10 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut broker = mosquitto(&conf, port).await;
 
     // The fleet, publishing before the hub is there.
     let offered = Arc::new(Offered::default());
@@ -357,13 +184,13 @@ async fn run(gen_rt: &tokio::runtime::Runtime) {
     let hub_data = dir.path().join("hub");
     let brokers = format!("[\"mqtt://127.0.0.1:{port}\"]");
     let started = Instant::now();
-    let (hub, hub_addr) = spawn(
+    let (mut hub_child, hub_addr) = spawn(
         &["hub"],
         &hub_data,
         &[("FIELDGATE_HUB_BROKERS", &brokers), ("FIELDGATE_HUB_HOST_ID", "bench-hub")],
     )
     .await;
-    let hub_pid = hub.id().expect("running");
+    let hub_pid = hub_child.id().expect("running");
     let sensors = (EDGES * (DEVICES * TAGS + 1)) as f64;
     loop {
         let online = metric(&http, &hub_addr, "fieldgate_hub_edge_nodes_online").await;
@@ -397,7 +224,7 @@ async fn run(gen_rt: &tokio::runtime::Runtime) {
     let mut at_hub = Vec::new();
     let mut refused = std::collections::BTreeMap::<String, u32>::new();
     let mut k = 0usize;
-    while t0.elapsed() < WINDOW {
+    while t0.elapsed() < window() {
         let id = sensor(k % EDGES, (k / EDGES) % DEVICES, (k * 7) % TAGS);
         k += 1;
         let t = Instant::now();
@@ -497,6 +324,36 @@ async fn run(gen_rt: &tokio::runtime::Runtime) {
         metric(&http, &hub_addr, "fieldgate_hub_rebirth_requests_total").await
     );
     println!("list_sensors text over {sensors} sensors at the hub: p50 {:.3} ms", pct(&mut text, 0.5));
-    drop(hub);
+    println!("RSS after the steady window: {:.0} MB", proc::rss_mb(&hub_pid.to_string()));
+
+    let hub = Hub { http: &http, addr: &hub_addr, generator: gen_rt.handle() };
+    dropped_messages(&hub, &edges, &offered).await;
+    edge_killed(&hub, &edges).await;
+    broker = broker_outage(&hub, &edges, &offered, broker, &conf, port).await;
+    println!("hub RSS at the end: {:.0} MB", proc::rss_mb(&hub_pid.to_string()));
+    if std::env::var("HUB_BENCH_WRAP").is_ok() {
+        // The profiler writes its file when the hub stops by itself.
+        let _ = std::process::Command::new("pkill")
+            .args(["-TERM", "-f", concat!(env!("CARGO_BIN_EXE_fieldgate"), " hub")])
+            .status();
+        let _ = tokio::time::timeout(Duration::from_secs(120), hub_child.wait()).await;
+    }
     let _ = broker.start_kill();
+}
+
+/// Mosquitto with `conf`, listening on `port`.
+async fn mosquitto(conf: &std::path::Path, port: u16) -> tokio::process::Child {
+    let broker = tokio::process::Command::new("/usr/sbin/mosquitto")
+        .arg("-c")
+        .arg(conf)
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("mosquitto (scripts/test-deps installs it)");
+    let until = Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(Instant::now() < until, "Mosquitto listens within 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    broker
 }

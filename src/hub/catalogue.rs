@@ -91,7 +91,7 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
             conflicts.push(Conflict { id: id.clone(), claimants });
         }
     }
-    let mut out_sensors = Vec::new();
+    let mut out_sensors = Vec::with_capacity(sensors.len());
     for (id, claims) in &sensors {
         let &[(e, d, m)] = claims.as_slice() else {
             let mut claimants: Vec<String> = claims.iter().map(|&(e, d, _)| claimant(e, d)).collect();

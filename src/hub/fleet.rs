@@ -365,11 +365,15 @@ impl Fleet {
         }
     }
 
-    /// Connected again: every edge node known is asked for a rebirth (paced), since
-    /// what happened meanwhile is not known.
-    pub fn broker_back(&mut self) {
+    /// Connected again (`now`: the hub's STATE said online): every edge node known is
+    /// asked for a rebirth, since what happened meanwhile is not known; but only after one
+    /// cooldown, and only if it has not been born since: an edge node that follows the hub
+    /// as its primary host births by itself on that STATE (asking it too would have it
+    /// birth twice, in the middle of sending what it kept).
+    pub fn broker_back(&mut self, now: Instant) {
         for edge in &mut self.edges {
             edge.rebirth_wanted = true;
+            edge.last_request = Some(now);
         }
     }
 

@@ -139,6 +139,8 @@ pub enum HubError {
     NoBroker,
     #[error("{0}")]
     Link(#[from] crate::spb::link::LinkError),
+    #[error("hub: cannot start its thread: {0}")]
+    Thread(String),
 }
 
 /// Starts the hub's task over `tools` (whose core reads through `hub`'s driver).
@@ -163,5 +165,25 @@ pub fn start(
     tools.metrics().collect("hub", move |s| c.report(s, &fleet));
     tracing::info!(host_id = %cfg.host_id, brokers = ?cfg.link.brokers, groups = ?cfg.groups, "fleet hub starting");
     let host = run::Host::new(cfg, brokers, settings, hub, tools.clone(), counters.clone());
-    Ok((tokio::spawn(host.run(stop)), counters))
+    // The host gets a thread of its own: a burst of messages (a fleet's births, a replay
+    // after an outage) must not hold up the tools' answers on the shared workers.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("hub-host")
+        .build()
+        .map_err(|e| HubError::Thread(e.to_string()))?;
+    let (done, finished) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("hub-host".into())
+        .spawn(move || {
+            runtime.block_on(host.run(stop));
+            let _ = done.send(());
+        })
+        .map_err(|e| HubError::Thread(e.to_string()))?;
+    Ok((
+        tokio::spawn(async move {
+            let _ = finished.await;
+        }),
+        counters,
+    ))
 }

@@ -205,7 +205,7 @@ impl Host {
             self.counters.online.store(true, std::sync::atomic::Ordering::Relaxed);
             tracing::info!(host_id = %self.cfg.host_id, "hub: STATE online");
             // What happened while the hub was away is not known: every edge node is asked.
-            self.fleet.lock().broker_back();
+            self.fleet.lock().broker_back(Instant::now());
         }
     }
 

@@ -19,6 +19,11 @@ impl BitWriter {
     fn push(&mut self, value: u64, bits: u8) {
         for i in (0..bits).rev() {
             if self.used == 0 {
+                // An open chunk lives in memory while it grows (a hub holds 100,000):
+                // grown by an eighth, not doubled, its spare room stays small.
+                if self.bytes.len() == self.bytes.capacity() {
+                    self.bytes.reserve_exact((self.bytes.len() / 8).max(16));
+                }
                 self.bytes.push(0);
             }
             let bit = ((value >> i) & 1) as u8;
@@ -386,6 +391,20 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Point>, Corrupt> {
 
 #[cfg(test)]
 mod tests {
+    /// An open chunk grows by an eighth at a time: its spare room stays small.
+    #[test]
+    fn a_growing_chunk_keeps_little_spare_room() {
+        let mut w = BitWriter::default();
+        for k in 0..20_000u64 {
+            w.push(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), 13);
+            assert!(
+                w.bytes.capacity() <= w.bytes.len() + w.bytes.len() / 8 + 16,
+                "at {} bytes",
+                w.bytes.len()
+            );
+        }
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -9,7 +9,8 @@
 //! `history_journal.rs`): what a flush writes grows with what arrived, not with the number of
 //! sensors. A chunk never replaces another: one that would start at the instant a stored
 //! chunk starts holds a point already stored, which is dropped as a repeat. A chunk is
-//! sealed at [`MAX_POINTS`] points, [`MAX_CHUNK_BYTES`] bytes or [`MAX_SPAN_MS`]. At most one
+//! sealed at [`MAX_POINTS`] points, [`MAX_CHUNK_BYTES`] bytes (less with more sensors than
+//! [`OPEN_BUDGET_BYTES`] holds at that size) or [`MAX_SPAN_MS`]. At most one
 //! flush interval (plus the time a flush takes) of points can be lost on power failure; a
 //! restart replays the journal's points that no stored chunk holds, into new chunks.
 //!
@@ -47,6 +48,16 @@ pub const MAX_POINTS: u32 = 1024;
 pub const MAX_CHUNK_BYTES: usize = 1536;
 /// ... or when it would span longer than this.
 pub const MAX_SPAN_MS: i64 = 6 * 3_600_000;
+/// Open chunks share this much memory: with more sensors than it holds at
+/// [`MAX_CHUNK_BYTES`] each (over 32,000), a sensor's chunk is sealed at its share, never
+/// under [`MIN_CHUNK_BYTES`] (a hub of 100,000 sensors: about 500 bytes, 50 noisy points).
+pub const OPEN_BUDGET_BYTES: usize = 48 << 20;
+pub const MIN_CHUNK_BYTES: usize = 256;
+
+/// The byte bound of each open chunk when `open` chunks are open.
+fn chunk_bound(open: usize) -> usize {
+    (OPEN_BUDGET_BYTES / open.max(1)).clamp(MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
+}
 /// A chunk of late points begun this far (or further) before its sensor's newest point is
 /// logged (a replay after an outage, or a clock that stepped back).
 pub const CLOCK_STEP_MS: i64 = 60_000;
@@ -137,11 +148,12 @@ fn age_late(p: &mut Pending) {
     });
 }
 
-/// Whether `p` goes on at the end of the chunk `w` writes.
-fn fits(w: &ChunkWriter, p: &Point) -> bool {
+/// Whether `p` goes on at the end of the chunk `w` writes, when chunks are sealed at `bound`
+/// bytes.
+fn fits(w: &ChunkWriter, p: &Point, bound: usize) -> bool {
     p.t > w.last_t()
         && w.len() < MAX_POINTS
-        && w.byte_len() < MAX_CHUNK_BYTES
+        && w.byte_len() < bound
         && p.t - w.first_t() <= MAX_SPAN_MS
         && w.kind() == Kind::of(&p.value)
 }
@@ -247,8 +259,9 @@ impl HistoryStore {
 
     fn append_to(&self, pending: &mut Pending, sensor: &str, p: &Point) -> bool {
         // The common case first, one lookup: the next point of the sensor's open chunk.
+        let bound = chunk_bound(pending.open.len() + pending.late.len());
         if let Some(o) = pending.open.get_mut(sensor)
-            && fits(&o.writer, p)
+            && fits(&o.writer, p, bound)
         {
             o.writer.push(p);
             o.dirty = true;
@@ -291,11 +304,12 @@ impl HistoryStore {
     fn push(&self, pending: &mut Pending, lane: Lane, sensor: &str, p: &Point) -> Option<bool> {
         let kind = Kind::of(&p.value);
         let Pending { open, late, sealed, sealed_bytes, begun, .. } = pending;
+        let bound = chunk_bound(open.len() + late.len());
         let chunks = match lane {
             Lane::Newest => &mut *open,
             Lane::Late => &mut *late,
         };
-        let fits = chunks.get(sensor).map(|o| (p.t != o.writer.last_t()).then(|| fits(&o.writer, p)));
+        let fits = chunks.get(sensor).map(|o| (p.t != o.writer.last_t()).then(|| fits(&o.writer, p, bound)));
         match fits {
             Some(None) => return None,
             Some(Some(true)) => {
@@ -316,7 +330,11 @@ impl HistoryStore {
             && (open.get_key_value(sensor).is_some_and(starts)
                 || late.get_key_value(sensor).is_some_and(starts)
                 || sealed.iter().any(|c| c.sensor == sensor && c.first == p.t));
-        if in_memory || self.stored_chunk_starts(sensor, p.t) {
+        // Nor can a chunk on disk start after the sensor's newest chunk in memory (each
+        // chunk the store wrote began before it): the disk is asked only for a late point,
+        // or a sensor with no chunk open (a store just opened), not on every seal.
+        let after_newest = matches!(lane, Lane::Newest) && fits.is_some();
+        if in_memory || !after_newest && self.stored_chunk_starts(sensor, p.t) {
             return None;
         }
         let chunks = match lane {

@@ -40,6 +40,27 @@ fn a_flush_writes_its_turns_open_chunks_and_a_record_of_the_rest_kept_until_ever
         let first = (k + 1).saturating_sub(TURNS).max(1);
         assert_eq!(records, (first..=k).collect::<Vec<_>>(), "after flush {k}");
     }
+    // Each open chunk was written at its own turn within the last TURNS flushes: on disk it
+    // holds every point up to then (100 before, one a flush).
+    let last = 2 * TURNS + 9;
+    let counts: Vec<u64> = store
+        .db
+        .read(|d| {
+            let tx = d.begin_read().map_err(db)?;
+            let t = tx.open_table(CHUNKS).map_err(db)?;
+            t.iter()
+                .map_err(db)?
+                .map(|r| {
+                    let (_, v) = r.map_err(db)?;
+                    Ok(u64::from(
+                        crate::store::gorilla::count_of(&v.value()[8..]).map_err(|_| StoreError::Corrupt)?,
+                    ))
+                })
+                .collect::<Result<Vec<u64>, StoreError>>()
+        })
+        .unwrap();
+    assert_eq!(counts.len(), sensors);
+    assert!(counts.iter().all(|&n| n > 100 + last - TURNS), "{counts:?}");
     // A full flush writes every open chunk changed since its turn, and no record is kept.
     for s in 0..sensors {
         store.append(&format!("S{s}"), &p(T0 + 10_000_000, 1.0));
@@ -87,8 +108,19 @@ fn after_a_crash_the_journal_gives_back_exactly_what_was_flushed_late_points_and
         assert!(store.append("A", &p(T0 + 2_000_000, 0.0)));
     }
     want.sort_by_key(|p| p.t);
+    // What the chunks on disk hold: the journal gives back exactly the rest.
+    let on_disk: u64 = {
+        let d = redb::Database::open(&path).unwrap();
+        let tx = d.begin_read().unwrap();
+        let t = tx.open_table(CHUNKS).unwrap();
+        t.iter()
+            .unwrap()
+            .map(|r| u64::from(crate::store::gorilla::count_of(&r.unwrap().1.value()[8..]).unwrap()))
+            .sum()
+    };
+    assert!(on_disk < want.len() as u64, "the last turns' points were only in the journal");
     let store = HistoryStore::open(&path).unwrap();
-    assert!(store.replayed_points() > 0, "the last turns' points were only in the journal");
+    assert_eq!(store.replayed_points(), want.len() as u64 - on_disk);
     assert_eq!(store.points("A", 0, i64::MAX).unwrap(), want);
     // Written again at the next flush (every changed open chunk), the journal emptied; a
     // second reopen replays nothing and reads the same.

@@ -463,5 +463,27 @@ fn a_chunk_of_values_that_compress_badly_is_sealed_at_its_byte_bound() {
     assert_eq!(store.points("N", 0, i64::MAX).unwrap().len(), 1000);
 }
 
+/// With more sensors than the open chunks' memory holds at full size, each chunk is sealed
+/// at its share of it (a hub of 100,000 sensors stays within its memory).
+#[test]
+fn with_many_sensors_open_chunks_are_sealed_at_their_share_of_memory() {
+    assert_eq!(chunk_bound(1), MAX_CHUNK_BYTES);
+    assert_eq!(chunk_bound(100_000), OPEN_BUDGET_BYTES / 100_000);
+    assert_eq!(chunk_bound(10_000_000), MIN_CHUNK_BYTES);
+    let store = HistoryStore::in_memory().unwrap();
+    let sensors = 2 * OPEN_BUDGET_BYTES / MAX_CHUNK_BYTES;
+    let names: Vec<String> = (0..sensors).map(|k| format!("S{k}")).collect();
+    assert_eq!(store.append_all(names.iter().map(|n| (n.as_str(), p(T0, 1.0)))), sensors);
+    assert_eq!(store.append_all(names.iter().take(3).map(|n| (n.as_str(), p(T0, 1.0)))), 0, "stored already");
+    for k in 1..400 {
+        store.append("S0", &p(T0 + k * 1000, (k as f64 * 1.37).sin() * 1e6));
+    }
+    let share = OPEN_BUDGET_BYTES / sensors;
+    let pending = store.lock();
+    assert!(pending.open["S0"].writer.byte_len() < share + 32);
+    assert!(!pending.sealed.is_empty(), "S0's chunks sealed at its share");
+    assert!(pending.sealed.iter().all(|c| c.bytes.len() < share + 32));
+}
+
 #[path = "history_journal_tests.rs"]
 mod journal_tests;

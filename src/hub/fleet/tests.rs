@@ -343,10 +343,29 @@ fn losing_the_broker_takes_every_edge_offline_and_asks_each_again() {
     let e = f.edge("A", "gw1").unwrap();
     assert_eq!(e.status, Status::Offline { since: wall(T0 + 50), why: Gone::BrokerLost });
     assert_eq!(e.devices[0].status, Status::Offline { since: wall(T0 + 50), why: Gone::BrokerLost });
-    f.broker_back();
-    assert_eq!(f.rebirths(now, usize::MAX).len(), 1);
+    f.broker_back(now);
+    // Not at once: an edge node that follows the hub births by itself on its STATE.
+    assert!(f.rebirths(now, usize::MAX).is_empty());
+    let later = now + Duration::from_secs(5);
+    assert_eq!(f.rebirths(later, usize::MAX).len(), 1);
     // Data before the rebirth is not taken: seq is not known any more.
-    assert!(ddata(&mut f, 2, vec![data(1, T0 + 60, 1.0)], now).is_empty());
+    assert!(ddata(&mut f, 2, vec![data(1, T0 + 60, 1.0)], later).is_empty());
+}
+
+/// An edge node born again within the cooldown after the broker came back is not asked.
+#[test]
+fn an_edge_node_that_births_when_the_hub_is_back_is_not_asked_again() {
+    let (mut f, now) = born();
+    f.broker_lost(wall(T0 + 50));
+    f.broker_back(now);
+    let mut out = Vec::new();
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::NBirth, device: None },
+        nbirth(4),
+        Clock { now: now + Duration::from_secs(1), wall: wall(T0 + 60) },
+        &mut out,
+    );
+    assert!(f.rebirths(now + Duration::from_secs(6), usize::MAX).is_empty());
 }
 
 /// An edge whose clock ran a year ahead sent one value: it must not freeze the sensor.
