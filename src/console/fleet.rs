@@ -11,7 +11,7 @@ use maud::{Markup, html};
 use super::view::{self, layout, when};
 use super::viewer::Viewer;
 use super::{Console, ConsoleError, page};
-use crate::tools::defs::{DeviceState, DeviceStatus, EdgeStatus};
+use crate::tools::defs::{DeviceState, DeviceStatus, EdgeNodeStatus};
 
 /// `GET /console/fleet`.
 pub async fn fleet(State(c): State<Console>, headers: HeaderMap) -> Result<Response, ConsoleError> {
@@ -19,19 +19,12 @@ pub async fn fleet(State(c): State<Console>, headers: HeaderMap) -> Result<Respo
     Ok(page(fleet_markup(&c, &viewer)))
 }
 
-/// One edge node as its devices' statuses describe it.
-struct Node<'a> {
-    /// What the first of its devices says of the edge node (they all say the same).
-    edge: &'a EdgeStatus,
-    devices: Vec<&'a DeviceStatus>,
-}
-
-/// The devices' statuses by edge node (`group/node`), in order.
-fn nodes(devices: &[DeviceStatus]) -> BTreeMap<&str, Node<'_>> {
-    let mut nodes: BTreeMap<&str, Node> = BTreeMap::new();
+/// The served devices' statuses by edge node (`group/node`).
+fn devices_by_node(devices: &[DeviceStatus]) -> BTreeMap<&str, Vec<&DeviceStatus>> {
+    let mut nodes: BTreeMap<&str, Vec<&DeviceStatus>> = BTreeMap::new();
     for d in devices {
         if let Some(e) = &d.edge {
-            nodes.entry(e.edge.as_str()).or_insert(Node { edge: e, devices: Vec::new() }).devices.push(d);
+            nodes.entry(e.edge.as_str()).or_default().push(d);
         }
     }
     nodes
@@ -39,50 +32,61 @@ fn nodes(devices: &[DeviceStatus]) -> BTreeMap<&str, Node<'_>> {
 
 pub fn fleet_markup(c: &Console, viewer: &Viewer) -> Markup {
     let devices = view::devices(&c.tools);
-    let nodes = nodes(&devices);
+    let served = devices_by_node(&devices);
+    let hub = c.tools.hub();
+    let nodes: &[EdgeNodeStatus] = hub.as_ref().map_or(&[], |h| &h.edge_nodes);
     let registry = c.tools.registry();
     let conflicts = registry.conflicts();
-    let online = nodes.values().filter(|n| n.edge.edge_state == "online").count();
+    let online = nodes.iter().filter(|n| n.state == "online").count();
     let body = html! {
         h1 { "Fleet" }
-        @if !c.tools.core().fleet {
+        @if hub.is_none() {
             p.muted { "This fieldgate reads its own devices: it is an edge node, not the fleet hub. "
                       "The fleet page shows what a hub hears from its edge nodes." }
-        } @else if nodes.is_empty() {
+        }
+        @if let Some(h) = hub.as_ref().filter(|h| h.link != "online") {
+            p.st-down { "The hub is not online on a broker (" (h.broker) "): every edge node shows offline."
+                @if let Some(e) = &h.link_error { " " (e) } }
+        }
+        @if hub.is_some() && nodes.is_empty() {
             p.muted { "No edge node has announced a device yet. Edge nodes publishing to the hub's broker "
                       "appear here once their births arrive." }
-        } @else {
-            p { (online) " of " (nodes.len()) " edge nodes online, " (devices.len()) " devices, "
-                (registry.sensors().len()) " sensors." }
+        } @else if hub.is_some() {
+            p { (online) " of " (nodes.len()) " edge nodes online, " (devices.len()) " devices and "
+                (registry.sensors().len()) " sensors served." }
             table #fleet {
                 thead { tr { th { "Edge node" } th { "State" } th { "Last birth" } th { "Devices online" }
                              th { "Messages" } th { "Gaps" } th { "Rebirths asked" } th { "Dropped" } } }
                 tbody {
-                    @for (name, n) in &nodes {
-                        @let e = n.edge;
-                        @let up = n.devices.iter().filter(|d| d.state == DeviceState::Up).count();
-                        tr data-edge=(name) {
-                            td { strong { (name) } }
-                            @if e.edge_state == "online" {
-                                td.st-up { "▲ online" br; span.muted { "since " (when(&e.edge_since)) } }
+                    @for e in nodes {
+                        @let mine = served.get(e.edge.as_str()).map_or(&[][..], |v| v.as_slice());
+                        @let up = mine.iter().filter(|d| d.state == DeviceState::Up).count();
+                        tr data-edge=(e.edge) {
+                            td { strong { (e.edge) } }
+                            @if e.state == "online" {
+                                td.st-up { "▲ online" br; span.muted { "since " (when(&e.since)) } }
                             } @else {
                                 td.st-down { "▼ offline" br; span.muted {
-                                    "since " (when(&e.edge_since))
-                                    @if let Some(r) = &e.edge_offline_reason { " (" (reason(r)) ")" } } }
+                                    "since " (when(&e.since))
+                                    @if let Some(r) = &e.offline_reason { " (" (reason(r)) ")" } } }
                             }
                             td { @match &e.last_birth { Some(t) => { (when(t)) } None => { span.muted { "none" } } } }
-                            td.num { (up) " / " (n.devices.len()) }
+                            td.num { (up) " / " (mine.len()) }
                             td.num { (e.messages) }
                             td.num { (e.gaps) }
                             td.num { (e.rebirths_requested) }
                             td.num { (e.dropped) }
                         }
-                        tr { td colspan="8" { ul.sensors {
-                            @for d in &n.devices {
-                                li { a href={ "/console/devices/" (d.device_id) } { (d.device_id) } " "
-                                     span.muted { (d.description) } ": " (device_state(d)) }
+                        tr { td colspan="8" {
+                            @if mine.is_empty() {
+                                span.muted { "No device served: " (e.devices) " announced, none born or all in conflict (below)." }
+                            } @else {
+                                ul.sensors { @for d in mine {
+                                    li { a href={ "/console/devices/" (d.device_id) } { (d.device_id) } " "
+                                         span.muted { (d.description) } ": " (device_state(d)) }
+                                } }
                             }
-                        } } }
+                        } }
                     }
                 }
             }
@@ -92,7 +96,8 @@ pub fn fleet_markup(c: &Console, viewer: &Viewer) -> Markup {
             p.muted { "IDs announced by more than one edge node. Neither is served until one of them stops announcing it." }
             table #conflicts {
                 thead { tr { th { "ID" } th { "Announced by" } } }
-                tbody { @for k in conflicts { tr { td { (k.id) } td { (k.claimants.join(", ")) } } } }
+                tbody { @for k in conflicts { tr { td { (k.id) } td { (k.claimants.join(", "))
+                    @if let Some(d) = &k.device { span.muted { " (its device " (d) " is in conflict)" } } } } } }
             }
         }
     };

@@ -177,6 +177,41 @@ pub trait Driver: Send + Sync {
     fn edge(&self, _device: &crate::registry::Device) -> Option<EdgeView> {
         None
     }
+
+    /// The fleet hub's driver: its link to the broker and every edge node it has heard
+    /// of, also those none of whose devices is served (all in conflict, none born).
+    fn fleet(&self) -> Option<FleetView> {
+        None
+    }
+}
+
+/// The fleet as the hub sees it: its link to the broker and every edge node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetView {
+    /// The broker it is (or was last) connected to.
+    pub broker: String,
+    /// Its STATE says online on the broker.
+    pub online: bool,
+    /// Why the link is down, while it is.
+    pub link_error: Option<String>,
+    pub nodes: Vec<NodeView>,
+}
+
+/// One edge node as the fleet hub sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeView {
+    /// `group/node`.
+    pub edge: String,
+    pub online: bool,
+    pub since: chrono::DateTime<chrono::Utc>,
+    pub why: Option<EdgeGone>,
+    pub last_birth: Option<chrono::DateTime<chrono::Utc>>,
+    /// Devices it announced (born now or in an earlier life).
+    pub devices: usize,
+    pub rebirths_requested: u64,
+    pub messages: u64,
+    pub gaps: u64,
+    pub dropped: u64,
 }
 
 /// An edge node and one of its devices, as the fleet hub sees them.
@@ -218,6 +253,8 @@ impl Driver for Unsupported {
 /// share one link (one connection).
 pub struct Drivers {
     by_device: HashMap<DeviceId, Arc<dyn Driver>>,
+    /// The fleet hub's one driver, asked about the fleet even when no device is served.
+    fleet: Option<Arc<dyn Driver>>,
 }
 
 impl Drivers {
@@ -266,13 +303,19 @@ impl Drivers {
             };
             by_device.insert(d.id.clone(), driver);
         }
-        Drivers { by_device }
+        Drivers { by_device, fleet: None }
     }
 
     /// One driver for every device of `registry` (the fleet hub reads them all from its
     /// fleet's latest values).
     pub fn shared(registry: &Registry, driver: Arc<dyn Driver>) -> Drivers {
-        Drivers { by_device: registry.devices().iter().map(|d| (d.id.clone(), driver.clone())).collect() }
+        let by_device = registry.devices().iter().map(|d| (d.id.clone(), driver.clone())).collect();
+        Drivers { by_device, fleet: Some(driver) }
+    }
+
+    /// The fleet, when these are the fleet hub's drivers.
+    pub fn fleet(&self) -> Option<FleetView> {
+        self.fleet.as_ref().and_then(|d| d.fleet())
     }
 
     pub fn get(&self, device: &DeviceId) -> Option<&Arc<dyn Driver>> {

@@ -88,7 +88,7 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
         if claims.len() > 1 {
             let mut claimants: Vec<String> = claims.iter().map(|&(e, d)| claimant(e, d)).collect();
             claimants.sort();
-            conflicts.push(Conflict { id: id.clone(), claimants });
+            conflicts.push(Conflict { id: id.clone(), claimants, device: None });
         }
     }
     let mut out_sensors = Vec::with_capacity(sensors.len());
@@ -97,17 +97,20 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
             let mut claimants: Vec<String> = claims.iter().map(|&(e, d, _)| claimant(e, d)).collect();
             claimants.sort();
             claimants.dedup();
-            conflicts.push(Conflict { id: id.clone(), claimants });
+            conflicts.push(Conflict { id: id.clone(), claimants, device: None });
             continue;
         };
         let edge = &fleet.edges()[e];
         let (dev, metric) = (&edge.devices[d], &edge.devices[d].metrics[m]);
-        // Its device's ID is in conflict: withheld too, and listed, so that no sensor
-        // goes missing without a word.
-        if let Some(c) = devices.get(&dev.id).filter(|c| c.len() > 1) {
-            let mut claimants: Vec<String> = c.iter().map(|&(e, d)| claimant(e, d)).collect();
-            claimants.sort();
-            conflicts.push(Conflict { id: id.clone(), claimants });
+        // Its device's ID is in conflict: withheld too, and listed (with who announced
+        // the sensor itself, not every claimant of the device), so that no sensor goes
+        // missing without a word.
+        if devices.get(&dev.id).is_some_and(|c| c.len() > 1) {
+            conflicts.push(Conflict {
+                id: id.clone(),
+                claimants: vec![claimant(e, d)],
+                device: Some(dev.id.clone()),
+            });
             continue;
         }
         let (Ok(sid), Ok(did)) = (SensorId::from_str(id), DeviceId::from_str(&dev.id)) else { continue };

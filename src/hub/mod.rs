@@ -37,6 +37,7 @@ pub const MAX_MESSAGE: usize = 16 << 20;
 pub struct Hub {
     pub fleet: Arc<Mutex<Fleet>>,
     driver: Arc<dyn Driver>,
+    counters: Arc<Counters>,
 }
 
 impl Hub {
@@ -46,8 +47,10 @@ impl Hub {
             rebirth_cooldown: Duration::from_millis(cfg.rebirth_cooldown_ms),
         };
         let fleet = Arc::new(Mutex::new(Fleet::new(timing)));
-        let driver: Arc<dyn Driver> = Arc::new(source::FleetDriver { fleet: fleet.clone() });
-        Hub { fleet, driver }
+        let counters = Arc::new(Counters::default());
+        let driver: Arc<dyn Driver> =
+            Arc::new(source::FleetDriver { fleet: fleet.clone(), counters: counters.clone() });
+        Hub { fleet, driver, counters }
     }
 
     /// Every device of `registry` read from the fleet.
@@ -160,7 +163,7 @@ pub fn start(
         crate::spb::link::Settings::of(&(&cfg.link).into(), &format!("fieldgate-{}", cfg.host_id), env)?;
     // Births of large devices are large; anything larger than this drops the connection.
     settings.max_incoming = MAX_MESSAGE;
-    let counters = Arc::new(Counters::default());
+    let counters = hub.counters.clone();
     let (c, fleet) = (counters.clone(), hub.fleet.clone());
     tools.metrics().collect("hub", move |s| c.report(s, &fleet));
     tracing::info!(host_id = %cfg.host_id, brokers = ?cfg.link.brokers, groups = ?cfg.groups, "fleet hub starting");

@@ -12,7 +12,8 @@ use parking_lot::Mutex;
 
 use super::fleet::{Fleet, Gone, Status};
 use crate::driver::{
-    BoxFuture, Driver, DriverError, EdgeGone, EdgeView, RawValue, ReadOptions, Sample, SampleQuality,
+    BoxFuture, Driver, DriverError, EdgeGone, EdgeView, FleetView, NodeView, RawValue, ReadOptions, Sample,
+    SampleQuality,
 };
 use crate::registry::{Device, Endpoint, Sensor, SensorSource};
 
@@ -22,6 +23,7 @@ pub const RETRY_OFFLINE: Duration = Duration::from_secs(5);
 /// Every hub device's driver: the fleet's latest values.
 pub struct FleetDriver {
     pub fleet: Arc<Mutex<Fleet>>,
+    pub counters: Arc<super::Counters>,
 }
 
 impl Driver for FleetDriver {
@@ -55,6 +57,37 @@ impl Driver for FleetDriver {
             messages: e.stats.messages,
             gaps: e.stats.gaps,
             dropped: e.stats.dropped,
+        })
+    }
+
+    fn fleet(&self) -> Option<FleetView> {
+        let nodes = self
+            .fleet
+            .lock()
+            .edges()
+            .iter()
+            .map(|e| {
+                let (online, since, why) = split(e.status, false);
+                NodeView {
+                    edge: format!("{}/{}", e.group, e.node),
+                    online,
+                    since,
+                    why,
+                    last_birth: e.birth,
+                    devices: e.devices.len(),
+                    rebirths_requested: e.stats.rebirths_requested,
+                    messages: e.stats.messages,
+                    gaps: e.stats.gaps,
+                    dropped: e.stats.dropped,
+                }
+            })
+            .collect();
+        let c = &self.counters;
+        Some(FleetView {
+            broker: c.broker.lock().clone(),
+            online: c.online.load(std::sync::atomic::Ordering::Relaxed),
+            link_error: c.link_error.lock().clone(),
+            nodes,
         })
     }
 }

@@ -182,6 +182,11 @@ impl Reader {
         self.drivers.get(&device.id).and_then(|d| d.edge(device))
     }
 
+    /// The fleet hub's link and edge nodes; `None` where fieldgate reads its own devices.
+    pub fn fleet(&self) -> Option<crate::driver::FleetView> {
+        self.drivers.fleet()
+    }
+
     pub fn has_driver(&self, device: &DeviceId) -> bool {
         self.drivers.get(device).is_some()
     }

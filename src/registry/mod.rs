@@ -48,6 +48,9 @@ pub struct Conflict {
     pub id: String,
     /// Who claims it (`group/node/device`), sorted.
     pub claimants: Vec<String>,
+    /// A sensor withheld because its device's ID is in conflict (listed too): that device
+    /// ID. `claimants` are then the sensor's own announcers (one, perhaps).
+    pub device: Option<String>,
 }
 
 /// Loading failed: every problem found, each with file and line.

@@ -91,6 +91,10 @@ pub struct IdConflict {
     pub id: String,
     /// Who announces it: "group/node/device" of each.
     pub claimants: Vec<String>,
+    /// Set for a sensor withheld because its device's ID is in conflict (listed too):
+    /// that device ID; `claimants` are then who announced the sensor itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -98,7 +98,7 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
     let conflicts = registry
         .conflicts()
         .iter()
-        .map(|c| IdConflict { id: c.id.clone(), claimants: c.claimants.clone() })
+        .map(|c| IdConflict { id: c.id.clone(), claimants: c.claimants.clone(), device: c.device.clone() })
         .collect();
     let data =
         ListSensorsData { sensors: page, total, complete: next_cursor.is_none(), next_cursor, conflicts };

@@ -195,6 +195,11 @@ impl ToolService {
         status::storage(&self.view())
     }
 
+    /// The fleet hub's link and edge nodes (for `/readyz`); `None` at an edge.
+    pub fn hub(&self) -> Option<defs::HubStatus> {
+        status::hub(&self.view())
+    }
+
     /// The reading core every device read goes through now (the poller reads with it too).
     pub fn reader(&self) -> Arc<Reader> {
         self.view().core.reader.clone()

@@ -4,9 +4,9 @@
 use chrono::SecondsFormat;
 
 use super::defs::{
-    BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, EdgeStatus,
-    GetDeviceStatusArgs, LastError, Latency, NorthboundStatus, ProbeData, ProbeResult, StorageState,
-    StorageStatus,
+    BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, EdgeNodeStatus, EdgeStatus,
+    GetDeviceStatusArgs, HubStatus, LastError, Latency, NorthboundStatus, ProbeData, ProbeResult,
+    StorageState, StorageStatus,
 };
 use super::device_error::device_error;
 use super::{ToolError, ToolResult, View, to_data};
@@ -117,24 +117,14 @@ fn status_of(inner: &View, d: &Device) -> DeviceStatus {
 }
 
 fn edge_status(e: &crate::driver::EdgeView) -> EdgeStatus {
-    use crate::driver::EdgeGone;
-    let t = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
-    let state = |up: bool| if up { "online" } else { "offline" }.to_string();
     EdgeStatus {
         edge: e.edge.clone(),
-        edge_state: state(e.online),
-        edge_since: t(e.since),
-        edge_offline_reason: e.why.filter(|_| !e.online).map(|w| {
-            match w {
-                EdgeGone::Node | EdgeGone::Device => "death",
-                EdgeGone::Broker => "broker_lost",
-                EdgeGone::NotBorn => "not_born",
-            }
-            .to_string()
-        }),
-        device_state: state(e.device_online),
-        device_since: t(e.device_since),
-        last_birth: e.last_birth.map(t),
+        edge_state: state_word(e.online),
+        edge_since: rfc3339(e.since),
+        edge_offline_reason: e.why.filter(|_| !e.online).map(|w| gone_word(w).to_string()),
+        device_state: state_word(e.device_online),
+        device_since: rfc3339(e.device_since),
+        last_birth: e.last_birth.map(rfc3339),
         rebirths_requested: e.rebirths_requested,
         messages: e.messages,
         gaps: e.gaps,
@@ -158,7 +148,51 @@ pub fn device_status(inner: &View, args: &GetDeviceStatusArgs) -> Result<DeviceS
         },
         None => registry.devices().iter().map(|d| status_of(inner, d)).collect(),
     };
-    Ok(DeviceStatusData { devices, storage: storage(inner), northbound: northbound(inner) })
+    Ok(DeviceStatusData { devices, storage: storage(inner), northbound: northbound(inner), hub: hub(inner) })
+}
+
+/// The fleet hub's link and edge nodes (`None` where fieldgate reads its own devices).
+pub fn hub(inner: &View) -> Option<HubStatus> {
+    let f = inner.core.reader.fleet()?;
+    let edge_nodes = f
+        .nodes
+        .iter()
+        .map(|n| EdgeNodeStatus {
+            edge: n.edge.clone(),
+            state: state_word(n.online),
+            since: rfc3339(n.since),
+            offline_reason: n.why.filter(|_| !n.online).map(|w| gone_word(w).to_string()),
+            last_birth: n.last_birth.map(rfc3339),
+            devices: n.devices,
+            rebirths_requested: n.rebirths_requested,
+            messages: n.messages,
+            gaps: n.gaps,
+            dropped: n.dropped,
+        })
+        .collect();
+    Some(HubStatus {
+        broker: f.broker,
+        link: if f.online { "online" } else { "down" }.to_string(),
+        link_error: f.link_error,
+        edge_nodes,
+    })
+}
+
+fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+fn state_word(up: bool) -> String {
+    if up { "online" } else { "offline" }.to_string()
+}
+
+fn gone_word(w: crate::driver::EdgeGone) -> &'static str {
+    use crate::driver::EdgeGone;
+    match w {
+        EdgeGone::Node | EdgeGone::Device => "death",
+        EdgeGone::Broker => "broker_lost",
+        EdgeGone::NotBorn => "not_born",
+    }
 }
 
 fn northbound(inner: &View) -> Option<NorthboundStatus> {

@@ -349,17 +349,34 @@ async fn healthz() -> &'static str {
 
 /// Ready once the registry is loaded (the service exists only then) and the store is open.
 /// Ready while readings can be served: a failing store makes the service `degraded`
-/// (readings keep working), not unready.
+/// (readings keep working), not unready. The fleet hub is ready only while online on a
+/// broker: without one it has no reading to give (503, `status: "no_broker"`).
 async fn readyz(State(st): State<AppState>) -> Response {
     let storage = st.tools.storage();
-    let status = if storage.state == crate::tools::defs::StorageState::Ok { "ready" } else { "degraded" };
-    let body = json!({
-        "ready": true,
+    let hub = st.tools.hub();
+    let linked = hub.as_ref().is_none_or(|h| h.link == "online");
+    let status = match (linked, storage.state == crate::tools::defs::StorageState::Ok) {
+        (false, _) => "no_broker",
+        (true, true) => "ready",
+        (true, false) => "degraded",
+    };
+    let mut body = json!({
+        "ready": linked,
         "status": status,
         "registry": { "devices": st.tools.registry().devices().len(), "sensors": st.tools.registry().sensors().len() },
         "storage": storage,
     });
-    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default())
+    if let Some(h) = hub {
+        body["hub"] = json!({
+            "broker": h.broker,
+            "link": h.link,
+            "link_error": h.link_error,
+            "edge_nodes": h.edge_nodes.len(),
+            "edge_nodes_online": h.edge_nodes.iter().filter(|n| n.state == "online").count(),
+        });
+    }
+    let code = if linked { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    json_response(code, serde_json::to_vec(&body).unwrap_or_default())
 }
 
 async fn openapi() -> Response {

@@ -217,9 +217,10 @@ fn operations(r: &Route) -> Vec<(String, OperationBuilder)> {
                 "OAuth Protected Resource Metadata (RFC 9728) of the server; 404 without [server.oauth]",
             )
         }),
-        Endpoint::Readyz => {
-            one(service("readyz", "Ready to serve readings; status degraded while storage fails"))
-        }
+        Endpoint::Readyz => one(service(
+            "readyz",
+            "Ready to serve readings; status degraded while storage fails; 503 at a fleet hub without a broker",
+        )),
         Endpoint::Metrics => one(service("metrics", "Prometheus metrics")),
         Endpoint::Mcp => one(match r.verb {
             Verb::Post => service("mcp", "MCP over Streamable HTTP (JSON-RPC)"),

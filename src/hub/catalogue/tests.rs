@@ -77,6 +77,19 @@ fn an_id_two_edges_announce_is_a_conflict_served_by_neither() {
     let (r, _) = build(&f).unwrap();
     assert_eq!(ids(&r), ["A_LINE1_003"]);
     assert_eq!(r.conflict("a-line1-plc").unwrap().claimants, ["A/gw1/a-line1-plc", "B/gw2/a-line1-plc"]);
+    // Its sensors are withheld with it, each listed with who announced it, not every
+    // claimant of the device (gw1 never announced A_LINE1_004).
+    let c = r.conflict("A_LINE1_004").unwrap();
+    assert_eq!(
+        (c.claimants.as_slice(), c.device.as_deref()),
+        (&["B/gw2/a-line1-plc".to_string()][..], Some("a-line1-plc"))
+    );
+    let c = r.conflict("A_LINE1_001").unwrap();
+    assert_eq!(
+        (c.claimants.as_slice(), c.device.as_deref()),
+        (&["A/gw1/a-line1-plc".to_string()][..], Some("a-line1-plc"))
+    );
+    assert_eq!(r.conflict("a-line1-plc").unwrap().device, None);
 }
 
 #[test]

@@ -117,6 +117,44 @@ pub struct DeviceStatusData {
     /// The Sparkplug B link to the MQTT broker, when `[mqtt]` is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub northbound: Option<NorthboundStatus>,
+    /// Fleet hub only: its link to the broker and every edge node it has heard of, also
+    /// those with no device served (none born yet, or all in conflict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<HubStatus>,
+}
+
+/// The fleet hub's link to the broker and its edge nodes.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct HubStatus {
+    /// The broker used now (or last tried), e.g. "mqtt://broker.plant:1883".
+    pub broker: String,
+    /// `online` (its STATE says online: values flow) or `down` (every edge node shows
+    /// offline with reason `broker_lost`).
+    pub link: String,
+    /// Why the link is down, while it is.
+    pub link_error: Option<String>,
+    pub edge_nodes: Vec<EdgeNodeStatus>,
+}
+
+/// One edge node as the fleet hub sees it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct EdgeNodeStatus {
+    /// "group/node".
+    pub edge: String,
+    /// `online` or `offline`.
+    pub state: String,
+    /// Since when (RFC 3339).
+    pub since: String,
+    /// Why offline: `death`, `broker_lost` or `not_born`; null while online.
+    pub offline_reason: Option<String>,
+    /// Its last NBIRTH (its own time).
+    pub last_birth: Option<String>,
+    /// Devices it announced (born now or in an earlier life; served or not).
+    pub devices: usize,
+    pub rebirths_requested: u64,
+    pub messages: u64,
+    pub gaps: u64,
+    pub dropped: u64,
 }
 
 /// The Sparkplug B edge node's link and counters since fieldgate started.

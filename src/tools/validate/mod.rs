@@ -385,10 +385,17 @@ pub fn known_sensor<'r>(
             // The fleet hub withholds an ID two edge nodes announce.
             Some(c) => ToolError::new(
                 ErrorCode::SensorNotFound,
-                format!(
-                    "Sensor {id} is in a conflict between edge devices ({}); the hub serves it from none of them.",
-                    c.claimants.join(", ")
-                ),
+                match &c.device {
+                    Some(d) => format!(
+                        "Sensor {id} (of {}) is withheld: its device ID {} is announced by more than one edge node; the hub serves it from none of them.",
+                        c.claimants.join(", "),
+                        cut(d)
+                    ),
+                    None => format!(
+                        "Sensor {id} is in a conflict between edge devices ({}); the hub serves it from none of them.",
+                        c.claimants.join(", ")
+                    ),
+                },
                 "Report the conflict to a person: the sensor ID must be unique in the fleet. Do not retry.",
             ),
             None => ToolError::new(

@@ -65,6 +65,19 @@ fn fleet_row<'a>(page: &'a str, edge: &str) -> &'a str {
     &row[..row.find("</tr>").unwrap_or(row.len())]
 }
 
+/// `/readyz` at `addr`: its status code and body.
+async fn readyz(addr: std::net::SocketAddr) -> (u16, Value) {
+    fieldgate::tls::install_crypto_provider();
+    let res = reqwest::Client::new()
+        .get(format!("http://{addr}/readyz"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET /readyz: {e}"));
+    let code = res.status().as_u16();
+    (code, serde_json::from_str(&res.text().await.unwrap()).unwrap())
+}
+
 /// What a STATE message says (`None`: not JSON with an `online` flag).
 fn online(raw: &[u8]) -> Option<bool> {
     serde_json::from_slice::<Value>(raw).ok()?.get("online")?.as_bool()
@@ -314,6 +327,15 @@ async fn two_edges_through_one_hub_answer_as_each_edge_does() {
     let fleet = console(hub.addr, "/console/fleet").await;
     let conflicts = &fleet[fleet.find("id=\"conflicts\"").expect("the conflicts on the fleet page")..];
     assert!(conflicts.contains(&b_sensor) && conflicts.contains("C/gw-c/b-spare"), "{fleet}");
+    // The forger serves nothing, yet it is an edge node of the fleet: listed with the others.
+    assert!(fleet.contains("3 of 3 edge nodes online"), "{fleet}");
+    assert!(fleet_row(&fleet, "C/gw-c").contains("▲ online"), "{fleet}");
+    assert!(fleet.contains("No device served: 1 announced"), "{fleet}");
+    let status = call(hub.addr, "get_device_status", json!({})).await;
+    let nodes = status["data"]["hub"]["edge_nodes"].as_array().expect("the hub's edge nodes");
+    let c = nodes.iter().find(|n| n["edge"] == "C/gw-c").expect("C/gw-c among the edge nodes");
+    assert_eq!((c["state"].clone(), c["devices"].clone()), (json!("online"), json!(1)), "{c}");
+    assert_eq!(status["data"]["hub"]["link"], "online", "{status}");
     let refused = call(hub.addr, "get_sensor_reading", json!({"sensor_id": b_sensor})).await;
     assert_eq!(refused["error"]["code"], "SENSOR_NOT_FOUND", "{refused}");
     assert!(refused["error"]["message"].as_str().unwrap().contains("C/gw-c/b-spare"), "{refused}");
@@ -391,8 +413,21 @@ async fn after_a_broker_outage_the_hubs_history_has_the_edges_replay_in_place() 
     })
     .await;
 
+    let (code, ready) = readyz(hub.addr).await;
+    assert_eq!(
+        (code, ready["hub"]["link"].clone(), ready["hub"]["edge_nodes_online"].clone()),
+        (200, json!("online"), json!(1)),
+        "{ready}"
+    );
     broker.stop().await;
     let stopped = chrono::Utc::now().timestamp_millis();
+    // Without a broker the hub has no reading to give: not ready (a standby can take over).
+    let down = support::wait_for("the hub unready without its broker", T, || async {
+        let (code, ready) = readyz(hub.addr).await;
+        (code == 503).then_some(ready)
+    })
+    .await;
+    assert_eq!((down["ready"].clone(), down["status"].clone()), (json!(false), json!("no_broker")), "{down}");
     // The outage lasts until the edge has recorded five new values of one sensor.
     let busiest = support::wait_for("five values recorded at the edge during the outage", T, || async {
         for id in &ids {
@@ -406,6 +441,7 @@ async fn after_a_broker_outage_the_hubs_history_has_the_edges_replay_in_place() 
     .await;
     broker.restart().await;
     let restarted = chrono::Utc::now().timestamp_millis();
+    support::wait_until("the hub ready again", T, || async { readyz(hub.addr).await.0 == 200 }).await;
     let during = |points: &[(i64, Value)]| -> Vec<(i64, Value)> {
         points.iter().filter(|(t, _)| *t > stopped && *t < restarted).cloned().collect()
     };
