@@ -187,7 +187,19 @@ pub fn value_text(v: &Value) -> String {
         Value::UInt(u) => u.to_string(),
         Value::Number(n) => number(*n),
         Value::Bool(b) => b.to_string(),
-        Value::Text(t) => t.clone(),
+        Value::Text(t) => shown_text(t),
+    }
+}
+
+/// The most of a text value the console shows (the tools give it whole).
+pub const SHOWN_TEXT: usize = 200;
+
+/// A text value as a person reads it: its first `SHOWN_TEXT` characters, and how many
+/// more there are.
+fn shown_text(t: &str) -> String {
+    match t.char_indices().nth(SHOWN_TEXT) {
+        Some((at, _)) => format!("{}… ({} more characters)", &t[..at], t[at..].chars().count()),
+        None => t.to_string(),
     }
 }
 
@@ -288,5 +300,22 @@ mod tests {
         assert_eq!(number(0.000_123_456), "0.000123");
         assert_eq!(number(35.0), "35");
         assert_eq!(number(0.0), "0");
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+
+    #[test]
+    fn a_long_text_value_is_cut_for_people() {
+        assert_eq!(value_text(&Value::Text("RYE".into())), "RYE");
+        let long = "é".repeat(SHOWN_TEXT + 5);
+        assert_eq!(
+            value_text(&Value::Text(long)),
+            format!("{}… (5 more characters)", "é".repeat(SHOWN_TEXT))
+        );
+        let exact = "x".repeat(SHOWN_TEXT);
+        assert_eq!(value_text(&Value::Text(exact.clone())), exact);
     }
 }

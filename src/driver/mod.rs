@@ -151,6 +151,10 @@ impl ReadOptions {
     }
 }
 
+/// The longest text a sensor's value may be (bytes): a longer one fails its own sensor,
+/// from a device or from an edge node alike.
+pub const MAX_TEXT: usize = 1 << 20;
+
 /// Reads sensors of one device.
 pub trait Driver: Send + Sync {
     /// Reads `sensors` (all of this driver's device) as `options` say; one result per

@@ -91,7 +91,9 @@ pub fn raw_value(datatype: u32, m: &Metric) -> Option<RawValue> {
         (dt::FLOAT, Value::Float(v)) => RawValue::Float(f64::from(*v)),
         (dt::DOUBLE, Value::Double(v)) => RawValue::Float(*v),
         (dt::BOOLEAN, Value::Boolean(b)) => RawValue::Bool(*b),
-        (dt::STRING, Value::String(s)) => RawValue::Text(crate::plain::shown(s)),
+        (dt::STRING, Value::String(s)) if s.len() <= crate::driver::MAX_TEXT => {
+            RawValue::Text(crate::plain::shown(s))
+        }
         _ => return None,
     })
 }

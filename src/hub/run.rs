@@ -30,6 +30,8 @@ use crate::tools::ToolService;
 const TICK: Duration = Duration::from_millis(100);
 /// Births rebuild the catalogue at most this often (a fleet starting up births in bursts).
 const REBUILD_EVERY: Duration = Duration::from_millis(250);
+/// A catalogue that stood this long gets its text index built before a query asks.
+const WARM_TEXT_AFTER: Duration = Duration::from_secs(1);
 /// Rebirth requests sent per tick, at most: ten a second, so a fleet coming back (or a
 /// flood of unknown edge nodes) never floods the broker or the client's queue.
 const REBIRTHS_PER_TICK: usize = 1;
@@ -343,6 +345,7 @@ impl Host {
                 let drivers = Drivers::shared(&registry, self.hub.driver.clone());
                 let core = self.tools.core().renewed(registry.clone(), drivers);
                 self.tools.renew(core);
+                self.warm_text_later(&registry);
                 *self.counters.left.lock() = left;
                 self.counters
                     .sensors
@@ -350,6 +353,20 @@ impl Host {
             }
             Err(why) => tracing::error!(%why, "hub: the catalogue could not be built; the last one stays"),
         }
+    }
+
+    /// The text index of `registry` built off the tools' path once it has stood for
+    /// `WARM_TEXT_AFTER` (during a fleet's births a catalogue stands a quarter second: those
+    /// are not worth indexing), so the first `list_sensors` with `text` finds it built.
+    fn warm_text_later(&self, registry: &Arc<crate::registry::Registry>) {
+        let (tools, registry) = (self.tools.clone(), Arc::downgrade(registry));
+        tokio::spawn(async move {
+            tokio::time::sleep(WARM_TEXT_AFTER).await;
+            let Some(registry) = registry.upgrade().filter(|r| Arc::ptr_eq(r, &tools.registry())) else {
+                return;
+            };
+            let _ = tokio::task::spawn_blocking(move || registry.warm_text()).await;
+        });
     }
 
     fn lost(&mut self, why: &str) {

@@ -246,7 +246,17 @@ impl Registry {
     /// The sensors whose text (ID, description, equipment, unit, kind) contains every
     /// word (lowercase, without whitespace), by place.
     pub fn text_matches(&self, words: &[String]) -> Matches {
-        self.text.get_or_init(|| TextIndex::build(&self.sensors)).matching(words)
+        self.text_index().matching(words)
+    }
+
+    /// Builds the text index now, if no query did yet (the fleet hub, off the tools' path,
+    /// once a new catalogue has stood for a moment).
+    pub fn warm_text(&self) {
+        self.text_index();
+    }
+
+    fn text_index(&self) -> &TextIndex {
+        self.text.get_or_init(|| TextIndex::build(&self.sensors))
     }
 
     /// Up to three registered sensor IDs close to `input` (well-formed or not).

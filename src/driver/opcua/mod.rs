@@ -352,10 +352,10 @@ fn raw_of(v: Variant) -> Option<RawValue> {
         // Device text reaches agents and operators: nothing in it may hide or reorder what
         // they read (control, bidirectional and invisible characters become U+FFFD).
         // (Longer ones are decoded, up to a reply's size, so that they fail only their sensor.)
-        Variant::String(s) if s.as_ref().len() <= security::MAX_TEXT => {
+        Variant::String(s) if s.as_ref().len() <= crate::driver::MAX_TEXT => {
             RawValue::Text(crate::plain::shown(s.as_ref()))
         }
-        Variant::LocalizedText(t) if t.text.as_ref().len() <= security::MAX_TEXT => {
+        Variant::LocalizedText(t) if t.text.as_ref().len() <= crate::driver::MAX_TEXT => {
             RawValue::Text(crate::plain::shown(t.text.as_ref()))
         }
         _ => return None,

@@ -307,15 +307,13 @@ pub fn client_builder(pki_dir: &Path, secured: bool) -> ClientBuilder {
         .max_failed_keep_alive_count(3)
         // A string longer than async-opcua's limit fails its whole reply and closes the
         // connection (the device's fault for every sensor): strings are decoded up to a
-        // reply's size, 16 MiB, and one longer than MAX_TEXT fails only its own sensor.
+        // reply's size, 16 MiB, and one longer than `driver::MAX_TEXT` fails only its own sensor.
         .max_string_length(MAX_MESSAGE)
         .max_byte_string_length(MAX_MESSAGE)
         .max_message_size(MAX_MESSAGE)
         .max_chunk_count(0)
 }
 
-/// The longest text a sensor's value may be.
-pub const MAX_TEXT: usize = 1 << 20;
 /// The largest reply read (and so the longest string decoded).
 const MAX_MESSAGE: usize = 16 << 20;
 

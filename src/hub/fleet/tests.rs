@@ -333,6 +333,14 @@ fn quality_and_values_keep_their_type() {
         raw_value(dt_::STRING, &m(dt_::STRING, Value::String("a\u{202e}b".into()))),
         Some(RawValue::Text("a\u{fffd}b".into()))
     );
+    // Text up to the bound a device's text has too; beyond it, no value (bad), never kept.
+    let most = "x".repeat(crate::driver::MAX_TEXT);
+    assert_eq!(
+        raw_value(dt_::STRING, &m(dt_::STRING, Value::String(most.clone()))),
+        Some(RawValue::Text(most))
+    );
+    let over = "x".repeat(crate::driver::MAX_TEXT + 1);
+    assert_eq!(raw_value(dt_::STRING, &m(dt_::STRING, Value::String(over))), None);
     assert_eq!(raw_value(dt_::DOUBLE, &Metric::new(None, None, dt_::DOUBLE, None)), None);
 }
 
