@@ -14,7 +14,8 @@
 //!
 //! `HUB_BENCH_LOG=FILE` keeps what the hub and the demo print (their log at `info`);
 //! `HUB_BENCH_WINDOW_S` sets the steady window (default 20), `HUB_BENCH_OUTAGE_S` the
-//! broker's outage (default 60), `HUB_BENCH_WRAP` a profiler to run the hub under.
+//! broker's outage (default 60), `HUB_BENCH_WRAP` a profiler to run the hub under;
+//! `HUB_BENCH_VARIANTS=0` stops after the steady window.
 //!
 //! Targets: 100,000 metrics/s applied, none dropped; CPU ≤ 50 % of one core; RSS ≤ 300 MB;
 //! fleet online < 30 s with ≤ 10 rebirth requests/s; a reading ≤ 1.5x the edge's.
@@ -230,6 +231,7 @@ async fn run(gen_rt: &tokio::runtime::Runtime) {
     // a busy one: both get the same pauses).
     let mut at_hub = Vec::new();
     let mut at_edge = Vec::new();
+    let mut rss_series = vec![proc::rss_mb(&hub_pid.to_string())];
     let mut refused = std::collections::BTreeMap::<String, u32>::new();
     let mut k = 0usize;
     while t0.elapsed() < window() {
@@ -246,6 +248,9 @@ async fn run(gen_rt: &tokio::runtime::Runtime) {
         at_edge.push(t.elapsed());
         assert_eq!(e["ok"], true, "{e}");
         k += 1;
+        if t0.elapsed() >= Duration::from_secs(10 * rss_series.len() as u64) {
+            rss_series.push(proc::rss_mb(&hub_pid.to_string()));
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let wall = t0.elapsed().as_secs_f64();
@@ -353,6 +358,12 @@ async fn run(gen_rt: &tokio::runtime::Runtime) {
         pct(&mut firsts, 1.0)
     );
     println!("RSS after the steady window: {:.0} MB", proc::rss_mb(&hub_pid.to_string()));
+    let series: Vec<String> = rss_series.iter().map(|r| format!("{r:.0}")).collect();
+    println!("  RSS every 10 s of the window (MB): {}", series.join(", "));
+    if std::env::var("HUB_BENCH_VARIANTS").is_ok_and(|v| v == "0") {
+        println!("variants skipped (HUB_BENCH_VARIANTS=0)");
+        return;
+    }
 
     let hub = Hub { http: &http, addr: &hub_addr, generator: gen_rt.handle() };
     dropped_messages(&hub, &edges, &offered).await;

@@ -3,7 +3,7 @@
 //! name them so); its device is the device of the birth. An ID (sensor or device) that
 //! two edge nodes announce is a conflict: withheld, listed, never merged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -36,8 +36,10 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
     let mut left = Left::default();
     // Every claim to an ID, in fleet order: (edge, device index) per device ID, and per
     // sensor ID its device's claim and the metric.
-    let mut devices: BTreeMap<String, Vec<(usize, usize)>> = BTreeMap::new();
-    let mut sensors: BTreeMap<String, Vec<(usize, usize, usize)>> = BTreeMap::new();
+    let mut devices: BTreeMap<&str, Vec<(usize, usize)>> = BTreeMap::new();
+    // One entry a metric, sorted by name below: a catalogue of 100,000 sensors is rebuilt
+    // while a fleet is born, and a map of vectors costs several times this.
+    let mut sensors: Vec<(&str, usize, usize, usize)> = Vec::new();
     for (e, edge) in fleet.edges().iter().enumerate() {
         if edge.birth.is_none() {
             continue;
@@ -50,10 +52,10 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
                 left.not_device_ids += 1;
                 continue;
             }
-            devices.entry(dev.id.clone()).or_default().push((e, d));
+            devices.entry(dev.id.as_str()).or_default().push((e, d));
             for (m, metric) in dev.metrics.iter().enumerate() {
                 if SensorId::from_str(&metric.name).is_ok() {
-                    sensors.entry(metric.name.clone()).or_default().push((e, d, m));
+                    sensors.push((metric.name.as_str(), e, d, m));
                 } else if !metric.name.contains('/') && metric.name != "bdSeq" {
                     left.not_sensor_ids += 1;
                 }
@@ -61,23 +63,15 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
         }
     }
     // A device its edge node announced in its current life counts over one known only from
-    // an earlier life (its edge node dead, or born again without it): an ID moved to
-    // another edge, or a forger that died, leaves no conflict behind. Among claims of
-    // the same standing, more than one is a conflict.
-    let current = |e: usize, d: usize| {
-        let edge = &fleet.edges()[e];
-        edge.status.is_online() && edge.devices[d].current
-    };
+    // an earlier life (its edge node dead, or born again without it), and among those the
+    // one born last: an ID moved to another edge, or a forger that died, leaves no
+    // conflict behind, and an edge node that dies after it keeps its IDs (offline, not in
+    // conflict). Among claims of the same standing, more than one is a conflict.
     for claims in devices.values_mut() {
-        if claims.iter().any(|&(e, d)| current(e, d)) {
-            claims.retain(|&(e, d)| current(e, d));
-        }
+        let best = claims.iter().map(|&(e, d)| fleet.standing(e, d)).max();
+        claims.retain(|&(e, d)| Some(fleet.standing(e, d)) == best);
     }
-    for claims in sensors.values_mut() {
-        if claims.iter().any(|&(e, d, _)| current(e, d)) {
-            claims.retain(|&(e, d, _)| current(e, d));
-        }
-    }
+    sensors.sort_unstable();
     let claimant = |e: usize, d: usize| {
         let edge = &fleet.edges()[e];
         format!("{}/{}/{}", edge.group, edge.node, edge.devices[d].id)
@@ -88,16 +82,21 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
         if claims.len() > 1 {
             let mut claimants: Vec<String> = claims.iter().map(|&(e, d)| claimant(e, d)).collect();
             claimants.sort();
-            conflicts.push(Conflict { id: id.clone(), claimants, device: None });
+            conflicts.push(Conflict { id: id.to_string(), claimants, device: None });
         }
     }
     let mut out_sensors = Vec::with_capacity(sensors.len());
-    for (id, claims) in &sensors {
-        let &[(e, d, m)] = claims.as_slice() else {
-            let mut claimants: Vec<String> = claims.iter().map(|&(e, d, _)| claimant(e, d)).collect();
+    for all in sensors.chunk_by(|a, b| a.0 == b.0) {
+        let id = all[0].0;
+        // The claims of the best standing, as for devices.
+        let best = all.iter().map(|&(_, e, d, _)| fleet.standing(e, d)).max();
+        let standing = || all.iter().filter(move |&&(_, e, d, _)| Some(fleet.standing(e, d)) == best);
+        let mut claims = standing();
+        let (Some(&(_, e, d, m)), None) = (claims.next(), claims.next()) else {
+            let mut claimants: Vec<String> = standing().map(|&(_, e, d, _)| claimant(e, d)).collect();
             claimants.sort();
             claimants.dedup();
-            conflicts.push(Conflict { id: id.clone(), claimants, device: None });
+            conflicts.push(Conflict { id: id.to_string(), claimants, device: None });
             continue;
         };
         let edge = &fleet.edges()[e];
@@ -105,16 +104,17 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
         // Its device's ID is in conflict: withheld too, and listed (with who announced
         // the sensor itself, not every claimant of the device), so that no sensor goes
         // missing without a word.
-        if devices.get(&dev.id).is_some_and(|c| c.len() > 1) {
+        if devices.get(dev.id.as_str()).is_some_and(|c| c.len() > 1) {
             conflicts.push(Conflict {
-                id: id.clone(),
+                id: id.to_string(),
                 claimants: vec![claimant(e, d)],
                 device: Some(dev.id.clone()),
             });
             continue;
         }
         let (Ok(sid), Ok(did)) = (SensorId::from_str(id), DeviceId::from_str(&dev.id)) else { continue };
-        let device = out_devices.entry(dev.id.clone()).or_insert_with(|| device_of(edge, dev, did, &sid));
+        let device =
+            out_devices.entry(dev.id.clone()).or_insert_with(|| device_of(edge, dev, did, (&sid, metric)));
         if device.plant != sid.plant() || device.zone != sid.zone() {
             left.misplaced += 1;
             continue;
@@ -126,9 +126,26 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
 }
 
 /// The device as the catalogue shows it: its edge node, the protocol its edge said, the
-/// plant and zone of its first sensor.
-fn device_of(edge: &EdgeState, dev: &DeviceState, id: DeviceId, first: &SensorId) -> Device {
-    let props = dev.metrics.iter().find(|m| m.name == first.as_str()).map(|m| &m.props);
+/// plant and zone most of its sensors have (the first in its birth's order among equals):
+/// one stray ID does not take the device's other sensors with it.
+fn device_of(edge: &EdgeState, dev: &DeviceState, id: DeviceId, some: (&SensorId, &MetricState)) -> Device {
+    let ids: Vec<(usize, SensorId)> = dev
+        .metrics
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| Some((i, SensorId::from_str(&m.name).ok()?)))
+        .collect();
+    // Per plant and zone: how many sensors, and the first of them in the birth's order.
+    let mut places: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
+    for (k, (_, s)) in ids.iter().enumerate() {
+        places.entry((s.plant(), s.zone())).or_insert((0, k)).0 += 1;
+    }
+    let best = places.into_values().max_by_key(|&(n, first)| (n, std::cmp::Reverse(first)));
+    let (first, props) = match best.and_then(|(_, k)| ids.get(k)) {
+        Some((i, s)) => (s, &dev.metrics[*i].props),
+        None => (some.0, &some.1.props),
+    };
+    let props = Some(props);
     let protocol = props
         .and_then(|p| p.protocol.as_deref())
         .and_then(|p| Protocol::from_str(p).ok())

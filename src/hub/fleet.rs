@@ -71,6 +71,8 @@ pub struct DeviceState {
     pub status: Status,
     /// The DBIRTH's own time, when born.
     pub birth: Option<DateTime<Utc>>,
+    /// When its last DBIRTH reached the hub (the hub's clock: an edge's cannot move it).
+    pub born_here: Option<DateTime<Utc>>,
     /// Born in its edge node's current life (since its last NBIRTH).
     pub current: bool,
     pub metrics: Vec<MetricState>,
@@ -123,6 +125,17 @@ pub struct EdgeState {
     reborn: Vec<usize>,
     /// The names each device claims, as the fleet last recorded them.
     claimed: foldhash::HashMap<usize, Vec<String>>,
+}
+
+/// How a device's claim to an ID stands ([`Fleet::standing`]): ordered, the best last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Standing {
+    Unknown,
+    /// Born in an earlier life of its edge node (or the node is offline): when its birth
+    /// reached the hub.
+    Earlier(Option<DateTime<Utc>>),
+    /// Born in its edge node's current life, the node online.
+    Current,
 }
 
 /// What a message changed beyond values.
@@ -198,26 +211,28 @@ impl Fleet {
         }
     }
 
-    /// Whether `name` is announced by the device `(edge, device)` and no other, counting
-    /// only devices born in their edge node's current life when there are any (as the
-    /// catalogue does).
+    /// How a claim of device `(edge, device)` to an ID stands against others: a device
+    /// born in its edge node's current life (the node online) over any other, then the
+    /// one born last. Claims of the best standing hold the ID; two of them are a conflict.
+    /// (An edge node that dies keeps its IDs: answered `EDGE_OFFLINE`, not lost to a
+    /// claimant that died before it.)
+    pub fn standing(&self, edge: usize, device: usize) -> Standing {
+        let Some(x) = self.edges.get(edge) else { return Standing::Unknown };
+        let Some(d) = x.devices.get(device) else { return Standing::Unknown };
+        if x.status.is_online() && d.current { Standing::Current } else { Standing::Earlier(d.born_here) }
+    }
+
+    /// Whether `name` is held by the device `(edge, device)` and no other (as the
+    /// catalogue decides: [`Fleet::standing`]).
     pub fn sole_claim(&self, name: &str, edge: usize, device: usize) -> bool {
         let Some(c) = self.claims.get(name) else { return false };
         // One claim (the common case): it is this device's or not, whoever is online.
         if let [only] = c.as_slice() {
             return *only == (edge, device);
         }
-        let current = |&(e, d): &(usize, usize)| {
-            self.edges
-                .get(e)
-                .is_some_and(|x| x.status.is_online() && x.devices.get(d).is_some_and(|y| y.current))
-        };
-        let live: Vec<&(usize, usize)> = c.iter().filter(|x| current(x)).collect();
-        match live.as_slice() {
-            [] => c.as_slice() == [(edge, device)],
-            [only] => **only == (edge, device),
-            _ => false,
-        }
+        let best = c.iter().map(|&(e, d)| self.standing(e, d)).max();
+        let mut held = c.iter().filter(|&&(e, d)| Some(self.standing(e, d)) == best);
+        matches!((held.next(), held.next()), (Some(&only), None) if only == (edge, device))
     }
 
     /// A message that does not decode: what it held is lost, so the edge node is asked
@@ -273,10 +288,16 @@ impl Fleet {
         edge.stats.messages += 1;
         match kind {
             Kind::NBirth => {
-                // 0 by the specification; a node that numbers otherwise is followed.
-                let next = payload.seq.map_or(1, |s| (s as u8).wrapping_add(1));
+                // A birth carries its `bdSeq` (to match its death) and `seq` 0: one without
+                // is no birth to build on (an empty payload decodes as one); dropped, and
+                // a proper one asked for.
+                let bd_seq = payload.metrics.iter().any(|m| m.name.as_deref() == Some(super::metric::BD_SEQ));
+                if payload.seq != Some(0) || !bd_seq {
+                    edge.drop_and_ask();
+                    return Changed::default();
+                }
                 let changed = edge.nbirth(e, payload, wall, out);
-                edge.expect = Some(next);
+                edge.expect = Some(1);
                 changed
             }
             Kind::NDeath => edge.ndeath(&payload, wall),
@@ -327,22 +348,31 @@ impl Fleet {
 
     /// The edge nodes to ask for a rebirth now: each at most once per cooldown, at most
     /// `max` of them (the others stay wanted, taken in turn next time).
+    ///
+    /// Edge nodes born before (the fleet the hub knows) go first: data on topics of nodes
+    /// never born (a misconfigured client, a flood) must not hold up a known edge node's
+    /// request behind hundreds of theirs.
     pub fn rebirths(&mut self, now: Instant, max: usize) -> Vec<(String, String)> {
         let cooldown = self.timing.rebirth_cooldown;
         let mut due = Vec::new();
-        let n = self.edges.len();
-        for k in 0..n {
-            if due.len() >= max {
-                break;
-            }
-            let i = (self.next_rebirth + k) % n;
-            let edge = &mut self.edges[i];
-            if edge.rebirth_wanted && edge.last_request.is_none_or(|t| now.duration_since(t) >= cooldown) {
-                self.next_rebirth = i + 1;
-                edge.rebirth_wanted = false;
-                edge.last_request = Some(now);
-                edge.stats.rebirths_requested += 1;
-                due.push((edge.group.clone(), edge.node.clone()));
+        let (n, start) = (self.edges.len(), self.next_rebirth);
+        for known in [true, false] {
+            for k in 0..n {
+                if due.len() >= max {
+                    return due;
+                }
+                let i = (start + k) % n;
+                let edge = &mut self.edges[i];
+                if edge.birth.is_some() == known
+                    && edge.rebirth_wanted
+                    && edge.last_request.is_none_or(|t| now.duration_since(t) >= cooldown)
+                {
+                    self.next_rebirth = i + 1;
+                    edge.rebirth_wanted = false;
+                    edge.last_request = Some(now);
+                    edge.stats.rebirths_requested += 1;
+                    due.push((edge.group.clone(), edge.node.clone()));
+                }
             }
         }
         due

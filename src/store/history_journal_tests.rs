@@ -109,15 +109,7 @@ fn after_a_crash_the_journal_gives_back_exactly_what_was_flushed_late_points_and
     }
     want.sort_by_key(|p| p.t);
     // What the chunks on disk hold: the journal gives back exactly the rest.
-    let on_disk: u64 = {
-        let d = redb::Database::open(&path).unwrap();
-        let tx = d.begin_read().unwrap();
-        let t = tx.open_table(CHUNKS).unwrap();
-        t.iter()
-            .unwrap()
-            .map(|r| u64::from(crate::store::gorilla::count_of(&r.unwrap().1.value()[8..]).unwrap()))
-            .sum()
-    };
+    let on_disk = points_on_disk(&path);
     assert!(on_disk < want.len() as u64, "the last turns' points were only in the journal");
     let store = HistoryStore::open(&path).unwrap();
     assert_eq!(store.replayed_points(), want.len() as u64 - on_disk);
@@ -130,6 +122,49 @@ fn after_a_crash_the_journal_gives_back_exactly_what_was_flushed_late_points_and
     let store = HistoryStore::open(&path).unwrap();
     assert_eq!(store.replayed_points(), 0);
     assert_eq!(store.points("A", 0, i64::MAX).unwrap(), want);
+}
+
+/// Every point in the chunks on disk.
+fn points_on_disk(path: &std::path::Path) -> u64 {
+    let d = redb::Database::open(path).unwrap();
+    let tx = d.begin_read().unwrap();
+    let t = tx.open_table(CHUNKS).unwrap();
+    t.iter()
+        .unwrap()
+        .map(|r| u64::from(crate::store::gorilla::count_of(&r.unwrap().1.value()[8..]).unwrap()))
+        .sum()
+}
+
+#[test]
+fn after_a_crash_what_a_chunk_on_disk_holds_is_not_given_back_again() {
+    // Many sensors, each open chunk written at its own turn while the records of the
+    // flushes before stay: at replay, those records name points the chunk holds.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.redb");
+    let sensors = 2 * TURNS as usize;
+    let mut appended = 0u64;
+    {
+        let store = HistoryStore::open(&path).unwrap();
+        prefill(&store, sensors, 100);
+        appended += 100 * sensors as u64;
+        store.flush_all().unwrap();
+        for k in 1..(TURNS + TURNS / 2) as i64 {
+            for s in 0..sensors {
+                assert!(store.append(&format!("S{s}"), &p(T0 + k * 1000, (s as i64 + k / 20) as f64)));
+                appended += 1;
+            }
+            store.flush().unwrap();
+        }
+        assert!(journal_records(&store).len() > 1);
+    }
+    let on_disk = points_on_disk(&path);
+    assert!(on_disk < appended, "some points only in the journal");
+    let store = HistoryStore::open(&path).unwrap();
+    assert_eq!(store.replayed_points(), appended - on_disk, "exactly the points no chunk holds");
+    for s in [0, sensors / 2, sensors - 1] {
+        let got = store.points(&format!("S{s}"), 0, i64::MAX).unwrap();
+        assert_eq!(got.len() as i64, 100 + TURNS as i64 + TURNS as i64 / 2 - 1, "S{s}");
+    }
 }
 
 #[test]

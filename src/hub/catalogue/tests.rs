@@ -6,9 +6,14 @@ use crate::spb::topic::Kind;
 const T0: u64 = 1_700_000_000_000;
 
 fn born(fleet: &mut Fleet, group: &str, node: &str, devices: &[(&str, &[&str])]) {
+    born_at(fleet, T0, group, node, devices);
+}
+
+/// Born as the hub's clock says `at` (ms).
+fn born_at(fleet: &mut Fleet, at: u64, group: &str, node: &str, devices: &[(&str, &[&str])]) {
     let clock = Clock {
         now: tokio::time::Instant::now(),
-        wall: chrono::DateTime::from_timestamp_millis(T0 as i64).unwrap(),
+        wall: chrono::DateTime::from_timestamp_millis(at as i64).unwrap(),
     };
     let mut out = Vec::new();
     let bd = Metric::new(Some("bdSeq"), None, datatype::INT64, Some(Value::Long(0)));
@@ -146,4 +151,59 @@ fn device_conflicts_list_their_sensors_and_stale_claims_give_way() {
         r.device_of(r.sensor_named("A_LINE1_001").unwrap()).endpoint,
         Endpoint::Edge { group: "A".into(), node: "gw1".into() }
     );
+}
+
+fn died(fleet: &mut Fleet, group: &str, node: &str) {
+    let clock = Clock {
+        now: tokio::time::Instant::now(),
+        wall: chrono::DateTime::from_timestamp_millis(T0 as i64 + 60_000).unwrap(),
+    };
+    let bd = Metric::new(Some("bdSeq"), None, datatype::INT64, Some(Value::Long(0)));
+    let death =
+        Payload { timestamp: Some(T0 + 60_000), metrics: vec![bd], seq: None, uuid: None, body: None };
+    fleet.on_message(From { group, node, kind: Kind::NDeath, device: None }, death, clock, &mut Vec::new());
+}
+
+/// Regression (the adversarial walk): an edge node whose rival died before it keeps its
+/// IDs when it dies too (offline, answered `EDGE_OFFLINE`), instead of both claims of
+/// earlier lives standing as a conflict.
+#[test]
+fn among_claims_of_earlier_lives_the_one_born_last_holds_the_id() {
+    let mut f = fleet();
+    born_at(&mut f, T0, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001"])]);
+    born_at(&mut f, T0 + 1_000, "A", "gw2", &[("a-line1-plc", &["A_LINE1_001"])]);
+    assert!(ids(&build(&f).unwrap().0).is_empty(), "both online: a conflict");
+    died(&mut f, "A", "gw2");
+    // gw1 born again (after gw2's birth), then dead: its claim is the newest.
+    born_at(&mut f, T0 + 2_000, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001"])]);
+    died(&mut f, "A", "gw1");
+    let (r, _) = build(&f).unwrap();
+    assert_eq!(ids(&r), ["A_LINE1_001"]);
+    assert!(r.conflicts().is_empty(), "{:?}", r.conflicts());
+    let s = r.sensor_named("A_LINE1_001").unwrap();
+    assert_eq!(r.device_of(s).endpoint, Endpoint::Edge { group: "A".into(), node: "gw1".into() });
+    let SensorSource::Edge(p) = &s.source else { panic!() };
+    assert!(f.sole_claim("A_LINE1_001", p.edge, p.device), "history takes gw1's values, as the catalogue");
+    // Two claims of earlier lives born at the same time stand equal: a conflict.
+    let mut g = fleet();
+    born_at(&mut g, T0, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001"])]);
+    born_at(&mut g, T0, "A", "gw2", &[("a-line1-plc", &["A_LINE1_001"])]);
+    died(&mut g, "A", "gw1");
+    died(&mut g, "A", "gw2");
+    assert!(ids(&build(&g).unwrap().0).is_empty());
+}
+
+/// Regression (the adversarial walk): a device's plant and zone are those of most of its
+/// sensors; one stray ID (first by name) no longer takes the others with it.
+#[test]
+fn a_device_is_where_most_of_its_sensors_are() {
+    let mut f = fleet();
+    born(&mut f, "J", "gw1", &[("j-line-plc", &["J_LINE_001", "J_LINE_002", "AA_STRAY_001", "J_LINE_003"])]);
+    let (r, left) = build(&f).unwrap();
+    assert_eq!(ids(&r), ["J_LINE_001", "J_LINE_002", "J_LINE_003"]);
+    assert_eq!(left.misplaced, 1);
+    // Equal counts: the first in the birth's order.
+    let mut f = fleet();
+    born(&mut f, "J", "gw1", &[("j-line-plc", &["J_LINE_001", "AA_STRAY_001"])]);
+    assert_eq!(ids(&build(&f).unwrap().0), ["J_LINE_001"]);
 }

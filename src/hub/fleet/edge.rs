@@ -110,6 +110,7 @@ impl EdgeState {
                             id: id.to_string(),
                             status: Status::Offline { since: wall, why: Gone::NotBorn },
                             birth: None,
+                            born_here: None,
                             current: false,
                             metrics: Vec::new(),
                             by_name: Default::default(),
@@ -127,6 +128,7 @@ impl EdgeState {
                 dev.metrics = metrics;
                 dev.status = Status::Online { since: wall };
                 dev.birth = Some(sent);
+                dev.born_here = Some(wall);
                 dev.current = true;
                 // An alias must name one metric of the whole edge node: one another device
                 // (or the node) holds names neither, as an alias given twice in one birth.

@@ -448,3 +448,53 @@ fn an_alias_two_devices_of_an_edge_node_were_born_with_names_neither() {
     assert_eq!(ddata(&mut f, 5, vec![data(1, T0 + 7, 4.0)], now).len(), 1);
     assert_eq!(latest(&f, 0), Some(4.0));
 }
+
+/// Regression (the adversarial walk): an NBIRTH without `bdSeq`, or whose `seq` is not 0
+/// (an empty payload decodes as one with neither), is no birth: dropped, a rebirth asked.
+#[test]
+fn a_birth_without_bd_seq_or_seq_0_is_dropped_and_asked_again() {
+    let bd = || Metric::new(Some("bdSeq"), None, dt_::INT64, Some(Value::Long(1)));
+    for (why, p) in [
+        ("empty", payload(None, T0, vec![])),
+        ("no bdSeq", payload(Some(0), T0, vec![])),
+        ("no seq", payload(None, T0, vec![bd()])),
+        ("seq 7", payload(Some(7), T0, vec![bd()])),
+    ] {
+        let mut f = fleet();
+        let now = Instant::now();
+        f.on_message(
+            From { group: "A", node: "gw1", kind: Kind::NBirth, device: None },
+            p,
+            Clock { now, wall: wall(T0) },
+            &mut Vec::new(),
+        );
+        let e = f.edge("A", "gw1").unwrap();
+        assert!(!e.status.is_online(), "{why}");
+        assert_eq!((e.stats.dropped, e.birth), (1, None), "{why}");
+        assert_eq!(f.rebirths(now, usize::MAX).len(), 1, "{why}");
+    }
+}
+
+/// Regression (the adversarial walk): data on topics of hundreds of nodes never born does
+/// not hold up the rebirth a known edge node needs.
+#[test]
+fn a_known_edge_node_is_asked_before_nodes_never_born() {
+    let (mut f, now) = born();
+    for k in 0..50 {
+        f.on_message(
+            From { group: "GHOST", node: &format!("g{k}"), kind: Kind::DData, device: Some("d") },
+            payload(Some(1), T0, vec![data(1, T0, 1.0)]),
+            Clock { now, wall: wall(T0) },
+            &mut Vec::new(),
+        );
+    }
+    // gw1 sends data of a device it did not announce: it wants a rebirth too.
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DData, device: Some("plc-9") },
+        payload(Some(2), T0, vec![data(1, T0, 7.0)]),
+        Clock { now, wall: wall(T0) },
+        &mut Vec::new(),
+    );
+    assert_eq!(f.rebirths(now, 1), [("A".to_string(), "gw1".to_string())]);
+    assert_eq!(f.rebirths(now, usize::MAX).len(), 50, "the others after it");
+}
