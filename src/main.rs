@@ -42,7 +42,11 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Validate the configuration and every device file; print a summary or every problem.
-    Check,
+    Check {
+        /// Check it as `fieldgate hub` runs it: no device files; `[hub]` names a broker.
+        #[arg(long)]
+        hub: bool,
+    },
     /// Print the definition of every served tool as JSON.
     Tools,
     /// Run one tool and print its envelope (exit 0 if ok, 2 on a tool error): through the
@@ -191,8 +195,12 @@ fn main() -> ExitCode {
             cli::out(&serde_json::to_string_pretty(&defs).unwrap_or_default());
             ExitCode::SUCCESS
         }
-        Command::Check => match load().and_then(with_tokens) {
+        Command::Check { hub: false } => match load().and_then(with_tokens) {
             Ok((config, registry, tokens)) => cli::devices::check(&config, &registry, &tokens),
+            Err(code) => code,
+        },
+        Command::Check { hub: true } => match load_hub(&config, false).and_then(with_tokens) {
+            Ok((config, _, tokens)) => cli::devices::check_hub(&config, &tokens),
             Err(code) => code,
         },
         Command::Call { tool, args, url, data_dir, token } => {
@@ -230,7 +238,7 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Hub { listen, data_dir } => match load_with(&config, None, true).and_then(with_tokens) {
+        Command::Hub { listen, data_dir } => match load_hub(&config, true).and_then(with_tokens) {
             Ok((c, _, tokens)) => {
                 runtime.block_on(cli::run::hub(with_overrides(c, listen, data_dir), tokens))
             }
@@ -352,6 +360,17 @@ fn load(
 
 /// [`load`], and the device files unless `devices` is `None` (the hub reads none: its
 /// catalogue comes from the edges' births).
+/// The configuration as `fieldgate hub` takes it: no device files, and a broker to read.
+fn load_hub(file: &Option<PathBuf>, starts_service: bool) -> Result<(Config, Registry), ExitCode> {
+    if let Ok(c) = Config::load(file.as_deref(), std::env::vars())
+        && let Some(why) = fieldgate::config::hub::start_problem(&c.hub)
+    {
+        let source = file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "(defaults)".into());
+        return Err(report(&[Problem { source, line: 0, message: why.to_string() }]));
+    }
+    load_with(file, None, starts_service)
+}
+
 fn load_with(
     file: &Option<PathBuf>,
     devices: Option<Option<&PathBuf>>,

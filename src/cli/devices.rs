@@ -105,6 +105,27 @@ pub fn check(config: &Config, registry: &Registry, tokens: &crate::transport::au
             out(&line);
         }
     }
+    if exposure_and_tls(config, tokens) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// `check --hub`: the configuration as `fieldgate hub` runs it.
+pub fn check_hub(config: &Config, tokens: &crate::transport::auth::Tokens) -> ExitCode {
+    let h = &config.hub;
+    out(&format!(
+        "ok: fleet hub {} on {} ({})",
+        h.host_id,
+        h.link.brokers.join(", "),
+        if h.groups.is_empty() {
+            "every group".to_string()
+        } else {
+            format!("groups {}", h.groups.join(", "))
+        }
+    ));
+    if exposure_and_tls(config, tokens) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// Whether the listener's exposure or its TLS settings fail (each finding printed).
+fn exposure_and_tls(config: &Config, tokens: &crate::transport::auth::Tokens) -> bool {
     let mut failed = false;
     let exposure = crate::transport::http::Exposure {
         authenticated: !tokens.is_empty(),
@@ -128,5 +149,5 @@ pub fn check(config: &Config, registry: &Registry, tokens: &crate::transport::au
             }
         }
     }
-    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    failed
 }

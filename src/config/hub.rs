@@ -55,6 +55,12 @@ impl HubConfig {
     }
 }
 
+/// What keeps `fieldgate hub` from starting with `h` that a file alone cannot say is wrong
+/// (an edge's configuration leaves `[hub]` empty).
+pub fn start_problem(h: &HubConfig) -> Option<&'static str> {
+    h.link.brokers.is_empty().then_some("hub.brokers is empty: name at least one broker (mqtt://host:port)")
+}
+
 /// Reads `[hub]`'s keys from `s` into `h`, reporting each bad one on `s`.
 pub fn read_keys(s: &Table<'_, '_>, h: &mut HubConfig) {
     mqtt::read_connection_keys(s, &mut h.link);
@@ -65,8 +71,10 @@ pub fn read_keys(s: &Table<'_, '_>, h: &mut HubConfig) {
         }
     }
     if let Some(list) = s.strings("groups") {
-        let bad: Vec<String> =
+        let mut bad: Vec<String> =
             list.iter().filter_map(|g| mqtt::id_problem(g).map(|why| format!("{g:?}: {why}"))).collect();
+        let mut seen = std::collections::HashSet::new();
+        bad.extend(list.iter().filter(|g| !seen.insert(g.as_str())).map(|g| format!("{g:?} is named twice")));
         if bad.is_empty() {
             h.groups = list;
         } else {

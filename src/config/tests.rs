@@ -236,7 +236,7 @@ fn hub_section_shares_the_connection_keys_and_nothing_else() {
     let path = dir.path().join("hub.toml");
     std::fs::write(
         &path,
-        "[hub]\nbrokers = [\"mqtts://b.plant\"]\ngroup_id = \"A\"\ngroups = [\"A\", \"B/C\"]\nhost_id = \"\"\nreorder_timeout_ms = 5\nusername_env = \"FIELDGATE_HUB_USER\"\n",
+        "[hub]\nbrokers = [\"mqtts://b.plant\"]\ngroup_id = \"A\"\ngroups = [\"A\", \"B/C\", \"A\"]\nhost_id = \"\"\nreorder_timeout_ms = 5\nusername_env = \"FIELDGATE_HUB_USER\"\n",
     )
     .unwrap();
     let env = [("FIELDGATE_HUB_USER".to_string(), "secret-name".to_string())];
@@ -245,6 +245,7 @@ fn hub_section_shares_the_connection_keys_and_nothing_else() {
     let has = |part: &str| text.iter().any(|t| t.contains(part));
     assert!(has("unknown key `group_id` in [hub]"), "{text:?}");
     assert!(has("`groups` in [hub]: \"B/C\""), "{text:?}");
+    assert!(has("\"A\" is named twice"), "{text:?}");
     assert!(has("`host_id` in [hub]: must not be empty"), "{text:?}");
     assert!(has("`reorder_timeout_ms` in [hub]: must be between 10"), "{text:?}");
     assert!(has("hub.brokers has an mqtts:// URL but hub.ca_file is empty"), "{text:?}");

@@ -138,8 +138,8 @@ impl Counters {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {
-    #[error("hub.brokers is empty: name at least one broker (mqtt://host:port)")]
-    NoBroker,
+    #[error("{0}")]
+    NoBroker(&'static str),
     #[error("{0}")]
     Link(#[from] crate::spb::link::LinkError),
     #[error("hub: cannot start its thread: {0}")]
@@ -156,8 +156,9 @@ pub fn start(
     let cfg = tools.config().hub.clone();
     let brokers: Vec<_> =
         cfg.link.brokers.iter().filter_map(|b| crate::config::mqtt::parse_broker(b).ok()).collect();
-    if brokers.is_empty() {
-        return Err(HubError::NoBroker);
+    let unread = brokers.is_empty().then_some("hub.brokers: no broker URL could be read");
+    if let Some(why) = crate::config::hub::start_problem(&cfg).or(unread) {
+        return Err(HubError::NoBroker(why));
     }
     let mut settings =
         crate::spb::link::Settings::of(&(&cfg.link).into(), &format!("fieldgate-{}", cfg.host_id), env)?;

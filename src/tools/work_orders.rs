@@ -111,15 +111,20 @@ pub(crate) async fn create(inner: &View, caller: &Caller, args: CreateWorkOrderA
     .fingerprint();
     let now = Utc::now();
     let at = now.to_rfc3339_opts(SecondsFormat::Millis, true);
-    let evidence = inner.core.reader.cache().fresh(sensor, u64::MAX / 2, now).and_then(|s| {
+    // The evidence: the last value read (the poller keeps it fresh at an edge); at the
+    // fleet hub, the latest value the sensor's edge node sent (nothing is read to get it).
+    let (sample, source) = match &sensor.source {
+        crate::registry::SensorSource::Edge(_) => {
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+            let read = inner.core.reader.read(&[sensor], None, deadline).await;
+            let sample = read.results.into_iter().next().and_then(|r| r.ok()).map(|(s, _)| s);
+            (sample, super::defs::ReadingSource::Hub)
+        }
+        _ => (inner.core.reader.cache().fresh(sensor, u64::MAX / 2, now), super::defs::ReadingSource::Cache),
+    };
+    let evidence = sample.and_then(|s| {
         let mut stamps = super::reading_json::Stamps::new();
-        let reading = super::reading_json::reading(
-            sensor,
-            &s,
-            UnitMode::Normalized,
-            super::defs::ReadingSource::Cache,
-            &mut stamps,
-        );
+        let reading = super::reading_json::reading(sensor, &s, UnitMode::Normalized, source, &mut stamps);
         serde_json::to_value(reading).ok()
     });
     let draft = model::WorkOrder {

@@ -38,6 +38,36 @@ fn check_summarises_the_demo_plant() {
     assert!(out.contains("opcua                1 device(s), 8 sensor(s)"), "{out}");
 }
 
+/// Regression (the adversarial walk): `check --hub` checks a hub's configuration as
+/// `fieldgate hub` takes it (no device files; a broker named), and `hub` refuses one
+/// without a broker before it says its configuration loaded.
+#[test]
+fn check_hub_checks_what_the_hub_needs_and_the_hub_refuses_no_broker_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("hub.toml");
+    std::fs::write(&conf, "[devices]\ndir = \"no-such-folder\"\n[hub]\nbrokers = []\n").unwrap();
+    let c = conf.to_str().unwrap();
+    let o = fieldgate(&["--config", c, "check", "--hub"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stderr(&o).contains("hub.brokers is empty"), "{}", stderr(&o));
+    let o = fieldgate(&["--config", c, "hub"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("hub.brokers is empty") && !stderr(&o).contains("configuration loaded"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(&conf, "[devices]\ndir = \"no-such-folder\"\n[hub]\nbrokers = [\"mqtt://127.0.0.1:1883\"]\ngroups = [\"A\"]\n").unwrap();
+    let o = fieldgate(&["--config", c, "check", "--hub"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).lines().next(),
+        Some("ok: fleet hub fieldgate-hub on mqtt://127.0.0.1:1883 (groups A)")
+    );
+    // Without --hub the missing devices folder is what check reports.
+    assert_eq!(fieldgate(&["--config", c, "check"]).status.code(), Some(1));
+}
+
 /// A one-shot command's configuration load is no audit event (it would be a line on every
 /// command); a refused configuration is one, whatever the command.
 #[test]

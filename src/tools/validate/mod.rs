@@ -391,12 +391,17 @@ pub fn known_sensor<'r>(
                         c.claimants.join(", "),
                         cut(d)
                     ),
+                    // One claimant: its own birth names the sensor twice.
+                    None if c.claimants.len() == 1 => format!(
+                        "Sensor {id} is named twice in one birth of {}; the hub serves neither.",
+                        c.claimants.join(", ")
+                    ),
                     None => format!(
                         "Sensor {id} is in a conflict between edge devices ({}); the hub serves it from none of them.",
                         c.claimants.join(", ")
                     ),
                 },
-                "Report the conflict to a person: the sensor ID must be unique in the fleet. Do not retry.",
+                "Report the conflict to a person: a sensor ID must be unique in the fleet and in each birth. Do not retry.",
             ),
             None => ToolError::new(
                 ErrorCode::SensorNotFound,

@@ -216,6 +216,14 @@ async fn two_edges_through_one_hub_answer_as_each_edge_does() {
         (json!(true), json!("pending_approval")),
         "{order}"
     );
+    // Its evidence: the latest value the edge sent, whether or not a reading was asked.
+    let evidence = &order["data"]["work_order"]["evidence"];
+    assert_eq!(
+        (evidence["source"].clone(), evidence["sensor_id"].clone()),
+        (json!("hub"), json!(at_b.keys().next().unwrap())),
+        "{order}"
+    );
+    assert!(!evidence["value"].is_null(), "{order}");
     let history = call(
         hub.addr,
         "get_sensor_history",
