@@ -262,6 +262,8 @@ pub struct HistoryPoint {
 pub struct HistoryBucket {
     /// Start of the bucket (RFC 3339).
     pub start: String,
+    /// Points stored in the bucket, those without a value (bad quality) included; `min`,
+    /// `max`, `avg`, `first` and `last` are of the points with a value.
     pub count: u64,
     /// The smallest value, of the sensor's type (an integer sensor's exact).
     pub min: Option<Value>,
