@@ -14,6 +14,9 @@ use fieldgate::transport::auth::Tokens;
 
 // Measured (benches/transport.rs): the tool path allocates many small, short-lived
 // buffers; mimalloc keeps them off glibc's consolidation path.
+// `--features system-alloc` leaves the system's allocator in place, for heap profilers
+// that see only malloc (heaptrack: `HUB_BENCH_WRAP` in benches/hub.rs).
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -47,9 +47,10 @@ pub struct Db {
     failures: AtomicU64,
 }
 
-/// The page cache of each store file (redb's default, 1 GiB, is more than an edge box has
-/// to spare; reads of history touch a sensor's chunks, a few hundred KiB).
-pub const CACHE_BYTES: usize = 32 << 20;
+/// The page cache of each store file, read cache and write buffer together (redb's
+/// default, 1 GiB, is more than an edge box has to spare; reads of history touch a
+/// sensor's chunks, a few hundred KiB; a hub's flush of 100,000 sensors writes about 10 MB).
+pub const CACHE_BYTES: usize = 16 << 20;
 
 /// Opens `path` with its integrity checked; the error names the file and what to do.
 pub fn open_checked(path: &Path) -> Result<Database, String> {

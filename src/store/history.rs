@@ -49,9 +49,9 @@ pub const MAX_CHUNK_BYTES: usize = 1536;
 /// ... or when it would span longer than this.
 pub const MAX_SPAN_MS: i64 = 6 * 3_600_000;
 /// Open chunks share this much memory: with more sensors than it holds at
-/// [`MAX_CHUNK_BYTES`] each (over 32,000), a sensor's chunk is sealed at its share, never
-/// under [`MIN_CHUNK_BYTES`] (a hub of 100,000 sensors: about 500 bytes, 50 noisy points).
-pub const OPEN_BUDGET_BYTES: usize = 48 << 20;
+/// [`MAX_CHUNK_BYTES`] each (over 21,000), a sensor's chunk is sealed at its share, never
+/// under [`MIN_CHUNK_BYTES`] (a hub of 100,000 sensors: about 330 bytes, 35 noisy points).
+pub const OPEN_BUDGET_BYTES: usize = 32 << 20;
 pub const MIN_CHUNK_BYTES: usize = 256;
 
 /// The byte bound of each open chunk when `open` chunks are open.

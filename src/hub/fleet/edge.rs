@@ -124,7 +124,9 @@ impl EdgeState {
                 self.reborn.push(d);
                 let (metrics, aliases) = define(&payload.metrics, &self.devices[d].metrics);
                 let dev = &mut self.devices[d];
-                dev.by_name = metrics.iter().enumerate().map(|(i, m)| (m.name.clone(), i)).collect();
+                let mut by_name: Vec<u32> = (0..metrics.len() as u32).collect();
+                by_name.sort_unstable_by(|&a, &b| metrics[a as usize].name.cmp(&metrics[b as usize].name));
+                dev.by_name = by_name;
                 dev.metrics = metrics;
                 dev.status = Status::Online { since: wall };
                 dev.birth = Some(sent);
@@ -197,7 +199,7 @@ impl EdgeState {
             let found = match (m.alias, m.name.as_deref()) {
                 (Some(a), _) => self.aliases.get(&a).filter(|(d, _)| *d == device).map(|&(_, i)| i),
                 (None, Some(n)) => match device {
-                    Some(d) => self.devices[d].by_name.get(n).copied(),
+                    Some(d) => self.devices[d].index_of(n),
                     None => self.node_metrics.iter().position(|x| x.name == n),
                 },
                 (None, None) => None,

@@ -498,3 +498,24 @@ fn a_known_edge_node_is_asked_before_nodes_never_born() {
     assert_eq!(f.rebirths(now, 1), [("A".to_string(), "gw1".to_string())]);
     assert_eq!(f.rebirths(now, usize::MAX).len(), 50, "the others after it");
 }
+
+/// Data may name a metric instead of giving its alias (Sparkplug allows either): found by
+/// name in its device's birth; a name the birth did not give is dropped and asked again.
+#[test]
+fn data_by_name_finds_its_metric_and_an_unknown_name_is_never_guessed() {
+    let (mut f, now) = born();
+    let by_name = |name: &str, t: u64, v: f64| {
+        let mut m = Metric::new(Some(name), None, dt_::DOUBLE, Some(Value::Double(v)));
+        m.timestamp = Some(t);
+        m
+    };
+    let out =
+        ddata(&mut f, 2, vec![by_name("A_LINE1_002", T0 + 5, 8.5), by_name("A_LINE1_001", T0 + 5, 7.5)], now);
+    assert_eq!(out.len(), 2);
+    assert_eq!((latest(&f, 0), latest(&f, 1)), (Some(7.5), Some(8.5)));
+    let e = f.edge("A", "gw1").unwrap();
+    assert_eq!(e.devices[0].metric_named("A_LINE1_002").map(|m| m.name.as_str()), Some("A_LINE1_002"));
+    assert!(e.devices[0].metric_named("A_LINE1_003").is_none());
+    assert!(ddata(&mut f, 3, vec![by_name("A_LINE1_003", T0 + 6, 1.0)], now).is_empty());
+    assert_eq!(f.rebirths(now, usize::MAX).len(), 1);
+}
