@@ -44,8 +44,8 @@ async fn sensors(addr: std::net::SocketAddr, filter: Value) -> BTreeMap<String, 
     }
 }
 
-/// A console page at `addr`, as HTML.
-async fn console(addr: std::net::SocketAddr, path: &str) -> String {
+/// `GET path` at `addr`: the status code and the body.
+async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     fieldgate::tls::install_crypto_provider();
     let res = reqwest::Client::new()
         .get(format!("http://{addr}{path}"))
@@ -53,8 +53,14 @@ async fn console(addr: std::net::SocketAddr, path: &str) -> String {
         .send()
         .await
         .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-    assert_eq!(res.status(), 200, "GET {path}");
-    res.text().await.unwrap()
+    (res.status().as_u16(), res.text().await.unwrap())
+}
+
+/// A console page at `addr`, as HTML.
+async fn console(addr: std::net::SocketAddr, path: &str) -> String {
+    let (code, page) = get(addr, path).await;
+    assert_eq!(code, 200, "GET {path}");
+    page
 }
 
 /// The fleet page's row of edge node `edge`, up to the next row.
@@ -67,15 +73,8 @@ fn fleet_row<'a>(page: &'a str, edge: &str) -> &'a str {
 
 /// `/readyz` at `addr`: its status code and body.
 async fn readyz(addr: std::net::SocketAddr) -> (u16, Value) {
-    fieldgate::tls::install_crypto_provider();
-    let res = reqwest::Client::new()
-        .get(format!("http://{addr}/readyz"))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("GET /readyz: {e}"));
-    let code = res.status().as_u16();
-    (code, serde_json::from_str(&res.text().await.unwrap()).unwrap())
+    let (code, body) = get(addr, "/readyz").await;
+    (code, serde_json::from_str(&body).unwrap())
 }
 
 /// What a STATE message says (`None`: not JSON with an `online` flag).
