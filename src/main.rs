@@ -164,6 +164,10 @@ enum Command {
         /// (e.g. mqtt://127.0.0.1:1883; sets [mqtt] brokers).
         #[arg(long, value_name = "URL")]
         mqtt: Option<String>,
+        /// Serve one plant's devices only (A or B): two demos, one a plant, are two edge
+        /// nodes for a fleet hub (docs/hub.md).
+        #[arg(long, value_name = "PLANT")]
+        plant: Option<String>,
     },
     /// Probe a Modbus device or browse an OPC UA server and print a device file skeleton for
     /// a person to edit: one sensor per readable Modbus address, or per OPC UA variable.
@@ -275,8 +279,22 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         #[cfg(feature = "demo")]
-        Command::Demo { tour, data_dir, listen, mqtt } => match load().and_then(with_tokens) {
+        Command::Demo { tour, data_dir, listen, mqtt, plant } => match load().and_then(with_tokens) {
             Ok((mut c, registry, tokens)) => {
+                let registry = match plant.as_deref() {
+                    None => registry,
+                    Some(p) => match registry.of_plant(p) {
+                        Some(r) => r,
+                        None => {
+                            let plants: Vec<&str> = registry.plants().iter().map(String::as_str).collect();
+                            eprintln!(
+                                "error: --plant {p}: no device of that plant (the demo's plants: {})",
+                                plants.join(", ")
+                            );
+                            return ExitCode::from(2);
+                        }
+                    },
+                };
                 if let Some(url) = mqtt {
                     if let Err(why) = fieldgate::config::mqtt::parse_broker(&url) {
                         eprintln!("error: --mqtt {url}: {why}");

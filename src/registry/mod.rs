@@ -101,6 +101,16 @@ impl Registry {
     }
 
     /// IDs withheld because several sources claim them (the fleet hub's).
+    /// The devices of plant `plant` and their sensors alone (`None`: no device there).
+    pub fn of_plant(&self, plant: &str) -> Option<Registry> {
+        let devices: Vec<Device> = self.devices.iter().filter(|d| d.plant == plant).cloned().collect();
+        if devices.is_empty() {
+            return None;
+        }
+        let sensors = self.sensors.iter().filter(|s| s.id.plant() == plant).cloned().collect();
+        Registry::assembled(devices, sensors, Vec::new()).ok()
+    }
+
     pub fn conflicts(&self) -> &[Conflict] {
         &self.conflicts
     }

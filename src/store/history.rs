@@ -35,10 +35,10 @@ use journal::{JOURNAL, TURNS};
 
 #[path = "history_journal.rs"]
 mod journal;
-#[path = "history_retention.rs"]
-mod retention;
 #[path = "history_read.rs"]
 mod read;
+#[path = "history_retention.rs"]
+mod retention;
 pub use retention::{Limits, Pruned};
 
 const CHUNKS: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("chunks");

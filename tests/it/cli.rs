@@ -68,6 +68,17 @@ fn check_hub_checks_what_the_hub_needs_and_the_hub_refuses_no_broker_at_once() {
     assert_eq!(fieldgate(&["--config", c, "check"]).status.code(), Some(1));
 }
 
+#[test]
+fn demo_plant_names_the_plants_it_has_when_given_another() {
+    let o = fieldgate(&["demo", "--plant", "Z", "--tour"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--plant Z: no device of that plant (the demo's plants: A, B)"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// A one-shot command's configuration load is no audit event (it would be a line on every
 /// command); a refused configuration is one, whatever the command.
 #[test]

@@ -344,3 +344,18 @@ fn hidden_characters_in_device_text_are_problems() {
         );
     }
 }
+
+/// `demo --plant`: one plant's devices and sensors alone (two demos, one a plant, are two
+/// edge nodes of a fleet without a conflict).
+#[test]
+fn of_plant_keeps_one_plants_devices_and_sensors() {
+    let all = demo_registry();
+    let b = all.of_plant("B").expect("plant B");
+    assert!(b.devices().iter().all(|d| d.plant == "B") && !b.devices().is_empty());
+    let of_b = all.sensors().iter().filter(|s| s.id.plant() == "B").count();
+    assert_eq!(b.sensors().len(), of_b);
+    assert!(b.sensors().iter().all(|s| b.device(&s.device).is_some()));
+    let a = all.of_plant("A").expect("plant A");
+    assert_eq!(a.sensors().len() + b.sensors().len(), all.sensors().len());
+    assert!(all.of_plant("Z").is_none());
+}
