@@ -224,11 +224,20 @@ fn main() -> ExitCode {
             if let Some(url) = url {
                 return runtime.block_on(cli::run::call_remote(&url, token, &tool, &args));
             }
+            // The running fieldgate first (a hub has no device files to load), then this
+            // process over the device files.
+            let named_dir = data_dir.is_some();
+            if let Ok(c) = Config::load(config.as_deref(), std::env::vars()) {
+                let c = with_overrides(c, None, data_dir.clone());
+                if let Some(url) = runtime.block_on(cli::running_service(&c, named_dir)) {
+                    tracing::info!(url = %url, "asking the running fieldgate");
+                    return runtime.block_on(cli::run::call_remote(&url, token, &tool, &args));
+                }
+            }
             match load() {
                 Ok((c, registry)) => {
-                    let named_dir = data_dir.is_some();
                     let c = with_overrides(c, None, data_dir);
-                    runtime.block_on(cli::run::call(c, registry, &tool, args, None, token, named_dir))
+                    runtime.block_on(cli::run::call(c, registry, &tool, args, token))
                 }
                 Err(code) => code,
             }

@@ -206,69 +206,56 @@ impl StopSignal {
     }
 }
 
-/// `fieldgate call TOOL ARGS`: one tool call over the data directory's stores, or through
-/// the running fieldgate that holds them (or `--url`). Never an answer made up from a store
-/// that could not be opened: a held directory with no reachable owner is a structured,
+/// `fieldgate call TOOL ARGS` when no running fieldgate answered for the data directory
+/// ([`super::running_service`], asked first): one tool call over its stores in this
+/// process, or through the owner they name. Never an answer made up from a store that
+/// could not be opened: a held directory with no reachable owner is a structured,
 /// retryable error saying which process holds it.
 pub async fn call(
     config: crate::config::Config,
     registry: crate::registry::Registry,
     tool: &str,
     args: Value,
-    url: Option<String>,
     token: Option<String>,
-    named_dir: bool,
 ) -> ExitCode {
     use crate::app::StartError;
-    let url = match url {
-        Some(u) => Some(u),
-        None => super::running_service(&config, named_dir).await,
-    };
-    if let Some(u) = &url {
-        tracing::info!(url = %u, "asking the running fieldgate");
+    let dir = crate::app::absolute(&config.storage.data_dir);
+    if !dir.exists() {
+        tracing::warn!(data_dir = %dir.display(), "no running fieldgate found: calling in this process, with a new data directory");
     }
-    let url = match url {
-        Some(u) => Some(u),
-        None => {
-            let dir = crate::app::absolute(&config.storage.data_dir);
-            if !dir.exists() {
-                tracing::warn!(data_dir = %dir.display(), "no running fieldgate found: calling in this process, with a new data directory");
-            }
-            match crate::app::open_stores(&config, &dir) {
-                Ok((history, orders)) => {
-                    let stores = crate::tools::Stores {
-                        history: Some(std::sync::Arc::new(history)),
-                        work_orders: Some(std::sync::Arc::new(orders)),
-                    };
-                    let service =
-                        crate::tools::ToolService::with_stores(std::sync::Arc::new(registry), config, stores);
-                    let answered = service.call(tool, args).await;
-                    // The server frees an OPC UA session now, not at its timeout.
-                    service.reader().close().await;
-                    return match answered {
-                        Ok(envelope) => print_envelope(&serde_json::to_value(&envelope).unwrap_or_default()),
-                        Err(e) => {
-                            let served: Vec<_> = service.served().map(|t| t.name()).collect();
-                            fail(2, &format!("{e}; tools served: {}", served.join(", ")))
-                        }
-                    };
+    match crate::app::open_stores(&config, &dir) {
+        Ok((history, orders)) => {
+            let stores = crate::tools::Stores {
+                history: Some(std::sync::Arc::new(history)),
+                work_orders: Some(std::sync::Arc::new(orders)),
+            };
+            let service =
+                crate::tools::ToolService::with_stores(std::sync::Arc::new(registry), config, stores);
+            let answered = service.call(tool, args).await;
+            // The server frees an OPC UA session now, not at its timeout.
+            service.reader().close().await;
+            match answered {
+                Ok(envelope) => print_envelope(&serde_json::to_value(&envelope).unwrap_or_default()),
+                Err(e) => {
+                    let served: Vec<_> = service.served().map(|t| t.name()).collect();
+                    fail(2, &format!("{e}; tools served: {}", served.join(", ")))
                 }
-                Err(StartError::Held { owner: Some(crate::app::Owner { url: Some(url), .. }), .. }) => {
-                    Some(url)
-                }
-                Err(e @ StartError::Held { .. }) => {
-                    let mut err = crate::tools::ToolError::storage_unavailable();
-                    err.message = format!("{}.", e.to_string().split(';').next().unwrap_or_default());
-                    err.hint = "Run this call against that service with --url http://HOST:PORT, or stop it and call again.".into();
-                    let envelope = crate::tools::Envelope::failure(err, crate::tools::Meta::refusal(tool));
-                    return print_envelope(&serde_json::to_value(&envelope).unwrap_or_default());
-                }
-                Err(e) => return fail(1, &e.to_string()),
             }
         }
-    };
-    let Some(url) = url else { return fail(1, "no service to ask") };
-    call_remote(&url, token, tool, &args).await
+        Err(StartError::Held { owner: Some(crate::app::Owner { url: Some(url), .. }), .. }) => {
+            call_remote(&url, token, tool, &args).await
+        }
+        Err(e @ StartError::Held { .. }) => {
+            let mut err = crate::tools::ToolError::storage_unavailable();
+            err.message = format!("{}.", e.to_string().split(';').next().unwrap_or_default());
+            err.hint =
+                "Run this call against that service with --url http://HOST:PORT, or stop it and call again."
+                    .into();
+            let envelope = crate::tools::Envelope::failure(err, crate::tools::Meta::refusal(tool));
+            print_envelope(&serde_json::to_value(&envelope).unwrap_or_default())
+        }
+        Err(e) => fail(1, &e.to_string()),
+    }
 }
 
 /// `fieldgate call --url`: one tool call through a running service (no device files or

@@ -13,6 +13,9 @@ use super::viewer::Viewer;
 use super::{Console, ConsoleError, page};
 use crate::tools::defs::{DeviceState, DeviceStatus, EdgeNodeStatus};
 
+/// Conflicts the page lists, at most (`list_sensors` lists them all).
+const CONFLICTS_SHOWN: usize = 200;
+
 /// `GET /console/fleet`.
 pub async fn fleet(State(c): State<Console>, headers: HeaderMap) -> Result<Response, ConsoleError> {
     let viewer = c.viewer(&headers)?;
@@ -91,13 +94,23 @@ pub fn fleet_markup(c: &Console, viewer: &Viewer) -> Markup {
                 }
             }
         }
+        @if let Some(n) = hub.as_ref().map(|h| &h.never_born).filter(|n| n.edge_nodes > 0 || n.not_kept > 0) {
+            h2 { "Heard from, never born" }
+            p #never-born { (n.edge_nodes) " edge nodes sent messages but no birth since the hub started ("
+                (n.messages) " messages, dropped: nothing is guessed without a birth; each is asked for a rebirth)."
+                @if !n.recent.is_empty() { " Last heard: " (n.recent.join(", ")) "." }
+                @if n.not_kept > 0 { " " (n.not_kept) " messages of further nodes were only counted (the hub keeps 1,000)." } }
+        }
         @if !conflicts.is_empty() {
             h2 { "Conflicts" }
             p.muted { "IDs announced by more than one edge node. Neither is served until one of them stops announcing it." }
             table #conflicts {
                 thead { tr { th { "ID" } th { "Announced by" } } }
-                tbody { @for k in conflicts { tr { td { (k.id) } td { (k.claimants.join(", "))
+                tbody { @for k in conflicts.iter().take(CONFLICTS_SHOWN) { tr { td { (k.id) } td { (k.claimants.join(", "))
                     @if let Some(d) = &k.device { span.muted { " (its device " (d) " is in conflict)" } } } } } }
+            }
+            @if conflicts.len() > CONFLICTS_SHOWN {
+                p.muted { "and " (conflicts.len() - CONFLICTS_SHOWN) " more: list_sensors lists them all." }
             }
         }
     };

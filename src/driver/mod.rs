@@ -81,6 +81,10 @@ pub enum DriverError {
     /// measures it: no breaker counts it, no retry inside the call helps.
     #[error("edge node {edge} is offline")]
     EdgeOffline { edge: String, since: chrono::DateTime<chrono::Utc>, why: EdgeGone, retry_after: Duration },
+    /// Fleet hub: the edge node gave the sensor's alias to another metric too (against
+    /// Sparkplug): its data cannot be told apart, so no value of it is served.
+    #[error("edge node {edge} gave the sensor's alias to another metric too")]
+    AliasShared { edge: String },
 }
 
 /// Why the fleet hub has no live value of an edge's sensor.
@@ -198,7 +202,20 @@ pub struct FleetView {
     pub online: bool,
     /// Why the link is down, while it is.
     pub link_error: Option<String>,
+    /// Edge nodes born (now or before).
     pub nodes: Vec<NodeView>,
+    /// Edge nodes heard from, never born.
+    pub strangers: StrangersView,
+}
+
+/// Edge nodes the hub heard from but that were never born: how many it keeps, their
+/// messages, messages of more than it keeps, and the last heard (`group/node`, a few).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StrangersView {
+    pub count: usize,
+    pub messages: u64,
+    pub not_kept: u64,
+    pub recent: Vec<String>,
 }
 
 /// One edge node as the fleet hub sees it.

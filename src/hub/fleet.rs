@@ -28,10 +28,14 @@ use tokio::time::Instant;
 pub use super::metric::{At, Latest, MetricState, Update};
 use crate::spb::payload::Payload;
 use crate::spb::topic::Kind;
+pub use strangers::{Stranger, Strangers};
 
 /// Messages of one edge node held while one before them is missing, at most: beyond it the
 /// reorder timeout is taken as over.
 const HELD_MAX: usize = 256;
+
+/// Edge nodes a hub takes: the births of more are dropped (each such node a stranger).
+pub const MAX_EDGE_NODES: usize = 10_000;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -75,6 +79,9 @@ pub struct DeviceState {
     pub born_here: Option<DateTime<Utc>>,
     /// Born in its edge node's current life (since its last NBIRTH).
     pub current: bool,
+    /// When (the hub's clock) its claim stopped being current: its edge node died, was
+    /// born again without it, or the hub lost the broker. `None` while current.
+    pub left: Option<DateTime<Utc>>,
     pub metrics: Vec<MetricState>,
     /// Its metrics' indexes in the order of their names (a map of names would hold each
     /// name twice: at a hub of 100,000 sensors, megabytes).
@@ -140,9 +147,12 @@ pub struct EdgeState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Standing {
     Unknown,
-    /// Born in an earlier life of its edge node (or the node is offline): when its birth
-    /// reached the hub.
-    Earlier(Option<DateTime<Utc>>),
+    /// Born in an earlier life of its edge node (or the node is offline): when it stopped
+    /// being current, then when its birth reached the hub (both the hub's clock).
+    Earlier {
+        left: Option<DateTime<Utc>>,
+        born: Option<DateTime<Utc>>,
+    },
     /// Born in its edge node's current life, the node online.
     Current,
 }
@@ -178,6 +188,12 @@ struct Held {
     payload: Payload,
 }
 
+impl Held {
+    fn of(kind: Kind, device: Option<&str>, payload: Payload) -> Held {
+        Held { kind, device: device.map(str::to_string), payload }
+    }
+}
+
 /// Every edge node the hub has seen.
 pub struct Fleet {
     timing: Timing,
@@ -187,6 +203,8 @@ pub struct Fleet {
     claims: foldhash::HashMap<String, Vec<(usize, usize)>>,
     /// Where the next look for rebirths to ask starts (every edge node gets its turn).
     next_rebirth: usize,
+    /// Edge nodes heard from, never born.
+    strangers: Strangers,
 }
 
 impl Fleet {
@@ -197,7 +215,13 @@ impl Fleet {
             index: Default::default(),
             claims: Default::default(),
             next_rebirth: 0,
+            strangers: Strangers::default(),
         }
+    }
+
+    /// Edge nodes heard from but not born since the hub has known them.
+    pub fn strangers(&self) -> &Strangers {
+        &self.strangers
     }
 
     pub fn edges(&self) -> &[EdgeState] {
@@ -222,13 +246,19 @@ impl Fleet {
 
     /// How a claim of device `(edge, device)` to an ID stands against others: a device
     /// born in its edge node's current life (the node online) over any other, then the
-    /// one born last. Claims of the best standing hold the ID; two of them are a conflict.
-    /// (An edge node that dies keeps its IDs: answered `EDGE_OFFLINE`, not lost to a
-    /// claimant that died before it.)
+    /// one that was current last (it died, or was born again without it, after the
+    /// others), then the one born last. Claims of the best standing hold the ID; two of
+    /// them are a conflict. (An edge node that dies keeps its IDs: answered
+    /// `EDGE_OFFLINE`, not lost to a claimant that died before it, however late that one
+    /// was born.)
     pub fn standing(&self, edge: usize, device: usize) -> Standing {
         let Some(x) = self.edges.get(edge) else { return Standing::Unknown };
         let Some(d) = x.devices.get(device) else { return Standing::Unknown };
-        if x.status.is_online() && d.current { Standing::Current } else { Standing::Earlier(d.born_here) }
+        if x.status.is_online() && d.current {
+            Standing::Current
+        } else {
+            Standing::Earlier { left: d.left, born: d.born_here }
+        }
     }
 
     /// Whether `name` is held by the device `(edge, device)` and no other (as the
@@ -246,9 +276,14 @@ impl Fleet {
 
     /// A message that does not decode: what it held is lost, so the edge node is asked
     /// for a rebirth (paced).
-    pub fn undecodable(&mut self, group: &str, node: &str, wall: DateTime<Utc>) {
-        let e = self.edge_index(group, node, wall);
-        self.edges[e].drop_and_ask();
+    pub fn undecodable(&mut self, group: &str, node: &str, clock: Clock) {
+        match self.known(group, node) {
+            Some(e) => {
+                self.edges[e].stats.messages += 1;
+                self.edges[e].drop_and_ask();
+            }
+            None => self.strangers.heard(group, node, true, clock),
+        }
     }
 
     /// One message from the broker, decoded; values applied go to `out`.
@@ -259,14 +294,17 @@ impl Fleet {
         clock: Clock,
         out: &mut Vec<Update>,
     ) -> Changed {
-        let changed = self.handle(from, payload, clock, out);
-        self.renew_claims();
+        let (changed, e) = self.handle(from, payload, clock, out);
+        if let Some(e) = e {
+            self.renew_claims(e);
+        }
         changed
     }
 
-    /// The names devices born since the last look announce, recorded as their claims.
-    fn renew_claims(&mut self) {
-        for (e, edge) in self.edges.iter_mut().enumerate() {
+    /// The names devices of edge node `e` born since the last look announce, recorded as
+    /// their claims.
+    fn renew_claims(&mut self, e: usize) {
+        if let Some(edge) = self.edges.get_mut(e) {
             for d in std::mem::take(&mut edge.reborn) {
                 let before = edge.claimed.remove(&d).unwrap_or_default();
                 for name in before {
@@ -289,69 +327,75 @@ impl Fleet {
         }
     }
 
-    fn handle(&mut self, from: From<'_>, payload: Payload, clock: Clock, out: &mut Vec<Update>) -> Changed {
+    /// The message applied, and the edge node it was of (if one the fleet knows).
+    fn handle(
+        &mut self,
+        from: From<'_>,
+        payload: Payload,
+        clock: Clock,
+        out: &mut Vec<Update>,
+    ) -> (Changed, Option<usize>) {
         let From { group, node, kind, device } = from;
-        let Clock { now, wall } = clock;
-        let e = self.edge_index(group, node, wall);
+        let wall = clock.wall;
+        // Commands to an edge node (the hub's own rebirth requests among them) are not
+        // the edge node's messages.
+        if matches!(kind, Kind::NCmd | Kind::DCmd) {
+            return (Changed::default(), None);
+        }
+        // A birth carries its `bdSeq` (to match its death), an integer, and `seq` 0: one
+        // without is no birth to build on (an empty payload decodes as one); dropped, and
+        // a proper one asked for.
+        let birth =
+            kind == Kind::NBirth && payload.seq == Some(0) && super::metric::bd_seq_of(&payload).is_some();
+        let e = match self.known(group, node) {
+            Some(e) => e,
+            None if birth && self.edges.len() < MAX_EDGE_NODES => self.add_edge(group, node, wall),
+            None => {
+                self.strangers.heard(group, node, kind != Kind::NDeath && !birth, clock);
+                return (Changed::default(), None);
+            }
+        };
         let edge = &mut self.edges[e];
         edge.stats.messages += 1;
-        match kind {
+        let changed = match kind {
+            Kind::NBirth if !birth => {
+                edge.drop_and_ask();
+                Changed::default()
+            }
             Kind::NBirth => {
-                // A birth carries its `bdSeq` (to match its death) and `seq` 0: one without
-                // is no birth to build on (an empty payload decodes as one); dropped, and
-                // a proper one asked for.
-                let bd_seq = payload.metrics.iter().any(|m| m.name.as_deref() == Some(super::metric::BD_SEQ));
-                if payload.seq != Some(0) || !bd_seq {
-                    edge.drop_and_ask();
-                    return Changed::default();
-                }
                 let changed = edge.nbirth(e, payload, wall, out);
                 edge.expect = Some(1);
                 changed
             }
             Kind::NDeath => edge.ndeath(&payload, wall),
-            Kind::NCmd | Kind::DCmd => Changed::default(),
             _ => {
-                let Some(expect) = edge.expect else {
-                    // Not born since the hub has known it: ask, never guess.
-                    edge.drop_and_ask();
-                    return Changed::default();
-                };
-                let Some(seq) = payload.seq.filter(|s| *s <= 255).map(|s| s as u8) else {
-                    edge.drop_and_ask();
-                    return Changed::default();
-                };
-                let ahead = seq.wrapping_sub(expect);
-                if ahead == 0 {
-                    let mut changed = edge.apply(e, kind, device, payload, wall, out);
-                    edge.expect = Some(expect.wrapping_add(1));
-                    changed.catalogue |= edge.release(e, wall, out).catalogue;
-                    changed
-                } else if ahead < 128 {
-                    edge.held.insert(seq, Held { kind, device: device.map(str::to_string), payload });
-                    edge.gap_since.get_or_insert(now);
-                    if edge.held.len() > HELD_MAX {
-                        return edge.give_up_waiting(e, wall, out);
+                match (edge.expect, payload.seq.filter(|s| *s <= 255).map(|s| s as u8)) {
+                    // Not born since the hub has known it (it died), or no `seq`: ask,
+                    // never guess.
+                    (None, _) | (_, None) => {
+                        edge.drop_and_ask();
+                        Changed::default()
                     }
-                    Changed::default()
-                } else {
-                    // Behind: a duplicate, or too late to be placed.
-                    edge.stats.dropped += 1;
-                    Changed::default()
+                    (Some(expect), Some(seq)) => {
+                        edge.in_turn(e, (expect, seq), Held::of(kind, device, payload), clock, out)
+                    }
                 }
             }
-        }
+        };
+        (changed, Some(e))
     }
 
     /// Gaps that waited the reorder timeout are given up on; rebirths wanted are due.
     pub fn tick(&mut self, now: Instant, wall: DateTime<Utc>, out: &mut Vec<Update>) -> Changed {
         let mut changed = Changed::default();
-        for (i, edge) in self.edges.iter_mut().enumerate() {
+        for i in 0..self.edges.len() {
+            let edge = &mut self.edges[i];
             if edge.gap_since.is_some_and(|t| now.duration_since(t) >= self.timing.reorder_timeout) {
                 changed.catalogue |= edge.give_up_waiting(i, wall, out).catalogue;
+                self.renew_claims(i);
             }
         }
-        self.renew_claims();
+        self.strangers.sweep(now);
         changed
     }
 
@@ -359,38 +403,35 @@ impl Fleet {
     /// `max` of them (the others stay wanted, taken in turn next time).
     ///
     /// Edge nodes born before (the fleet the hub knows) go first: data on topics of nodes
-    /// never born (a misconfigured client, a flood) must not hold up a known edge node's
-    /// request behind hundreds of theirs.
+    /// never born (strangers: a misconfigured client, a flood) must not hold up a known
+    /// edge node's request behind hundreds of theirs.
     pub fn rebirths(&mut self, now: Instant, max: usize) -> Vec<(String, String)> {
         let cooldown = self.timing.rebirth_cooldown;
         let mut due = Vec::new();
         let (n, start) = (self.edges.len(), self.next_rebirth);
-        for known in [true, false] {
-            for k in 0..n {
-                if due.len() >= max {
-                    return due;
-                }
-                let i = (start + k) % n;
-                let edge = &mut self.edges[i];
-                if edge.birth.is_some() == known
-                    && edge.rebirth_wanted
-                    && edge.last_request.is_none_or(|t| now.duration_since(t) >= cooldown)
-                {
-                    self.next_rebirth = i + 1;
-                    edge.rebirth_wanted = false;
-                    edge.last_request = Some(now);
-                    edge.stats.rebirths_requested += 1;
-                    due.push((edge.group.clone(), edge.node.clone()));
-                }
+        for k in 0..n {
+            if due.len() >= max {
+                return due;
+            }
+            let i = (start + k) % n;
+            let edge = &mut self.edges[i];
+            if edge.rebirth_wanted && edge.last_request.is_none_or(|t| now.duration_since(t) >= cooldown) {
+                self.next_rebirth = i + 1;
+                edge.rebirth_wanted = false;
+                edge.last_request = Some(now);
+                edge.stats.rebirths_requested += 1;
+                due.push((edge.group.clone(), edge.node.clone()));
             }
         }
+        self.strangers.rebirths(now, cooldown, max, &mut due);
         due
     }
 
     /// The broker is lost: nothing is known of any edge node until it is back and born.
     pub fn broker_lost(&mut self, wall: DateTime<Utc>) {
         for edge in &mut self.edges {
-            if edge.status.is_online() || edge.status_is_not_born() {
+            if edge.status.is_online() {
+                edge.devices_left(wall);
                 edge.status = Status::Offline { since: wall, why: Gone::BrokerLost };
             }
             edge.expect = None;
@@ -416,11 +457,14 @@ impl Fleet {
         }
     }
 
-    fn edge_index(&mut self, group: &str, node: &str, wall: DateTime<Utc>) -> usize {
+    fn known(&self, group: &str, node: &str) -> Option<usize> {
+        self.index.get(&(group.to_string(), node.to_string())).copied()
+    }
+
+    /// A new edge node, being born (what was counted of it as a stranger carried over).
+    fn add_edge(&mut self, group: &str, node: &str, wall: DateTime<Utc>) -> usize {
+        let was = self.strangers.take(group, node);
         let key = (group.to_string(), node.to_string());
-        if let Some(&i) = self.index.get(&key) {
-            return i;
-        }
         self.edges.push(EdgeState {
             group: key.0.clone(),
             node: key.1.clone(),
@@ -432,11 +476,16 @@ impl Fleet {
             node_metrics: Vec::new(),
             aliases: Default::default(),
             shared_aliases: Default::default(),
-            stats: EdgeStats::default(),
+            stats: EdgeStats {
+                messages: was.as_ref().map_or(0, |s| s.messages),
+                dropped: was.as_ref().map_or(0, |s| s.messages),
+                rebirths_requested: was.as_ref().map_or(0, |s| s.rebirths_requested),
+                gaps: 0,
+            },
             expect: None,
             held: BTreeMap::new(),
             gap_since: None,
-            last_request: None,
+            last_request: was.and_then(|s| s.last_request),
             rebirth_wanted: false,
             reborn: Vec::new(),
             claimed: Default::default(),
@@ -452,5 +501,6 @@ fn time_of(ms: Option<u64>, wall: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 mod edge;
+pub mod strangers;
 #[cfg(test)]
 mod tests;

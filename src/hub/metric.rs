@@ -10,6 +10,19 @@ use crate::spb::payload::{Metric, PropertyValueKind, Value, datatype as dt};
 /// The metric an edge node's NBIRTH carries for the host, not a value of its own.
 pub const BD_SEQ: &str = "bdSeq";
 
+/// A birth's or death's `bdSeq`: an integer metric (Sparkplug says Int64), not negative.
+/// A value of another type, or a negative one, is none.
+pub fn bd_seq_of(payload: &crate::spb::payload::Payload) -> Option<u64> {
+    let m = payload.metrics.iter().find(|m| m.name.as_deref() == Some(BD_SEQ))?;
+    match (m.datatype, m.value.as_ref()?) {
+        (Some(dt::INT64), Value::Long(v)) => i64::try_from(*v).ok().map(|v| v as u64),
+        (Some(dt::INT8 | dt::INT16 | dt::INT32), Value::Int(v)) => i32::try_from(*v).ok().map(|v| v as u64),
+        (Some(dt::UINT8 | dt::UINT16) | None, Value::Int(v)) => Some(u64::from(*v)),
+        (Some(dt::UINT32 | dt::UINT64) | None, Value::Long(v)) => Some(*v),
+        _ => None,
+    }
+}
+
 /// What a metric's birth says about it (properties of fieldgate's edges; others may send
 /// fewer).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -113,6 +126,9 @@ pub struct MetricState {
     pub datatype: u32,
     pub props: Props,
     pub latest: Option<Latest>,
+    /// Its alias is another metric's of the edge node too (or given twice in one birth):
+    /// data by it cannot be placed, so no value of it is served.
+    pub alias_shared: bool,
 }
 
 /// Where a metric is: its edge node, device (`None`: the node's own) and index.
@@ -138,11 +154,14 @@ pub struct Update {
 
 /// The metrics a birth defines, keeping what was known of those it names again (their
 /// latest value), and the aliases it gives them.
-pub fn define(metrics: &[Metric], before: &[MetricState]) -> (Vec<MetricState>, Vec<(u64, usize)>) {
+pub fn define(
+    metrics: &[Metric],
+    before: impl Fn(&str) -> Option<Latest>,
+) -> (Vec<MetricState>, Vec<(u64, usize)>) {
     let mut out = Vec::with_capacity(metrics.len());
     let mut aliases = Vec::new();
     // An alias given twice in one birth names neither metric: data by it is not guessed at.
-    let mut seen = std::collections::HashMap::new();
+    let mut seen = foldhash::HashMap::default();
     for m in metrics {
         if let Some(a) = m.alias {
             *seen.entry(a).or_insert(0u32) += 1;
@@ -150,8 +169,9 @@ pub fn define(metrics: &[Metric], before: &[MetricState]) -> (Vec<MetricState>, 
     }
     for (i, m) in metrics.iter().enumerate() {
         let name = m.name.clone().unwrap_or_default();
-        let latest = before.iter().find(|b| b.name == name).and_then(|b| b.latest.clone());
-        if let Some(a) = m.alias.filter(|a| seen.get(a) == Some(&1)) {
+        let latest = before(&name);
+        let once = m.alias.is_none_or(|a| seen.get(&a) == Some(&1));
+        if let Some(a) = m.alias.filter(|_| once) {
             aliases.push((a, i));
         }
         out.push(MetricState {
@@ -160,6 +180,7 @@ pub fn define(metrics: &[Metric], before: &[MetricState]) -> (Vec<MetricState>, 
             datatype: m.datatype.unwrap_or(0),
             props: props(m),
             latest,
+            alias_shared: !once,
         });
     }
     (out, aliases)

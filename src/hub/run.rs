@@ -242,7 +242,7 @@ impl Host {
                     }
                     Err(_) => {
                         Counters::add(&self.counters.undecodable, 1);
-                        fleet.undecodable(group, node, clock.wall);
+                        fleet.undecodable(group, node, clock);
                     }
                 }
                 drop(fleet);

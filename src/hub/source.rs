@@ -10,10 +10,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 
-use super::fleet::{Fleet, Gone, Status};
+use super::fleet::{Fleet, Gone, Status, Stranger, Strangers};
 use crate::driver::{
     BoxFuture, Driver, DriverError, EdgeGone, EdgeView, FleetView, NodeView, RawValue, ReadOptions, Sample,
-    SampleQuality,
+    SampleQuality, StrangersView,
 };
 use crate::registry::{Device, Endpoint, Sensor, SensorSource};
 
@@ -61,9 +61,8 @@ impl Driver for FleetDriver {
     }
 
     fn fleet(&self) -> Option<FleetView> {
-        let nodes = self
-            .fleet
-            .lock()
+        let fleet = self.fleet.lock();
+        let nodes = fleet
             .edges()
             .iter()
             .map(|e| {
@@ -82,13 +81,32 @@ impl Driver for FleetDriver {
                 }
             })
             .collect();
+        let strangers = strangers_view(fleet.strangers());
+        drop(fleet);
         let c = &self.counters;
         Some(FleetView {
             broker: c.broker.lock().clone(),
             online: c.online.load(std::sync::atomic::Ordering::Relaxed),
             link_error: c.link_error.lock().clone(),
             nodes,
+            strangers,
         })
+    }
+}
+
+/// Strangers shown by name, at most (the last heard).
+const STRANGERS_NAMED: usize = 10;
+
+fn strangers_view(s: &Strangers) -> StrangersView {
+    let mut recent: Vec<&Stranger> = s.list().iter().collect();
+    recent.sort_by(|a, b| {
+        b.last_seen.cmp(&a.last_seen).then_with(|| (&a.group, &a.node).cmp(&(&b.group, &b.node)))
+    });
+    StrangersView {
+        count: s.list().len(),
+        messages: s.list().iter().map(|x| x.messages).sum(),
+        not_kept: s.not_kept,
+        recent: recent.iter().take(STRANGERS_NAMED).map(|x| format!("{}/{}", x.group, x.node)).collect(),
     }
 }
 
@@ -113,16 +131,19 @@ fn offline(edge: String, status: Status, device: bool) -> Option<DriverError> {
     Some(DriverError::EdgeOffline { edge, since, why: gone(why, device), retry_after: RETRY_OFFLINE })
 }
 
+fn name_of(edge: &super::fleet::EdgeState) -> String {
+    format!("{}/{}", edge.group, edge.node)
+}
+
 /// A sensor's latest value, as its edge node sent it; the edge's or device's absence.
 pub fn latest(fleet: &Fleet, sensor: &Sensor, now: DateTime<Utc>) -> Result<Sample, DriverError> {
     let SensorSource::Edge(p) = &sensor.source else { return Err(DriverError::NotSupported) };
     let Some(edge) = fleet.edges().get(p.edge) else { return Err(DriverError::NotSupported) };
-    let name = format!("{}/{}", edge.group, edge.node);
-    if let Some(e) = offline(name.clone(), edge.status, false) {
+    if let Some(e) = offline(name_of(edge), edge.status, false) {
         return Err(e);
     }
     let Some(dev) = edge.devices.get(p.device) else { return Err(DriverError::NotSupported) };
-    if let Some(e) = offline(name, dev.status, true) {
+    if let Some(e) = offline(name_of(edge), dev.status, true) {
         return Err(e);
     }
     // The catalogue may be a moment older than a rebirth that reordered the metrics.
@@ -130,6 +151,9 @@ pub fn latest(fleet: &Fleet, sensor: &Sensor, now: DateTime<Utc>) -> Result<Samp
         Some(m) => m,
         None => dev.metric_named(sensor.id.as_str()).ok_or(DriverError::NotSupported)?,
     };
+    if metric.alias_shared {
+        return Err(DriverError::AliasShared { edge: name_of(edge) });
+    }
     let Some(l) = &metric.latest else {
         // Born without a value: nothing known yet.
         let at = dev.birth.unwrap_or(now);

@@ -147,7 +147,8 @@ impl<'a> Address<'a> {
             |s: &str| !s.is_empty() && s.chars().count() <= MAX_ID && !s.chars().any(crate::plain::is_hidden);
         match rest.as_slice() {
             ["STATE", host] if id(host) => Some(Address::State { host }),
-            [group, kind, node, device @ ..] if id(group) && id(node) => {
+            // `STATE` is no group: the namespace keeps it for host applications.
+            [group, kind, node, device @ ..] if id(group) && id(node) && *group != "STATE" => {
                 let kind = Kind::ALL.into_iter().find(|k| k.as_str() == *kind)?;
                 let device = match (kind.is_device(), device) {
                     (true, [d]) if id(d) => Some(*d),
@@ -192,6 +193,7 @@ mod tests {
             "spAv1.0/A/NBIRTH/gw1",
             "spBv1.0/STATE/",
             "spBv1.0/STATE/a/b",
+            "spBv1.0/STATE/NBIRTH/x",
             "spBv1.0",
             "",
         ] {

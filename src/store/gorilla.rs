@@ -277,7 +277,8 @@ impl ChunkWriter {
                     w.bit(false);
                 } else {
                     w.bit(true);
-                    let bytes = &t.as_bytes()[..t.len().min(u16::MAX as usize)];
+                    // History keeps a text's first 64 KiB, cut where a character ends.
+                    let bytes = &t.as_bytes()[..t.floor_char_boundary(MAX_TEXT_BYTES)];
                     w.push(bytes.len() as u64, 16);
                     for b in bytes {
                         w.push(u64::from(*b), 8);
@@ -306,6 +307,10 @@ impl ChunkWriter {
         out
     }
 }
+
+/// The longest text a point keeps (its length is stored in 16 bits): a longer one keeps
+/// its first characters that fit.
+pub const MAX_TEXT_BYTES: usize = u16::MAX as usize;
 
 /// A stored chunk could not be decoded (a corrupt or foreign value).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -564,5 +569,20 @@ mod tests {
         }
         assert!(w.bytes().len() < HEADER + 1000 * 3 / 8 + 32, "{}", w.bytes().len());
         roundtrip(&decode(&w.bytes()).unwrap());
+    }
+
+    /// Regression (the adversarial walk): a text longer than a point keeps was cut in the
+    /// middle of a character (read back with a replacement character); it keeps the
+    /// characters that fit whole.
+    #[test]
+    fn a_text_longer_than_a_point_keeps_is_cut_where_a_character_ends() {
+        // "é" is two bytes: 40,000 of them are 80,000 bytes.
+        let long = "é".repeat(40_000);
+        let mut w = ChunkWriter::new(Kind::Text);
+        w.push(&Point { t: 0, value: Stored::Text(long.clone()), quality: 0 });
+        let got = decode(&w.bytes()).unwrap();
+        let Stored::Text(kept) = &got[0].value else { panic!("{:?}", got[0].value) };
+        assert_eq!(kept.len(), MAX_TEXT_BYTES - 1, "32,767 whole characters");
+        assert!(long.starts_with(kept.as_str()) && !kept.contains('\u{fffd}'));
     }
 }

@@ -118,6 +118,18 @@ pub fn device_error(e: &ReadError, device: &Device, sensor: &Sensor) -> ToolErro
             )
             .with_retry_after(retry_after.as_millis().clamp(100, 3_600_000) as u64)
         }
+        DriverError::AliasShared { edge } => ToolError::new(
+            ErrorCode::DeviceRejected,
+            format!(
+                "Edge node {edge} gave sensor {}'s alias to another metric too; its data cannot be told apart, so the hub serves no value of it.",
+                sensor.id
+            ),
+            format!(
+                "This is a configuration fault at the edge, not a passing failure: tell an operator that edge node {edge} announces sensor {} ({}) with an alias it also gives another metric. Do not retry.",
+                sensor.id,
+                place_of(sensor)
+            ),
+        ),
         DriverError::NotSupported => ToolError::new(
             ErrorCode::DeviceRejected,
             format!("fieldgate has no way to read this sensor from its {} device.", device.protocol.name()),

@@ -5,8 +5,8 @@ use chrono::SecondsFormat;
 
 use super::defs::{
     BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, EdgeNodeStatus, EdgeStatus,
-    GetDeviceStatusArgs, HubStatus, LastError, Latency, NorthboundStatus, ProbeData, ProbeResult,
-    StorageState, StorageStatus,
+    GetDeviceStatusArgs, HubStatus, LastError, Latency, NeverBornStatus, NorthboundStatus, ProbeData,
+    ProbeResult, StorageState, StorageStatus,
 };
 use super::device_error::device_error;
 use super::{ToolError, ToolResult, View, to_data};
@@ -148,7 +148,9 @@ pub fn device_status(inner: &View, args: &GetDeviceStatusArgs) -> Result<DeviceS
         },
         None => registry.devices().iter().map(|d| status_of(inner, d)).collect(),
     };
-    Ok(DeviceStatusData { devices, storage: storage(inner), northbound: northbound(inner), hub: hub(inner) })
+    // One device asked for: the fleet's part (every edge node) is not what was asked.
+    let hub = if args.device_id.is_none() { hub(inner) } else { None };
+    Ok(DeviceStatusData { devices, storage: storage(inner), northbound: northbound(inner), hub })
 }
 
 /// The fleet hub's link and edge nodes (`None` where fieldgate reads its own devices).
@@ -175,6 +177,12 @@ pub fn hub(inner: &View) -> Option<HubStatus> {
         link: if f.online { "online" } else { "down" }.to_string(),
         link_error: f.link_error,
         edge_nodes,
+        never_born: NeverBornStatus {
+            edge_nodes: f.strangers.count,
+            messages: f.strangers.messages,
+            not_kept: f.strangers.not_kept,
+            recent: f.strangers.recent,
+        },
     })
 }
 

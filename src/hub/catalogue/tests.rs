@@ -153,44 +153,65 @@ fn device_conflicts_list_their_sensors_and_stale_claims_give_way() {
     );
 }
 
-fn died(fleet: &mut Fleet, group: &str, node: &str) {
+/// Its NDEATH, as the hub's clock says `at` (ms).
+fn died(fleet: &mut Fleet, at: u64, group: &str, node: &str) {
     let clock = Clock {
         now: tokio::time::Instant::now(),
-        wall: chrono::DateTime::from_timestamp_millis(T0 as i64 + 60_000).unwrap(),
+        wall: chrono::DateTime::from_timestamp_millis(at as i64).unwrap(),
     };
     let bd = Metric::new(Some("bdSeq"), None, datatype::INT64, Some(Value::Long(0)));
-    let death =
-        Payload { timestamp: Some(T0 + 60_000), metrics: vec![bd], seq: None, uuid: None, body: None };
+    let death = Payload { timestamp: Some(at), metrics: vec![bd], seq: None, uuid: None, body: None };
     fleet.on_message(From { group, node, kind: Kind::NDeath, device: None }, death, clock, &mut Vec::new());
 }
 
-/// Regression (the adversarial walk): an edge node whose rival died before it keeps its
-/// IDs when it dies too (offline, answered `EDGE_OFFLINE`), instead of both claims of
-/// earlier lives standing as a conflict.
+/// The edge node holding `id` in `r`.
+fn holder(r: &Registry, id: &str) -> Endpoint {
+    r.device_of(r.sensor_named(id).unwrap()).endpoint.clone()
+}
+
+/// Regression (the adversarial walk, twice): an edge node whose rival died before it
+/// keeps its IDs when it dies too (offline, answered `EDGE_OFFLINE`), instead of both
+/// claims of earlier lives standing as a conflict, and however late the rival was born:
+/// a forger that births after the real edge and dies first takes nothing with it.
 #[test]
-fn among_claims_of_earlier_lives_the_one_born_last_holds_the_id() {
+fn among_claims_of_earlier_lives_the_one_current_last_holds_the_id() {
+    let gw = |n: &str| Endpoint::Edge { group: "A".into(), node: n.into() };
     let mut f = fleet();
     born_at(&mut f, T0, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001"])]);
+    // The forger, born after the real one.
     born_at(&mut f, T0 + 1_000, "A", "gw2", &[("a-line1-plc", &["A_LINE1_001"])]);
     assert!(ids(&build(&f).unwrap().0).is_empty(), "both online: a conflict");
-    died(&mut f, "A", "gw2");
-    // gw1 born again (after gw2's birth), then dead: its claim is the newest.
-    born_at(&mut f, T0 + 2_000, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001"])]);
-    died(&mut f, "A", "gw1");
+    died(&mut f, T0 + 2_000, "A", "gw2");
+    assert_eq!(holder(&build(&f).unwrap().0, "A_LINE1_001"), gw("gw1"));
+    died(&mut f, T0 + 3_000, "A", "gw1");
     let (r, _) = build(&f).unwrap();
     assert_eq!(ids(&r), ["A_LINE1_001"]);
     assert!(r.conflicts().is_empty(), "{:?}", r.conflicts());
-    let s = r.sensor_named("A_LINE1_001").unwrap();
-    assert_eq!(r.device_of(s).endpoint, Endpoint::Edge { group: "A".into(), node: "gw1".into() });
-    let SensorSource::Edge(p) = &s.source else { panic!() };
+    assert_eq!(holder(&r, "A_LINE1_001"), gw("gw1"), "the edge current last holds it, not the forger");
+    let SensorSource::Edge(p) = &r.sensor_named("A_LINE1_001").unwrap().source else { panic!() };
     assert!(f.sole_claim("A_LINE1_001", p.edge, p.device), "history takes gw1's values, as the catalogue");
-    // Two claims of earlier lives born at the same time stand equal: a conflict.
+    // The ID moved: gw1 born again without it, then gw2 announces it and dies: gw2's.
+    born_at(&mut f, T0 + 4_000, "A", "gw1", &[("a-line1-other", &["A_LINE1_009"])]);
+    born_at(&mut f, T0 + 5_000, "A", "gw2", &[("a-line1-plc", &["A_LINE1_001"])]);
+    died(&mut f, T0 + 6_000, "A", "gw2");
+    assert_eq!(holder(&build(&f).unwrap().0, "A_LINE1_001"), gw("gw2"));
+    // Two claims current until the same moment and born at the same time stand equal.
     let mut g = fleet();
     born_at(&mut g, T0, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001"])]);
     born_at(&mut g, T0, "A", "gw2", &[("a-line1-plc", &["A_LINE1_001"])]);
-    died(&mut g, "A", "gw1");
-    died(&mut g, "A", "gw2");
+    died(&mut g, T0 + 1_000, "A", "gw1");
+    died(&mut g, T0 + 1_000, "A", "gw2");
     assert!(ids(&build(&g).unwrap().0).is_empty());
+    // The hub losing the broker leaves every claim as it stood: the one current holds.
+    let mut h = fleet();
+    born_at(&mut h, T0, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001"])]);
+    born_at(&mut h, T0 + 1_000, "A", "gw2", &[("a-line1-plc", &["A_LINE1_001"])]);
+    died(&mut h, T0 + 2_000, "A", "gw2");
+    h.broker_lost(chrono::DateTime::from_timestamp_millis(T0 as i64 + 3_000).unwrap());
+    assert_eq!(
+        holder(&build(&h).unwrap().0, "A_LINE1_001"),
+        Endpoint::Edge { group: "A".into(), node: "gw1".into() }
+    );
 }
 
 /// Regression (the adversarial walk): a device's plant and zone are those of most of its
@@ -206,4 +227,38 @@ fn a_device_is_where_most_of_its_sensors_are() {
     let mut f = fleet();
     born(&mut f, "J", "gw1", &[("j-line-plc", &["J_LINE_001", "AA_STRAY_001"])]);
     assert_eq!(ids(&build(&f).unwrap().0), ["J_LINE_001"]);
+}
+
+/// Regression (the adversarial walk): a device born with an alias another device of its
+/// edge node holds is listed, but no value of either metric is served (it could be the
+/// other's): the agent is told the edge's fault, not handed a birth value forever.
+#[test]
+fn a_sensor_whose_alias_another_metric_holds_serves_no_value() {
+    let mut f = fleet();
+    born(&mut f, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001", "A_LINE1_002"])]);
+    let clock = Clock {
+        now: tokio::time::Instant::now(),
+        wall: chrono::DateTime::from_timestamp_millis(T0 as i64).unwrap(),
+    };
+    // Alias 1 is A_LINE1_001's already.
+    let m = Metric::new(Some("A_LINE2_001"), Some(1), datatype::UINT16, Some(Value::Int(3)));
+    let p = Payload { timestamp: Some(T0), metrics: vec![m], seq: Some(2), uuid: None, body: None };
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DBirth, device: Some("a-line2-plc") },
+        p,
+        clock,
+        &mut Vec::new(),
+    );
+    let (r, _) = build(&f).unwrap();
+    let now = chrono::DateTime::from_timestamp_millis(T0 as i64 + 1_000).unwrap();
+    for (id, shared) in [("A_LINE1_001", true), ("A_LINE1_002", false), ("A_LINE2_001", true)] {
+        let got = crate::hub::source::latest(&f, r.sensor_named(id).unwrap(), now);
+        match got {
+            Err(crate::driver::DriverError::AliasShared { edge }) => {
+                assert!(shared && edge == "A/gw1", "{id}")
+            }
+            Ok(s) => assert!(!shared && s.value == crate::driver::RawValue::UInt(7), "{id}: {s:?}"),
+            Err(e) => panic!("{id}: {e:?}"),
+        }
+    }
 }

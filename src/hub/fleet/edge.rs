@@ -3,14 +3,19 @@
 
 use chrono::{DateTime, Utc};
 
-use super::super::metric::{BD_SEQ, apply_value, define};
-use super::{At, Changed, DeviceState, EdgeState, Gone, Held, Status, Update, time_of};
-use crate::spb::payload::{Metric, Payload, Value};
+use super::super::metric::{apply_value, bd_seq_of, define};
+use super::{At, Changed, Clock, DeviceState, EdgeState, Gone, HELD_MAX, Held, Status, Update, time_of};
+use crate::spb::payload::{Metric, Payload};
 use crate::spb::topic::Kind;
 
 impl EdgeState {
-    pub(super) fn status_is_not_born(&self) -> bool {
-        matches!(self.status, Status::Offline { why: Gone::NotBorn, .. })
+    /// Its devices' claims stop being current at `wall` (those that were).
+    pub(super) fn devices_left(&mut self, wall: DateTime<Utc>) {
+        for d in &mut self.devices {
+            if d.current {
+                d.left.get_or_insert(wall);
+            }
+        }
     }
 
     pub(super) fn drop_and_ask(&mut self) {
@@ -26,27 +31,25 @@ impl EdgeState {
         out: &mut Vec<Update>,
     ) -> Changed {
         let since = time_of(payload.timestamp, wall);
-        self.bd_seq =
-            payload.metrics.iter().find(|m| m.name.as_deref() == Some(BD_SEQ)).and_then(|m| match m.value {
-                Some(Value::Long(v)) => Some(v),
-                Some(Value::Int(v)) => Some(u64::from(v)),
-                _ => None,
-            });
+        self.bd_seq = bd_seq_of(&payload);
         self.status = Status::Online { since: wall };
         self.birth = Some(since);
-        self.held.clear();
-        self.gap_since = None;
+        self.drop_held();
         self.rebirth_wanted = false;
         self.aliases.clear();
         self.shared_aliases.clear();
         // Every device waits for its own DBIRTH after this one.
+        self.devices_left(wall);
         for d in &mut self.devices {
             d.current = false;
             if d.status.is_online() || matches!(d.status, Status::Offline { why: Gone::BrokerLost, .. }) {
                 d.status = Status::Offline { since: wall, why: Gone::EdgeGone };
             }
         }
-        let (metrics, aliases) = define(&payload.metrics, &self.node_metrics);
+        let before = std::mem::take(&mut self.node_metrics);
+        let (metrics, aliases) =
+            define(&payload.metrics, |n| before.iter().find(|b| b.name == n).and_then(|b| b.latest.clone()));
+        self.shared_aliases.extend(metrics.iter().filter(|m| m.alias_shared).filter_map(|m| m.alias));
         self.node_metrics = metrics;
         for (alias, m) in aliases {
             self.aliases.insert(alias, (None, m));
@@ -66,21 +69,16 @@ impl EdgeState {
     }
 
     pub(super) fn ndeath(&mut self, payload: &Payload, wall: DateTime<Utc>) -> Changed {
-        let bd_seq =
-            payload.metrics.iter().find(|m| m.name.as_deref() == Some(BD_SEQ)).and_then(|m| match m.value {
-                Some(Value::Long(v)) => Some(v),
-                Some(Value::Int(v)) => Some(u64::from(v)),
-                _ => None,
-            });
+        let bd_seq = bd_seq_of(payload);
         if !self.status.is_online() || bd_seq != self.bd_seq {
             // Another connection's will, or a death already known.
             self.stats.dropped += 1;
             return Changed::default();
         }
         self.status = Status::Offline { since: wall, why: Gone::Death };
+        self.devices_left(wall);
         self.expect = None;
-        self.held.clear();
-        self.gap_since = None;
+        self.drop_held();
         for d in &mut self.devices {
             if d.status.is_online() {
                 d.status = Status::Offline { since: wall, why: Gone::EdgeGone };
@@ -88,6 +86,44 @@ impl EdgeState {
         }
         // Its claims no longer count over others' (a conflict it made clears).
         Changed { catalogue: true }
+    }
+
+    /// A message with `seq` when `expect` is due: applied in its turn (with those held
+    /// after it), held while one before it is missing, dropped if its turn passed.
+    pub(super) fn in_turn(
+        &mut self,
+        e: usize,
+        (expect, seq): (u8, u8),
+        msg: Held,
+        clock: Clock,
+        out: &mut Vec<Update>,
+    ) -> Changed {
+        let ahead = seq.wrapping_sub(expect);
+        if ahead == 0 {
+            let mut changed = self.apply(e, msg.kind, msg.device.as_deref(), msg.payload, clock.wall, out);
+            self.expect = Some(expect.wrapping_add(1));
+            changed.catalogue |= self.release(e, clock.wall, out).catalogue;
+            changed
+        } else if ahead < 128 {
+            self.held.insert(seq, msg);
+            self.gap_since.get_or_insert(clock.now);
+            if self.held.len() > HELD_MAX {
+                return self.give_up_waiting(e, clock.wall, out);
+            }
+            Changed::default()
+        } else {
+            // Behind: a duplicate, or too late to be placed.
+            self.stats.dropped += 1;
+            Changed::default()
+        }
+    }
+
+    /// Messages held for a turn that will not come (the edge node was born again, or
+    /// died): dropped, and counted.
+    fn drop_held(&mut self) {
+        self.stats.dropped += self.held.len() as u64;
+        self.held.clear();
+        self.gap_since = None;
     }
 
     /// A message in its `seq` turn.
@@ -112,6 +148,7 @@ impl EdgeState {
                             birth: None,
                             born_here: None,
                             current: false,
+                            left: None,
                             metrics: Vec::new(),
                             by_name: Default::default(),
                         });
@@ -122,7 +159,10 @@ impl EdgeState {
                 // Aliases the device held before are its no more.
                 self.aliases.retain(|_, (dev, _)| *dev != Some(d));
                 self.reborn.push(d);
-                let (metrics, aliases) = define(&payload.metrics, &self.devices[d].metrics);
+                let was = &self.devices[d];
+                let (metrics, aliases) =
+                    define(&payload.metrics, |n| was.metric_named(n).and_then(|m| m.latest.clone()));
+                self.shared_aliases.extend(metrics.iter().filter(|m| m.alias_shared).filter_map(|m| m.alias));
                 let dev = &mut self.devices[d];
                 let mut by_name: Vec<u32> = (0..metrics.len() as u32).collect();
                 by_name.sort_unstable_by(|&a, &b| metrics[a as usize].name.cmp(&metrics[b as usize].name));
@@ -132,13 +172,28 @@ impl EdgeState {
                 dev.birth = Some(sent);
                 dev.born_here = Some(wall);
                 dev.current = true;
+                dev.left = None;
                 // An alias must name one metric of the whole edge node: one another device
                 // (or the node) holds names neither, as an alias given twice in one birth.
                 let mut shared = 0;
                 for (alias, m) in aliases {
-                    if self.aliases.remove(&alias).is_some() || self.shared_aliases.contains(&alias) {
+                    let held = self.aliases.remove(&alias);
+                    if held.is_some() || self.shared_aliases.contains(&alias) {
                         self.shared_aliases.insert(alias);
                         shared += 1;
+                        // Neither this metric nor the one that held the alias is served.
+                        if let Some(x) = self.devices[d].metrics.get_mut(m) {
+                            x.alias_shared = true;
+                        }
+                        if let Some((other, i)) = held {
+                            let slot = match other {
+                                Some(o) => self.devices.get_mut(o).and_then(|o| o.metrics.get_mut(i)),
+                                None => self.node_metrics.get_mut(i),
+                            };
+                            if let Some(x) = slot {
+                                x.alias_shared = true;
+                            }
+                        }
                     } else {
                         self.aliases.insert(alias, (Some(d), m));
                     }
@@ -194,7 +249,7 @@ impl EdgeState {
         (sent, wall): (DateTime<Utc>, DateTime<Utc>),
         out: &mut Vec<Update>,
     ) {
-        let mut unknown = false;
+        let (mut unknown, mut shared) = (false, false);
         for m in metrics {
             let found = match (m.alias, m.name.as_deref()) {
                 (Some(a), _) => self.aliases.get(&a).filter(|(d, _)| *d == device).map(|&(_, i)| i),
@@ -209,6 +264,9 @@ impl EdgeState {
                 None => self.node_metrics.get_mut(i).map(|s| (i, s)),
             });
             match slot {
+                // Data by an alias two metrics were born with: it cannot be placed, and a
+                // rebirth would give the same aliases again; dropped, counted.
+                None if m.alias.is_some_and(|a| self.shared_aliases.contains(&a)) => shared = true,
                 Some((i, slot)) => apply_value(
                     At { edge: e, device, metric: i },
                     slot,
@@ -223,6 +281,8 @@ impl EdgeState {
         }
         if unknown {
             self.drop_and_ask();
+        } else if shared {
+            self.stats.dropped += 1;
         }
     }
 

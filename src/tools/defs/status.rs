@@ -117,8 +117,9 @@ pub struct DeviceStatusData {
     /// The Sparkplug B link to the MQTT broker, when `[mqtt]` is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub northbound: Option<NorthboundStatus>,
-    /// Fleet hub only: its link to the broker and every edge node it has heard of, also
-    /// those with no device served (none born yet, or all in conflict).
+    /// Fleet hub only (and only without `device_id`): its link to the broker and every
+    /// edge node born since it started, also those with no device served (none born, or
+    /// all in conflict), and a summary of nodes heard from but never born.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hub: Option<HubStatus>,
 }
@@ -133,7 +134,26 @@ pub struct HubStatus {
     pub link: String,
     /// Why the link is down, while it is.
     pub link_error: Option<String>,
+    /// Every edge node born since the hub started (online or not).
     pub edge_nodes: Vec<EdgeNodeStatus>,
+    /// Edge nodes heard from (data, a death, a birth it could not take) but never born.
+    pub never_born: NeverBornStatus,
+}
+
+/// Edge nodes the hub heard from but that were never born since it started: an edge it
+/// asked for a rebirth that has not answered yet, a client publishing on the namespace
+/// that is no edge node, a flood of made-up topics. The hub keeps at most 1,000 (each
+/// forgotten after 10 minutes of silence) and names the last heard.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct NeverBornStatus {
+    /// Kept now.
+    pub edge_nodes: usize,
+    /// Their messages (dropped: nothing is guessed without a birth).
+    pub messages: u64,
+    /// Messages of nodes beyond the 1,000 kept (counted, not kept).
+    pub not_kept: u64,
+    /// The last heard, "group/node", at most 10.
+    pub recent: Vec<String>,
 }
 
 /// One edge node as the fleet hub sees it.

@@ -168,6 +168,23 @@ async fn two_edges_through_one_hub_answer_as_each_edge_does() {
     let device = at_hub.values().next().unwrap()["device_id"].as_str().unwrap().to_string();
     assert!(console(hub.addr, &format!("/console/devices/{device}")).await.contains(&device));
 
+    // `fieldgate call --data-dir` on the hub's box, where there is no devices folder:
+    // it asks the running hub (regression, the adversarial walk: it failed on the
+    // missing device files).
+    let here = tempfile::tempdir().unwrap();
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["call", "get_device_status", "{}", "--data-dir"])
+        .arg(data_hub.path())
+        .current_dir(here.path())
+        .env_clear()
+        .kill_on_drop(true)
+        .output();
+    let o = tokio::time::timeout(T, o).await.expect("call ends").unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    assert!(o.status.success() && v["ok"] == true, "{v} {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(v["data"]["hub"]["edge_nodes"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(v["data"]["hub"]["never_born"]["edge_nodes"], 0, "{v}");
+
     // At the hub a raw reading is in the sensor's unit: the edge sent it scaled.
     let (id, listed) = at_a.iter().next().unwrap();
     let raw = call(hub.addr, "get_sensor_reading", json!({"sensor_id": id, "unit": "raw"})).await;
@@ -346,6 +363,27 @@ async fn two_edges_through_one_hub_answer_as_each_edge_does() {
     let refused = call(hub.addr, "get_sensor_reading", json!({"sensor_id": b_sensor})).await;
     assert_eq!(refused["error"]["code"], "SENSOR_NOT_FOUND", "{refused}");
     assert!(refused["error"]["message"].as_str().unwrap().contains("C/gw-c/b-spare"), "{refused}");
+    // One device asked for: its status, not the fleet's.
+    let one = call(hub.addr, "get_device_status", json!({"device_id": device})).await;
+    assert!(one["ok"] == true && one["data"].get("hub").is_none(), "{one}");
+
+    // Data of an edge node never born (a client that is no edge node): not one of the
+    // fleet, summed up as never born and asked for a rebirth.
+    watch
+        .publish(
+            "spBv1.0/Z/DDATA/ghost/d1",
+            spoof(5, json!([{"alias": 1, "type": "Double", "value": 1.0}])),
+            false,
+        )
+        .await;
+    watch.until("the hub's rebirth request to Z/ghost", T, |m| m.topic == "spBv1.0/Z/NCMD/ghost").await;
+    let status = call(hub.addr, "get_device_status", json!({})).await;
+    let hub_part = &status["data"]["hub"];
+    assert_eq!(hub_part["never_born"]["edge_nodes"], 1, "{hub_part}");
+    assert_eq!(hub_part["never_born"]["recent"], json!(["Z/ghost"]), "{hub_part}");
+    assert!(hub_part["edge_nodes"].as_array().unwrap().iter().all(|n| n["edge"] != "Z/ghost"), "{hub_part}");
+    let fleet = console(hub.addr, "/console/fleet").await;
+    assert!(fleet.contains("id=\"never-born\"") && fleet.contains("Z/ghost"), "{fleet}");
 
     // Stopped by SIGTERM, the hub leaves with STATE offline, retained, with the timestamp
     // it came online with.
