@@ -131,7 +131,18 @@ pub fn open_stores(config: &Config, dir: &Path) -> Result<(HistoryStore, WorkOrd
         }
         e => StartError::Store(e.to_string()),
     })?;
-    Ok((history.with_limits(Limits::of(&config.storage)), orders))
+    let history = history.with_limits(Limits::of(&config.storage));
+    let history = match config.history.backend {
+        crate::config::HistoryBackend::Redb => history,
+        crate::config::HistoryBackend::Postgres => {
+            // The loader checked that the variable is set; its value is a secret, read here.
+            let url = std::env::var(&config.history.postgres_url_env).unwrap_or_default();
+            let (pg, problem) =
+                crate::store::pg::Pg::start(&url).map_err(|e| StartError::Store(e.to_string()))?;
+            history.with_remote(pg, problem).map_err(|e| StartError::Store(e.to_string()))?
+        }
+    };
+    Ok((history, orders))
 }
 
 /// The URL a command on this box reaches the service of `server` with: `public_url` when

@@ -202,19 +202,48 @@ async fn keep(core: Core, store: Arc<HistoryStore>, stop: CancellationToken) {
             }
         }
         flush(&store, false).await;
+        if store.is_remote() {
+            // What the flush wrote goes on to the database (or waits for it).
+            let s = store.clone();
+            if let Ok(Err(error)) = tokio::task::spawn_blocking(move || s.ship()).await {
+                tracing::debug!(%error, "history: shipment failed; chunks wait in the data directory");
+            }
+        }
         if last_prune.elapsed() >= Duration::from_secs(60) {
             last_prune = Instant::now();
-            let older = chrono::Utc::now().timestamp_millis() - cfg.retention_days as i64 * 86_400_000;
-            let s = store.clone();
-            let max = cfg.retention_max_mb * 1024 * 1024;
-            match tokio::task::spawn_blocking(move || s.prune(older, max)).await {
-                Ok(Ok(p)) if p.chunks > 0 => {
+            prune(&store, &cfg).await;
+        }
+    }
+}
+
+/// Retention: the store's file (a day only when a database keeps history), then the
+/// database's days older than `retention_days`.
+async fn prune(store: &Arc<HistoryStore>, cfg: &crate::config::StorageConfig) {
+    let now = chrono::Utc::now().timestamp_millis();
+    let older = now - cfg.retention_days as i64 * 86_400_000;
+    let local = if store.is_remote() { older.max(now - crate::store::history::LOCAL_KEEP_MS) } else { older };
+    let (s, max) = (store.clone(), cfg.retention_max_mb * 1024 * 1024);
+    let remote = store.is_remote();
+    match tokio::task::spawn_blocking(move || (s.prune(local, max), remote.then(|| s.prune_remote(older))))
+        .await
+    {
+        Ok((local, remote)) => {
+            match local {
+                Ok(p) if p.chunks > 0 => {
                     tracing::info!(chunks = p.chunks, bytes = p.bytes, "history retention")
                 }
-                Ok(Err(error)) => tracing::error!(%error, "history retention failed"),
+                Err(error) => tracing::error!(%error, "history retention failed"),
+                _ => {}
+            }
+            match remote {
+                Some(Ok(d)) if d.partitions > 0 => {
+                    tracing::info!(days = d.partitions, bytes = d.bytes, "history retention in the database")
+                }
+                Some(Err(error)) => tracing::warn!(%error, "history retention in the database failed"),
                 _ => {}
             }
         }
+        Err(error) => tracing::error!(%error, "history retention task failed"),
     }
 }
 

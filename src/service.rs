@@ -232,6 +232,23 @@ impl Core {
             for (name, help, v) in rows {
                 s.counter(name, help, v);
             }
+            if let Some(r) = h.and_then(|h| h.remote_stats()) {
+                s.counter(
+                    "fieldgate_history_db_chunks_written",
+                    "History chunks written to the database (PostgreSQL).",
+                    r.shipped,
+                );
+                s.counter(
+                    "fieldgate_history_db_failures",
+                    "Shipments of history chunks to the database that failed (the chunks waited).",
+                    r.failures,
+                );
+                s.gauge(
+                    "fieldgate_history_db_chunks_waiting",
+                    "History chunks waiting in the data directory for the database.",
+                    i64::try_from(r.waiting).unwrap_or(i64::MAX),
+                );
+            }
         });
     }
 

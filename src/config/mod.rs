@@ -146,6 +146,18 @@ pub struct BreakerConfig {
 pub struct HistoryConfig {
     /// A flat value is still stored at least this often.
     pub max_silence_s: u64,
+    pub backend: HistoryBackend,
+    /// The environment variable holding the PostgreSQL URL (a secret, never a key).
+    pub postgres_url_env: String,
+}
+
+/// Where history is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryBackend {
+    /// The data directory's `history.redb`.
+    Redb,
+    /// A PostgreSQL database (the data directory keeps what waits to be written).
+    Postgres,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -211,7 +223,11 @@ impl Default for Config {
                 max_open_ms: 60_000,
                 report_down_after_s: 600,
             },
-            history: HistoryConfig { max_silence_s: 60 },
+            history: HistoryConfig {
+                max_silence_s: 60,
+                backend: HistoryBackend::Redb,
+                postgres_url_env: "FIELDGATE_PG_URL".into(),
+            },
             work_orders: WorkOrdersConfig {
                 pending_ttl_hours: 72,
                 auto_approve: Vec::new(),
@@ -263,12 +279,18 @@ impl Config {
         // So may the variables holding the broker's user name and password.
         let mqtt_vars = mqtt::secret_vars("MQTT", &cfg.mqtt, &config_env);
         let hub_vars = mqtt::secret_vars("HUB", &cfg.hub.link, &config_env);
+        // And the one holding the PostgreSQL URL.
+        let pg_var = config_env
+            .iter()
+            .find(|(k, _)| k == "FIELDGATE_HISTORY_POSTGRES_URL_ENV")
+            .map_or_else(|| cfg.history.postgres_url_env.clone(), |(_, v)| v.clone());
         for (key, value) in config_env {
             if NON_CONFIG_ENV.contains(&key.as_str())
                 || key.starts_with(TOKEN_ENV_PREFIX)
                 || *key == secret_var
                 || mqtt_vars.contains(key)
                 || hub_vars.contains(key)
+                || *key == pg_var
             {
                 continue;
             }
@@ -280,6 +302,7 @@ impl Config {
             .into_iter()
             .chain(mqtt::problems("mqtt", &cfg.mqtt, var))
             .chain(mqtt::problems("hub", &cfg.hub.link, var))
+            .chain(history_problem(&cfg.history, var))
             .chain(security::problems(&cfg.server));
         problems.extend(cross.map(|message| Problem { source: "configuration".into(), line: 0, message }));
         if problems.is_empty() { Ok(cfg) } else { Err(ConfigError(problems)) }
@@ -315,3 +338,14 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+
+/// With `backend = "postgres"`, the variable `postgres_url_env` names must be set.
+fn history_problem(h: &HistoryConfig, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    (h.backend == HistoryBackend::Postgres && env(&h.postgres_url_env).is_none_or(|v| v.trim().is_empty()))
+        .then(|| {
+            format!(
+                "history.backend is \"postgres\" but the environment variable {} (history.postgres_url_env) is not set: set it to the database's URL, e.g. postgres://fieldgate@db.plant/fieldgate",
+                h.postgres_url_env
+            )
+        })
+}

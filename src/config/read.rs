@@ -156,6 +156,18 @@ fn breaker(s: &Table<'_, '_>, c: &mut Config) {
 
 fn history(s: &Table<'_, '_>, c: &mut Config) {
     set(&mut c.history.max_silence_s, s.int("max_silence_s", 1..=86_400).map(|v| v as u64));
+    match s.str("backend") {
+        Some("redb") => c.history.backend = super::HistoryBackend::Redb,
+        Some("postgres") => c.history.backend = super::HistoryBackend::Postgres,
+        Some(other) => s.problem("backend", format!("is \"redb\" or \"postgres\", not {other:?}")),
+        None => {}
+    }
+    if let Some(v) = s.str("postgres_url_env") {
+        match super::webhook::check_env_name(v) {
+            Err(why) => s.problem("postgres_url_env", why),
+            Ok(_) => c.history.postgres_url_env = v.to_string(),
+        }
+    }
 }
 
 fn work_orders(s: &Table<'_, '_>, c: &mut Config) {

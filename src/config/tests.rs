@@ -267,3 +267,30 @@ fn hub_section_shares_the_connection_keys_and_nothing_else() {
     );
     assert!(!cfg.mqtt.enabled(), "the hub's brokers are not the edge node's");
 }
+
+#[test]
+fn a_postgres_history_needs_its_url_variable_which_is_no_key() {
+    let load = |pairs: &[(&str, &str)]| {
+        Config::load(None, pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .map_err(|e| e.0.iter().map(|p| p.to_string()).collect::<Vec<_>>())
+    };
+    assert_eq!(load(&[]).unwrap().history.backend, HistoryBackend::Redb, "redb by default");
+    let no_url = load(&[("FIELDGATE_HISTORY_BACKEND", "postgres")]).unwrap_err();
+    assert!(no_url.iter().any(|p| p.contains("FIELDGATE_PG_URL") && p.contains("not set")), "{no_url:?}");
+    // The variable holds a secret: set, it is read as no configuration key.
+    let secret = "postgres://fieldgate:hunter2@db/fieldgate";
+    let c = load(&[("FIELDGATE_HISTORY_BACKEND", "postgres"), ("FIELDGATE_PG_URL", secret)]).unwrap();
+    assert_eq!(c.history.backend, HistoryBackend::Postgres);
+    let named = load(&[
+        ("FIELDGATE_HISTORY_BACKEND", "postgres"),
+        ("FIELDGATE_HISTORY_POSTGRES_URL_ENV", "FIELDGATE_HISTORIAN"),
+        ("FIELDGATE_HISTORIAN", secret),
+    ])
+    .unwrap();
+    assert_eq!(named.history.postgres_url_env, "FIELDGATE_HISTORIAN");
+    let bad = load(&[("FIELDGATE_HISTORY_BACKEND", "mysql"), ("FIELDGATE_HISTORY_POSTGRES_URL_ENV", secret)]);
+    let bad = bad.unwrap_err();
+    assert!(bad.iter().any(|p| p.contains("backend") && p.contains("mysql")), "{bad:?}");
+    assert!(bad.iter().any(|p| p.contains("postgres_url_env")), "{bad:?}");
+    assert!(bad.iter().all(|p| !p.contains("hunter2")), "never the secret: {bad:?}");
+}

@@ -37,8 +37,11 @@ use journal::{JOURNAL, TURNS};
 mod journal;
 #[path = "history_read.rs"]
 mod read;
+#[path = "history_remote.rs"]
+mod remote;
 #[path = "history_retention.rs"]
 mod retention;
+pub use remote::{LOCAL_KEEP_MS, Remote, RemoteStats};
 pub use retention::{Limits, Pruned};
 
 const CHUNKS: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("chunks");
@@ -72,6 +75,9 @@ pub enum StoreError {
     Corrupt,
     #[error("history store: the disk reserve is reached ({free} bytes free); points wait in memory")]
     Reserve { free: u64 },
+    /// The database history is kept in (PostgreSQL) failed; what it holds is not readable.
+    #[error("history store: {0}")]
+    Remote(String),
 }
 
 impl StorageFailure for StoreError {
@@ -89,6 +95,8 @@ fn db<E: std::fmt::Display>(e: E) -> StoreError {
 
 struct Open {
     writer: ChunkWriter,
+    /// The chunk's own ID (a database keeps its snapshots under it).
+    id: i64,
     /// Changed since it was last written.
     dirty: bool,
     /// The flushes that write it (`flush number % TURNS`).
@@ -106,6 +114,7 @@ const LATE_IDLE_FLUSHES: u32 = 60;
 /// A sealed chunk not yet written.
 struct Sealed {
     sensor: String,
+    id: i64,
     first: i64,
     last: i64,
     points: u32,
@@ -128,6 +137,28 @@ struct Pending {
     full_due: bool,
     /// Open chunks begun, for their turns.
     begun: u64,
+    /// The next chunk's ID.
+    next_id: i64,
+}
+
+/// A chunk a flush writes.
+struct Write {
+    sensor: String,
+    id: i64,
+    first: i64,
+    last: i64,
+    points: u32,
+    bytes: Vec<u8>,
+}
+
+/// The first chunk ID of a store opened now: the clock in microseconds times 1,024 (IDs
+/// only grow, and a store restarted later starts above every ID it gave before unless it
+/// began over 1,024 chunks a microsecond).
+fn first_id() -> i64 {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX >> 10));
+    micros.saturating_mul(1024)
 }
 
 /// The journal's records on disk, and the next flush's number.
@@ -184,6 +215,9 @@ pub struct HistoryStore {
     step_logged: std::sync::atomic::AtomicI64,
     /// Points the journal gave back at open (appended before a crash, in no stored chunk).
     replayed: AtomicU64,
+    /// The database history is kept in, when not this store's file (the file then keeps
+    /// what waits to be written there).
+    remote: Option<Remote>,
 }
 
 impl HistoryStore {
@@ -217,7 +251,7 @@ impl HistoryStore {
         })?;
         let store = HistoryStore {
             db,
-            pending: Mutex::new(Pending::default()),
+            pending: Mutex::new(Pending { next_id: first_id(), ..Pending::default() }),
             flushing: Mutex::new(Flushes::default()),
             limits: Limits::default(),
             dropped: AtomicU64::new(0),
@@ -226,6 +260,7 @@ impl HistoryStore {
             late_chunks: AtomicU64::new(0),
             step_logged: std::sync::atomic::AtomicI64::new(i64::MIN),
             replayed: AtomicU64::new(0),
+            remote: None,
         };
         store.replay()?;
         Ok(store)
@@ -305,7 +340,7 @@ impl HistoryStore {
     /// already stored.
     fn push(&self, pending: &mut Pending, lane: Lane, sensor: &str, p: &Point) -> Option<bool> {
         let kind = Kind::of(&p.value);
-        let Pending { open, late, sealed, sealed_bytes, begun, .. } = pending;
+        let Pending { open, late, sealed, sealed_bytes, begun, next_id, .. } = pending;
         let bound = chunk_bound(open.len() + late.len());
         let chunks = match lane {
             Lane::Newest => &mut *open,
@@ -347,10 +382,14 @@ impl HistoryStore {
         writer.push(p);
         let turn = *begun % TURNS;
         *begun += 1;
-        if let Some(old) = chunks.insert(sensor.to_string(), Open { writer, dirty: true, turn, idle: 0 }) {
+        let id = *next_id;
+        *next_id += 1;
+        if let Some(old) = chunks.insert(sensor.to_string(), Open { writer, id, dirty: true, turn, idle: 0 })
+        {
             let w = &old.writer;
             let chunk = Sealed {
                 sensor: sensor.to_string(),
+                id: old.id,
                 first: w.first_t(),
                 last: w.last_t(),
                 points: w.len(),
@@ -415,9 +454,10 @@ impl HistoryStore {
         self.repeated.load(Ordering::Relaxed)
     }
 
-    /// What is wrong with the store now (a failed flush, the reserve reached), if anything.
+    /// What is wrong with the store now (a failed flush, the reserve reached, the
+    /// database history is kept in unreachable), if anything.
     pub fn problem(&self) -> Option<Problem> {
-        self.db.problem()
+        self.db.problem().or_else(|| self.remote.as_ref().and_then(Remote::problem))
     }
 
     /// Flushes that failed since start.
@@ -454,14 +494,31 @@ impl HistoryStore {
             let dirty: usize =
                 p.open.values().chain(p.late.values()).filter(|o| o.dirty).map(|o| o.writer.byte_len()).sum();
             let full = std::mem::take(&mut p.full_due) || p.journal.len() >= dirty;
-            let sealed: Vec<(String, i64, i64, Vec<u8>)> =
-                p.sealed.iter().map(|c| (c.sensor.clone(), c.first, c.last, c.bytes.clone())).collect();
-            let snapshots: Vec<(String, i64, i64, Vec<u8>)> = p
+            let sealed: Vec<Write> = p
+                .sealed
+                .iter()
+                .map(|c| Write {
+                    sensor: c.sensor.clone(),
+                    id: c.id,
+                    first: c.first,
+                    last: c.last,
+                    points: c.points,
+                    bytes: c.bytes.clone(),
+                })
+                .collect();
+            let snapshots: Vec<Write> = p
                 .open
                 .iter()
                 .chain(&p.late)
                 .filter(|(_, o)| o.dirty && (full || o.turn == k % TURNS))
-                .map(|(s, o)| (s.clone(), o.writer.first_t(), o.writer.last_t(), o.writer.bytes()))
+                .map(|(s, o)| Write {
+                    sensor: s.clone(),
+                    id: o.id,
+                    first: o.writer.first_t(),
+                    last: o.writer.last_t(),
+                    points: o.writer.len(),
+                    bytes: o.writer.bytes(),
+                })
                 .collect();
             // A full flush writes every point the record holds in a chunk.
             let record = std::mem::take(&mut p.journal);
@@ -479,11 +536,19 @@ impl HistoryStore {
             let tx = d.begin_write().map_err(db)?;
             {
                 let mut t = tx.open_table(CHUNKS).map_err(db)?;
-                for (sensor, first, last, bytes) in sealed.iter().chain(&snapshots) {
-                    let mut v = Vec::with_capacity(8 + bytes.len());
-                    v.extend_from_slice(&last.to_le_bytes());
-                    v.extend_from_slice(bytes);
-                    t.insert((sensor.as_str(), *first), v.as_slice()).map_err(db)?;
+                for w in sealed.iter().chain(&snapshots) {
+                    let mut v = Vec::with_capacity(8 + w.bytes.len());
+                    v.extend_from_slice(&w.last.to_le_bytes());
+                    v.extend_from_slice(&w.bytes);
+                    t.insert((w.sensor.as_str(), w.first), v.as_slice()).map_err(db)?;
+                }
+                // With a database: each chunk also waits in the outbox until it is there.
+                if self.remote.is_some() {
+                    let mut o = tx.open_table(remote::OUTBOX).map_err(db)?;
+                    for w in sealed.iter().chain(&snapshots) {
+                        let v = remote::outbox_value(w.id, w.last, w.points, &w.bytes);
+                        o.insert((w.sensor.as_str(), w.first), v.as_slice()).map_err(db)?;
+                    }
                 }
                 let mut j = tx.open_table(JOURNAL).map_err(db)?;
                 if !record.is_empty() {
@@ -507,7 +572,7 @@ impl HistoryStore {
         // Written: the sealed chunks taken (new ones were appended behind them, and only
         // the bound can have dropped some of them meanwhile), and each open chunk that
         // has not moved on since its snapshot.
-        let written: HashSet<(&str, i64)> = sealed.iter().map(|(s, f, ..)| (s.as_str(), *f)).collect();
+        let written: HashSet<(&str, i64)> = sealed.iter().map(|w| (w.sensor.as_str(), w.first)).collect();
         let mut freed = 0;
         p.sealed.retain(|c| {
             let keep = !written.contains(&(c.sensor.as_str(), c.first));
@@ -517,9 +582,9 @@ impl HistoryStore {
         p.sealed_bytes -= freed;
         age_late(&mut p);
         let Pending { open, late, .. } = &mut *p;
-        for (sensor, first, last, _) in &snapshots {
-            for o in [open.get_mut(sensor), late.get_mut(sensor)].into_iter().flatten() {
-                if o.writer.first_t() == *first && o.writer.last_t() == *last {
+        for w in &snapshots {
+            for o in [open.get_mut(&w.sensor), late.get_mut(&w.sensor)].into_iter().flatten() {
+                if o.writer.first_t() == w.first && o.writer.last_t() == w.last {
                     o.dirty = false;
                 }
             }

@@ -4,5 +4,6 @@
 pub mod db;
 pub mod gorilla;
 pub mod history;
+pub mod pg;
 
 pub use history::{HistoryStore, StoreError};

@@ -351,9 +351,21 @@ pub fn history(inner: &View, args: &GetSensorHistoryArgs) -> Result<HistoryData,
             "Report this to an operator.",
         ));
     };
-    let points = store.points(id.as_str(), from, to).map_err(|error| {
-        tracing::error!(%error, sensor = %id, "history read failed");
-        ToolError::internal()
+    let points = store.points(id.as_str(), from, to).map_err(|error| match error {
+        // The database history is kept in cannot be read now: a passing failure.
+        crate::store::StoreError::Remote(why) => {
+            tracing::warn!(%why, sensor = %id, "history read failed");
+            ToolError::new(
+                ErrorCode::StorageUnavailable,
+                "The history database cannot be read now; nothing was read.",
+                "Retry after retry_after_ms; if it persists, tell an operator that fieldgate cannot reach its history database (get_device_status shows why).",
+            )
+            .with_retry_after(5000)
+        }
+        error => {
+            tracing::error!(%error, sensor = %id, "history read failed");
+            ToolError::internal()
+        }
     })?;
     let device = registry.device_of(sensor);
     let poll = device.poll_interval.map_or(0, |d| d.as_millis() as i64);

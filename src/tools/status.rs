@@ -5,8 +5,8 @@ use chrono::SecondsFormat;
 
 use super::defs::{
     BreakerState, BreakerStatus, DeviceState, DeviceStatus, DeviceStatusData, EdgeNodeStatus, EdgeStatus,
-    GetDeviceStatusArgs, HubStatus, LastError, Latency, NeverBornStatus, NorthboundStatus, ProbeData,
-    ProbeResult, StorageState, StorageStatus,
+    GetDeviceStatusArgs, HistoryDatabaseStatus, HubStatus, LastError, Latency, NeverBornStatus,
+    NorthboundStatus, ProbeData, ProbeResult, StorageState, StorageStatus,
 };
 use super::device_error::device_error;
 use super::{ToolError, ToolResult, View, to_data};
@@ -271,5 +271,12 @@ pub fn storage(inner: &View) -> StorageStatus {
         problems,
         free_bytes: space.map(|s| s.0),
         total_bytes: space.map(|s| s.1),
+        history_database: inner.core.history.as_ref().and_then(|h| h.remote_stats()).map(|r| {
+            HistoryDatabaseStatus {
+                chunks_written: r.shipped,
+                failures: r.failures,
+                chunks_waiting: r.waiting,
+            }
+        }),
     }
 }

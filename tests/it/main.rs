@@ -26,6 +26,7 @@ mod modbus_table;
 mod oauth;
 mod opcua;
 mod opcua_peer;
+mod pg;
 mod poller;
 mod raw_modbus;
 mod registry;

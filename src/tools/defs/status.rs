@@ -208,6 +208,18 @@ pub struct StorageStatus {
     /// Free and total bytes of the data directory's filesystem, when known.
     pub free_bytes: Option<u64>,
     pub total_bytes: Option<u64>,
+    /// With `history.backend = "postgres"`: how writing history to the database goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_database: Option<HistoryDatabaseStatus>,
+}
+
+/// History kept in PostgreSQL: chunks written there since start, shipments that failed,
+/// and chunks waiting in the data directory (the database down or refusing).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct HistoryDatabaseStatus {
+    pub chunks_written: u64,
+    pub failures: u64,
+    pub chunks_waiting: u64,
 }
 
 /// Whether every store can write.

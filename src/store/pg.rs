@@ -1,0 +1,481 @@
+//! PostgreSQL as history's durable store: fieldgate's own compressed chunks (the Gorilla
+//! format of `gorilla.rs`), not a row per value, in a table partitioned by day.
+//!
+//! Schema (created and migrated here at start, its version in `fieldgate_schema`; a version
+//! newer than this binary knows is refused):
+//! - `fieldgate_sensors (id, name)`: the sensor catalogue, a small integer per sensor ID;
+//! - `fieldgate_chunks (sensor, first_t, chunk, last_t, points, data)`, primary key
+//!   `(sensor, first_t, chunk)`, partitioned by range of `first_t` (ms), one partition a
+//!   day (`fieldgate_chunks_d<day>`, created ahead and on demand; retention drops whole
+//!   partitions). `chunk` is the chunk's own ID: a later snapshot of the same chunk replaces
+//!   the earlier one (when it holds at least as many points), two chunks never replace each
+//!   other.
+//!
+//! The connection lives on a thread of its own (its own runtime): the store is synchronous
+//! and is called from the runtime's workers, so each call sends a job and waits for its
+//! answer with a timeout. Errors name what failed in a few words: never the URL, never the
+//! server's own text.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_postgres::{Client, NoTls};
+
+/// The schema this binary writes.
+pub const SCHEMA_VERSION: i32 = 1;
+const DAY_MS: i64 = 86_400_000;
+/// Days of partitions created ahead of today.
+const AHEAD_DAYS: i64 = 2;
+/// A connection attempt gives up after this long.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Jobs waiting for the connection's thread, at most.
+const QUEUE: usize = 64;
+/// The advisory lock that serialises schema changes of several fieldgates on one database.
+const SCHEMA_LOCK: i64 = 0x6669_656c_6467_6174;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PgError {
+    #[error("PostgreSQL: the URL could not be read (check the variable history.postgres_url_env names)")]
+    Url,
+    #[error("PostgreSQL: cannot connect ({0})")]
+    Connect(String),
+    #[error("PostgreSQL: {0}")]
+    Db(String),
+    #[error(
+        "PostgreSQL: the database's history schema is version {found}, newer than this fieldgate knows ({known}): run a newer fieldgate, or use another database"
+    )]
+    Newer { found: i32, known: i32 },
+    #[error("PostgreSQL: no answer within {0} s")]
+    Timeout(u64),
+    #[error("PostgreSQL: too many requests waiting")]
+    Busy,
+    #[error("PostgreSQL: the connection's thread is gone")]
+    Gone,
+}
+
+/// A chunk as the database keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub sensor: String,
+    pub first: i64,
+    pub id: i64,
+    pub last: i64,
+    pub points: u32,
+    pub bytes: Vec<u8>,
+}
+
+/// A stored chunk of one sensor, as a range read gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub first: i64,
+    pub id: i64,
+    pub bytes: Vec<u8>,
+}
+
+/// What dropping old partitions removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    pub partitions: usize,
+    pub bytes: u64,
+}
+
+type Reply<T> = std_mpsc::Sender<Result<T, PgError>>;
+
+enum Job {
+    Ship(Vec<Chunk>, Reply<()>),
+    Range { sensor: String, from: i64, to: i64, span: i64, reply: Reply<Vec<Stored>> },
+    DropBefore(i64, Reply<Dropped>),
+    Ready(Reply<()>),
+}
+
+/// The database, through its connection's thread.
+pub struct Pg {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Pg {
+    /// Starts the connection's thread over `url`, and connects once: a database whose
+    /// schema is newer than this binary's is refused here; one that cannot be reached is
+    /// not (history waits locally until it can), and `Ok` carries why.
+    pub fn start(url: &str) -> Result<(Pg, Option<PgError>), PgError> {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|_| PgError::Url)?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        config.application_name("fieldgate");
+        let (jobs, rx) = mpsc::channel(QUEUE);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| PgError::Connect(format!("cannot start its thread: {}", e.kind())))?;
+        std::thread::Builder::new()
+            .name("history-pg".into())
+            .spawn(move || runtime.block_on(Conn::new(config).serve(rx)))
+            .map_err(|e| PgError::Connect(format!("cannot start its thread: {}", e.kind())))?;
+        let pg = Pg { jobs };
+        match pg.ask(Job::Ready, CONNECT_TIMEOUT * 3) {
+            Ok(()) => Ok((pg, None)),
+            Err(e @ PgError::Newer { .. }) => Err(e),
+            Err(e) => Ok((pg, Some(e))),
+        }
+    }
+
+    fn ask<T>(&self, job: impl FnOnce(Reply<T>) -> Job, timeout: Duration) -> Result<T, PgError> {
+        let (tx, rx) = std_mpsc::channel();
+        self.jobs.try_send(job(tx)).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => PgError::Busy,
+            mpsc::error::TrySendError::Closed(_) => PgError::Gone,
+        })?;
+        match rx.recv_timeout(timeout) {
+            Ok(r) => r,
+            Err(std_mpsc::RecvTimeoutError::Timeout) => Err(PgError::Timeout(timeout.as_secs())),
+            Err(std_mpsc::RecvTimeoutError::Disconnected) => Err(PgError::Gone),
+        }
+    }
+
+    /// Writes `chunks` in one transaction (each replaces an earlier snapshot of itself).
+    pub fn ship(&self, chunks: Vec<Chunk>) -> Result<(), PgError> {
+        self.ask(|r| Job::Ship(chunks, r), Duration::from_secs(60))
+    }
+
+    /// The chunks of `sensor` that may hold points in `from..to` (a chunk spans at most
+    /// `span` ms), by first point then ID.
+    pub fn range(&self, sensor: &str, from: i64, to: i64, span: i64) -> Result<Vec<Stored>, PgError> {
+        let sensor = sensor.to_string();
+        self.ask(|reply| Job::Range { sensor, from, to, span, reply }, Duration::from_secs(20))
+    }
+
+    /// Drops the partitions whose days ended before `older_than` (ms).
+    pub fn drop_before(&self, older_than: i64) -> Result<Dropped, PgError> {
+        self.ask(|r| Job::DropBefore(older_than, r), Duration::from_secs(60))
+    }
+
+    /// Connected, with the schema in place (connecting now if it was not).
+    pub fn ready(&self) -> Result<(), PgError> {
+        self.ask(Job::Ready, CONNECT_TIMEOUT * 3)
+    }
+}
+
+/// The connection, on its thread.
+struct Conn {
+    config: tokio_postgres::Config,
+    client: Option<Client>,
+    cache: Cache,
+    /// The schema found newer: nothing is written.
+    newer: Option<i32>,
+}
+
+/// What the connection remembers of the database (forgotten with the connection).
+#[derive(Default)]
+struct Cache {
+    /// Sensor IDs by name, as the catalogue gave them.
+    sensors: HashMap<String, i32>,
+    /// Days whose partition exists.
+    days: HashSet<i64>,
+}
+
+impl Conn {
+    fn new(config: tokio_postgres::Config) -> Conn {
+        Conn { config, client: None, cache: Cache::default(), newer: None }
+    }
+
+    async fn serve(mut self, mut jobs: mpsc::Receiver<Job>) {
+        while let Some(job) = jobs.recv().await {
+            match job {
+                Job::Ship(chunks, reply) => {
+                    let r = match self.take().await {
+                        Ok(mut c) => {
+                            let r = ship(&mut c, &mut self.cache, &chunks).await;
+                            self.put(c);
+                            r
+                        }
+                        Err(e) => Err(e),
+                    };
+                    let _ = reply.send(r);
+                }
+                Job::Range { sensor, from, to, span, reply } => {
+                    let r = match self.take().await {
+                        Ok(c) => {
+                            let r = range(&c, &sensor, from, to, span).await;
+                            self.put(c);
+                            r
+                        }
+                        Err(e) => Err(e),
+                    };
+                    let _ = reply.send(r);
+                }
+                Job::DropBefore(t, reply) => {
+                    let r = match self.take().await {
+                        Ok(c) => {
+                            let r = drop_before(&c, &mut self.cache, t).await;
+                            self.put(c);
+                            r
+                        }
+                        Err(e) => Err(e),
+                    };
+                    let _ = reply.send(r);
+                }
+                Job::Ready(reply) => {
+                    let r = self.take().await.map(|c| self.put(c));
+                    let _ = reply.send(r);
+                }
+            }
+        }
+    }
+
+    /// The client, connecting (and checking the schema) when there is none.
+    async fn take(&mut self) -> Result<Client, PgError> {
+        if let Some(v) = self.newer {
+            return Err(PgError::Newer { found: v, known: SCHEMA_VERSION });
+        }
+        if let Some(c) = self.client.take().filter(|c| !c.is_closed()) {
+            return Ok(c);
+        }
+        let (mut client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, self.config.connect(NoTls))
+            .await
+            .map_err(|_| PgError::Connect("no answer".into()))?
+            .map_err(|e| PgError::Connect(short(&e)))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        if let Err(e) = migrate(&mut client).await {
+            if let PgError::Newer { found, .. } = e {
+                self.newer = Some(found);
+            }
+            return Err(e);
+        }
+        self.cache = Cache::default();
+        Ok(client)
+    }
+
+    /// The client back, unless its connection broke (the next job connects again).
+    fn put(&mut self, client: Client) {
+        if !client.is_closed() {
+            self.client = Some(client);
+        }
+    }
+}
+
+/// A database error in a few words: its SQLSTATE class, never the server's text (which
+/// may quote data or names).
+fn short(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code().code();
+        let what = match &code[..2.min(code.len())] {
+            "28" => "authentication failed",
+            "3D" => "no such database",
+            "42" => "the schema is not as expected",
+            "53" => "the server is out of resources (disk, memory or connections)",
+            "57" => "the server is shutting down or was restarted",
+            "08" => "the connection failed",
+            "23" => "a constraint was violated",
+            _ => "the server refused",
+        };
+        return format!("{what}, SQLSTATE {code}");
+    }
+    if e.is_closed() {
+        return "the connection was closed".into();
+    }
+    match std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>()) {
+        Some(io) => format!("the connection failed: {}", io.kind()),
+        None => "the connection failed".into(),
+    }
+}
+
+fn db(e: tokio_postgres::Error) -> PgError {
+    if e.as_db_error().is_none() && (e.is_closed() || std::error::Error::source(&e).is_some()) {
+        PgError::Connect(short(&e))
+    } else {
+        PgError::Db(short(&e))
+    }
+}
+
+/// Creates the schema, or brings an older one up to this binary's; refuses a newer one.
+async fn migrate(client: &mut Client) -> Result<(), PgError> {
+    let tx = client.transaction().await.map_err(db)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK]).await.map_err(db)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS fieldgate_schema (id integer PRIMARY KEY CHECK (id = 1), version integer NOT NULL)",
+    )
+    .await
+    .map_err(db)?;
+    let found: Option<i32> = tx
+        .query_opt("SELECT version FROM fieldgate_schema WHERE id = 1", &[])
+        .await
+        .map_err(db)?
+        .map(|r| r.get(0));
+    match found {
+        Some(v) if v > SCHEMA_VERSION => return Err(PgError::Newer { found: v, known: SCHEMA_VERSION }),
+        Some(v) if v == SCHEMA_VERSION => {}
+        Some(_) | None => {
+            // Version 1: the first. (A later version adds its steps after this one.)
+            tx.batch_execute(
+                "CREATE TABLE IF NOT EXISTS fieldgate_sensors (
+                     id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                     name text NOT NULL UNIQUE);
+                 CREATE TABLE IF NOT EXISTS fieldgate_chunks (
+                     sensor integer NOT NULL,
+                     first_t bigint NOT NULL,
+                     chunk bigint NOT NULL,
+                     last_t bigint NOT NULL,
+                     points integer NOT NULL,
+                     data bytea NOT NULL,
+                     PRIMARY KEY (sensor, first_t, chunk)
+                 ) PARTITION BY RANGE (first_t);
+                 INSERT INTO fieldgate_schema (id, version) VALUES (1, 1)
+                     ON CONFLICT (id) DO UPDATE SET version = 1;",
+            )
+            .await
+            .map_err(db)?;
+        }
+    }
+    tx.commit().await.map_err(db)
+}
+
+/// The partition of day `day` (days since 1970; one before is `dm<n>`).
+fn partition(day: i64) -> String {
+    if day < 0 {
+        format!("fieldgate_chunks_dm{}", day.unsigned_abs())
+    } else {
+        format!("fieldgate_chunks_d{day}")
+    }
+}
+
+/// The day of partition `name`.
+fn day_of(name: &str) -> Option<i64> {
+    let d = name.strip_prefix("fieldgate_chunks_d")?;
+    match d.strip_prefix('m') {
+        Some(n) => n.parse::<i64>().ok().map(|n| -n),
+        None => d.parse().ok(),
+    }
+}
+
+/// The partitions of `days` made if missing (two fieldgates may race to make one: the
+/// loser finds it made).
+async fn ensure_days(
+    client: &Client,
+    cache: &mut Cache,
+    days: impl IntoIterator<Item = i64>,
+) -> Result<(), PgError> {
+    for day in days {
+        if cache.days.contains(&day) {
+            continue;
+        }
+        let sql = format!(
+            "CREATE TABLE IF NOT EXISTS {} PARTITION OF fieldgate_chunks FOR VALUES FROM ({}) TO ({})",
+            partition(day),
+            day * DAY_MS,
+            (day + 1) * DAY_MS
+        );
+        match client.batch_execute(&sql).await {
+            Ok(()) => {}
+            Err(e) if e.code().is_some_and(|c| c.code() == "42P07" || c.code() == "23505") => {}
+            Err(e) => return Err(db(e)),
+        }
+        cache.days.insert(day);
+    }
+    Ok(())
+}
+
+/// The catalogue's ID of each of `names`, adding those it lacks.
+async fn sensor_ids(client: &Client, cache: &mut Cache, names: &[&str]) -> Result<(), PgError> {
+    let missing: Vec<&str> = {
+        let mut seen = HashSet::new();
+        names.iter().copied().filter(|n| !cache.sensors.contains_key(*n) && seen.insert(*n)).collect()
+    };
+    if missing.is_empty() {
+        return Ok(());
+    }
+    client
+        .execute(
+            "INSERT INTO fieldgate_sensors (name) SELECT unnest($1::text[]) ON CONFLICT (name) DO NOTHING",
+            &[&missing],
+        )
+        .await
+        .map_err(db)?;
+    for row in client
+        .query("SELECT id, name FROM fieldgate_sensors WHERE name = ANY($1::text[])", &[&missing])
+        .await
+        .map_err(db)?
+    {
+        cache.sensors.insert(row.get(1), row.get(0));
+    }
+    Ok(())
+}
+
+async fn ship(client: &mut Client, cache: &mut Cache, chunks: &[Chunk]) -> Result<(), PgError> {
+    if chunks.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = chunks.iter().map(|c| c.sensor.as_str()).collect();
+    sensor_ids(client, cache, &names).await?;
+    let today = chrono::Utc::now().timestamp_millis().div_euclid(DAY_MS);
+    let days: HashSet<i64> =
+        chunks.iter().map(|c| c.first.div_euclid(DAY_MS)).chain(today..=today + AHEAD_DAYS).collect();
+    ensure_days(client, cache, days).await?;
+    let mut sensor = Vec::with_capacity(chunks.len());
+    for c in chunks {
+        sensor.push(
+            *cache
+                .sensors
+                .get(&c.sensor)
+                .ok_or_else(|| PgError::Db("a sensor has no catalogue ID".into()))?,
+        );
+    }
+    let first: Vec<i64> = chunks.iter().map(|c| c.first).collect();
+    let id: Vec<i64> = chunks.iter().map(|c| c.id).collect();
+    let last: Vec<i64> = chunks.iter().map(|c| c.last).collect();
+    let points: Vec<i32> = chunks.iter().map(|c| i32::try_from(c.points).unwrap_or(i32::MAX)).collect();
+    let data: Vec<&[u8]> = chunks.iter().map(|c| c.bytes.as_slice()).collect();
+    client
+        .execute(
+            "INSERT INTO fieldgate_chunks (sensor, first_t, chunk, last_t, points, data)
+             SELECT * FROM unnest($1::integer[], $2::bigint[], $3::bigint[], $4::bigint[], $5::integer[], $6::bytea[])
+             ON CONFLICT (sensor, first_t, chunk) DO UPDATE
+                 SET last_t = excluded.last_t, points = excluded.points, data = excluded.data
+                 WHERE fieldgate_chunks.points <= excluded.points",
+            &[&sensor, &first, &id, &last, &points, &data],
+        )
+        .await
+        .map_err(db)?;
+    Ok(())
+}
+
+async fn range(client: &Client, sensor: &str, from: i64, to: i64, span: i64) -> Result<Vec<Stored>, PgError> {
+    let rows = client
+        .query(
+            "SELECT c.first_t, c.chunk, c.data FROM fieldgate_chunks c
+             WHERE c.sensor = (SELECT id FROM fieldgate_sensors WHERE name = $1)
+               AND c.first_t >= $2 AND c.first_t < $3 AND c.last_t >= $4
+             ORDER BY c.first_t, c.chunk",
+            &[&sensor, &from.saturating_sub(span), &to, &from],
+        )
+        .await
+        .map_err(db)?;
+    Ok(rows.into_iter().map(|r| Stored { first: r.get(0), id: r.get(1), bytes: r.get(2) }).collect())
+}
+
+async fn drop_before(client: &Client, cache: &mut Cache, older_than: i64) -> Result<Dropped, PgError> {
+    let rows = client
+        .query(
+            "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_inherits i
+             JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+             WHERE p.relname = 'fieldgate_chunks'",
+            &[],
+        )
+        .await
+        .map_err(db)?;
+    let mut out = Dropped::default();
+    for r in rows {
+        let name: String = r.get(0);
+        let size: i64 = r.get(1);
+        let Some(day) = day_of(&name) else { continue };
+        if (day + 1) * DAY_MS <= older_than {
+            client.batch_execute(&format!("DROP TABLE IF EXISTS {}", partition(day))).await.map_err(db)?;
+            cache.days.remove(&day);
+            out.partitions += 1;
+            out.bytes += size.max(0) as u64;
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,110 @@
+//! A real PostgreSQL (Debian's package, installed by `scripts/test-deps`) for one test:
+//! `initdb` into a temporary directory, listening on a Unix socket there only (no port is
+//! taken), torn down when dropped. As root (CI) it runs as the `postgres` user, since
+//! PostgreSQL refuses to run as root. No PostgreSQL here is a failure, never a skip.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct Postgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    /// The URL fieldgate takes (key=value form), as the variable would hold it.
+    pub url: String,
+}
+
+/// The newest PostgreSQL installed (`/usr/lib/postgresql/<version>/bin`).
+fn bin_dir() -> PathBuf {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL is not installed: run scripts/test-deps (Debian's postgresql package)")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, p)| p.join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .map(|(_, p)| p)
+        .expect("no PostgreSQL server under /usr/lib/postgresql: run scripts/test-deps")
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
+/// `program args`, as the `postgres` user when this is root.
+fn run(program: &Path, args: &[&str]) -> std::process::Output {
+    let mut c = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    };
+    c.args(args).env_remove("PGDATA").output().unwrap_or_else(|e| panic!("{}: {e}", program.display()))
+}
+
+impl Postgres {
+    pub fn start() -> Postgres {
+        let bin = bin_dir();
+        let dir = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let data = dir.path().join("data");
+        let initdb = run(
+            &bin.join("initdb"),
+            &["-D", data.to_str().unwrap(), "-A", "trust", "-U", "fieldgate", "--no-sync", "-E", "UTF8"],
+        );
+        assert!(initdb.status.success(), "initdb: {}", String::from_utf8_lossy(&initdb.stderr));
+        let pg = Postgres {
+            url: format!("host={} port=5432 user=fieldgate dbname=postgres", dir.path().display()),
+            dir,
+            bin,
+        };
+        pg.up();
+        pg
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    /// Started (again), waiting until it takes connections.
+    pub fn up(&self) {
+        let opts = format!("-c listen_addresses='' -k {} -p 5432 -c fsync=off", self.dir.path().display());
+        let log = self.dir.path().join("log").display().to_string();
+        let o = run(
+            &self.bin.join("pg_ctl"),
+            &["-D", &self.data(), "-o", &opts, "-l", &log, "-w", "-t", "60", "start"],
+        );
+        assert!(
+            o.status.success(),
+            "pg_ctl start: {} {}",
+            String::from_utf8_lossy(&o.stderr),
+            std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+        );
+    }
+
+    /// Stopped at once (as a crash or a pulled cable would: no clean shutdown).
+    pub fn down(&self) {
+        let o =
+            run(&self.bin.join("pg_ctl"), &["-D", &self.data(), "-m", "immediate", "-w", "-t", "60", "stop"]);
+        assert!(o.status.success(), "pg_ctl stop: {}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    /// A client of the test's own, to look at what fieldgate wrote.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let (client, conn) =
+            self.url.parse::<tokio_postgres::Config>().unwrap().connect(tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = run(&self.bin.join("pg_ctl"), &["-D", &self.data(), "-m", "immediate", "-w", "stop"]);
+    }
+}
