@@ -134,6 +134,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// History: `migrate --from redb --to postgres` copies a data directory's history to the
+    /// PostgreSQL database history.postgres_url_env names (stop the service first).
+    History {
+        /// migrate
+        action: String,
+        /// Where history is now: redb.
+        #[arg(long)]
+        from: String,
+        /// Where it goes: postgres.
+        #[arg(long)]
+        to: String,
+        /// The data directory (default: storage.data_dir of the configuration).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
     /// Devices: `status` (every device, or one) and `probe ID`, an operator's probe of a
     /// device at once, whatever its circuit breaker says; the outcome and its state.
     Devices {
@@ -266,6 +281,19 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Command::History { action, from, to, data_dir } => {
+            if action != "migrate" {
+                eprintln!("error: history takes one action: migrate");
+                return ExitCode::from(2);
+            }
+            match Config::load(config.as_deref(), std::env::vars()) {
+                Ok(c) => {
+                    let dir = data_dir.unwrap_or_else(|| c.storage.data_dir.clone());
+                    cli::history::migrate(&c, &dir, &from, &to)
+                }
+                Err(e) => report(&e.0),
+            }
+        }
         Command::WorkOrders { action, id, note, by, url, token, data_dir, json } => {
             let target = match url {
                 Some(url) => cli::Target::Remote { url, token },

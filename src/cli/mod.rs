@@ -13,6 +13,7 @@ use crate::transport::service_url::ServiceUrl;
 
 pub mod devices;
 pub mod discover;
+pub mod history;
 pub mod run;
 pub mod work_orders;
 

@@ -22,6 +22,11 @@ use crate::store::pg::{Chunk, Dropped, Pg, PgError};
 /// ++ last_t_ms (8 LE) ++ points (4 LE) ++ chunk`.
 pub(super) const OUTBOX: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("outbox");
 
+/// What the file knows of the database: `since`, when it first kept history in one (ms; its
+/// own chunks from before went nowhere else, and are kept until `fieldgate history
+/// migrate` copied them); `unmigrated`, 1 while it holds such chunks not copied yet.
+pub(super) const REMOTE_META: TableDefinition<&str, i64> = TableDefinition::new("remote_meta");
+
 /// Chunks (and bytes) one shipment holds at most.
 const SHIP_CHUNKS: usize = 2_000;
 const SHIP_BYTES: usize = 8 << 20;
@@ -50,6 +55,9 @@ fn outbox_parts(v: &[u8]) -> Option<(i64, i64, u32, &[u8])> {
 /// The database history is kept in, and how writing to it goes.
 pub struct Remote {
     pg: Pg,
+    /// When the file first kept history in a database (ms): its chunks from before are
+    /// not the database's until migrated, and retention keeps them.
+    since: i64,
     shipped: AtomicU64,
     failures: AtomicU64,
     waiting: AtomicU64,
@@ -99,13 +107,37 @@ impl HistoryStore {
     /// This store keeping history in `pg` (`problem`: why it could not be reached at
     /// start, if it could not).
     pub fn with_remote(mut self, pg: Pg, problem: Option<PgError>) -> Result<HistoryStore, StoreError> {
-        self.db.write(|d| {
+        let now = chrono::Utc::now().timestamp_millis();
+        let (since, unmigrated) = self.db.write(|d| {
             let tx = d.begin_write().map_err(db)?;
             tx.open_table(OUTBOX).map_err(db)?;
-            tx.commit().map_err(db)
+            let had_chunks = !tx.open_table(super::CHUNKS).map_err(db)?.is_empty().map_err(db)?;
+            let out = {
+                let mut meta = tx.open_table(REMOTE_META).map_err(db)?;
+                let since = meta.get("since").map_err(db)?.map(|v| v.value());
+                match since {
+                    Some(since) => {
+                        let unmigrated = meta.get("unmigrated").map_err(db)?.is_some_and(|v| v.value() == 1);
+                        (since, unmigrated)
+                    }
+                    None => {
+                        meta.insert("since", now).map_err(db)?;
+                        meta.insert("unmigrated", i64::from(had_chunks)).map_err(db)?;
+                        (now, had_chunks)
+                    }
+                }
+            };
+            tx.commit().map_err(db)?;
+            Ok::<_, StoreError>(out)
         })?;
+        if unmigrated {
+            tracing::warn!(
+                "history written to this data directory before it kept history in the database is not in the database: run `fieldgate history migrate --from redb --to postgres` (it is kept here until then)"
+            );
+        }
         let remote = Remote {
             pg,
+            since,
             shipped: 0.into(),
             failures: 0.into(),
             waiting: 0.into(),
@@ -115,6 +147,12 @@ impl HistoryStore {
         self.remote = Some(remote);
         self.count_waiting();
         Ok(self)
+    }
+
+    /// With a database: chunks of the file that begin before this are its own (written
+    /// before it kept history in the database), kept until migrated.
+    pub(super) fn own_before(&self) -> Option<i64> {
+        self.remote.as_ref().map(|r| r.since)
     }
 
     /// Whether history is kept in a database (not this store's file).

@@ -86,9 +86,12 @@ impl HistoryStore {
         };
         let mut remaining = total;
         let mut doomed = Vec::new();
+        // With a database: chunks from before the file kept history there are in no
+        // database until migrated; they stay.
+        let own_before = self.own_before().filter(|_| !self.migrated()).unwrap_or(i64::MIN);
         for c in &all {
             let is_open = open.contains(&(c.0.clone(), c.1));
-            if !is_open && (c.2 < older_than || remaining > max_bytes) {
+            if !is_open && c.1 >= own_before && (c.2 < older_than || remaining > max_bytes) {
                 remaining -= c.3;
                 doomed.push(c);
             }

@@ -87,6 +87,7 @@ enum Job {
     Ship(Vec<Chunk>, Reply<()>),
     Range { sensor: String, from: i64, to: i64, span: i64, reply: Reply<Vec<Stored>> },
     DropBefore(i64, Reply<Dropped>),
+    Counts(i64, Reply<Vec<(String, i64, i64)>>),
     Ready(Reply<()>),
 }
 
@@ -150,6 +151,11 @@ impl Pg {
         self.ask(|r| Job::DropBefore(older_than, r), Duration::from_secs(60))
     }
 
+    /// Per sensor, the chunks of ID `id` and their points (a migration's check).
+    pub fn counts(&self, id: i64) -> Result<Vec<(String, i64, i64)>, PgError> {
+        self.ask(|r| Job::Counts(id, r), Duration::from_secs(600))
+    }
+
     /// Connected, with the schema in place (connecting now if it was not).
     pub fn ready(&self) -> Result<(), PgError> {
         self.ask(Job::Ready, CONNECT_TIMEOUT * 3)
@@ -208,6 +214,17 @@ impl Conn {
                     let r = match self.take().await {
                         Ok(c) => {
                             let r = drop_before(&c, &mut self.cache, t).await;
+                            self.put(c);
+                            r
+                        }
+                        Err(e) => Err(e),
+                    };
+                    let _ = reply.send(r);
+                }
+                Job::Counts(id, reply) => {
+                    let r = match self.take().await {
+                        Ok(c) => {
+                            let r = counts(&c, id).await;
                             self.put(c);
                             r
                         }
@@ -453,6 +470,18 @@ async fn range(client: &Client, sensor: &str, from: i64, to: i64, span: i64) -> 
         .await
         .map_err(db)?;
     Ok(rows.into_iter().map(|r| Stored { first: r.get(0), id: r.get(1), bytes: r.get(2) }).collect())
+}
+
+async fn counts(client: &Client, id: i64) -> Result<Vec<(String, i64, i64)>, PgError> {
+    let rows = client
+        .query(
+            "SELECT s.name, count(*), coalesce(sum(c.points), 0)::bigint FROM fieldgate_chunks c
+             JOIN fieldgate_sensors s ON s.id = c.sensor WHERE c.chunk = $1 GROUP BY s.name",
+            &[&id],
+        )
+        .await
+        .map_err(db)?;
+    Ok(rows.into_iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
 }
 
 async fn drop_before(client: &Client, cache: &mut Cache, older_than: i64) -> Result<Dropped, PgError> {

@@ -108,7 +108,9 @@ fn service(store: HistoryStore) -> ToolService {
 async fn pages(svc: &ToolService, mut args: Value) -> Vec<Value> {
     let mut out = Vec::new();
     for _ in 0..100 {
-        let d: Value = serde_json::from_slice(&svc.call("get_sensor_history", args.clone()).await.unwrap().to_json()).unwrap();
+        let d: Value =
+            serde_json::from_slice(&svc.call("get_sensor_history", args.clone()).await.unwrap().to_json())
+                .unwrap();
         assert_eq!(d["ok"], true, "{d}");
         let next = d["data"]["next_cursor"].as_str().map(str::to_string);
         let mut data = d["data"].clone();
@@ -146,9 +148,19 @@ async fn both_backends_answer_the_same_history() {
             // first gives the point (both backends alike); elsewhere, what was appended.
             if sensor != "A_LINE1_002" {
                 let want = expected(&want, sensor, from, to);
-                assert!(r == want, "{sensor} {from}..{to} from redb: {} points, {} wanted", r.len(), want.len());
+                assert!(
+                    r == want,
+                    "{sensor} {from}..{to} from redb: {} points, {} wanted",
+                    r.len(),
+                    want.len()
+                );
             }
-            assert!(p == r, "{sensor} {from}..{to}: {} points from PostgreSQL, {} from redb", p.len(), r.len());
+            assert!(
+                p == r,
+                "{sensor} {from}..{to}: {} points from PostgreSQL, {} from redb",
+                p.len(),
+                r.len()
+            );
         }
     }
     // Through the tool: raw pages and buckets, the same from both.
@@ -330,4 +342,79 @@ async fn serve_keeps_history_in_postgres_across_kill_9() {
         flushed.iter().all(|t| a.contains(t)),
         "every point answered before the kill is answered after it"
     );
+}
+
+/// A data directory that kept history in redb, switched to PostgreSQL: retention keeps its
+/// own chunks (they are in no database yet); `fieldgate history migrate` copies them with
+/// a progress line and a check; a migration cut off (the database gone mid-way) goes on
+/// where it stopped; afterwards the database answers what redb did.
+#[tokio::test(flavor = "multi_thread")]
+async fn history_migrate_copies_redb_to_postgres_resumably() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sensors: Vec<String> = (0..2_500).map(|i| format!("M_Z{:02}_{:03}", i / 1000, i % 1000)).collect();
+    {
+        let redb = HistoryStore::open_in(dir.path()).unwrap();
+        for (i, s) in sensors.iter().enumerate() {
+            redb.append(s, &float(T0, i as f64));
+            redb.append(s, &float(T0 + 1000, i as f64 + 0.5));
+        }
+        redb.append("A_LINE1_001", &float(T0 + 5000, 42.0));
+        redb.flush_all().unwrap();
+    }
+    let want = {
+        let redb = HistoryStore::open_in(dir.path()).unwrap();
+        let want: Vec<Vec<(i64, f64)>> =
+            sensors.iter().map(|s| values(&redb.points(s, T0, T0 + 10_000).unwrap())).collect();
+        // Switched to the database: the file's own chunks survive retention.
+        let switched = redb.with_remote(Pg::start(&pg.url).unwrap().0, None).unwrap();
+        let pruned = switched.prune(i64::MAX, 0).unwrap();
+        assert_eq!(pruned.chunks, 0, "its own chunks are kept until migrated");
+        // Cut off: the database goes away after the first batch.
+        let (db, _) = Pg::start(&pg.url).unwrap();
+        let mut batches = 0;
+        let cut = switched.migrate_to(&db, |done, total| {
+            assert!(done <= total);
+            if done > 0 {
+                batches += 1;
+                if batches == 1 {
+                    pg.down();
+                }
+            }
+        });
+        assert!(matches!(cut, Err(StoreError::Remote(_))), "{cut:?}");
+        pg.up();
+        want
+    };
+    // The binary goes on where it stopped.
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["history", "migrate", "--from", "redb", "--to", "postgres", "--data-dir"])
+        .arg(dir.path())
+        .env_clear()
+        .env("FIELDGATE_PG_URL", &pg.url)
+        .output();
+    let o = tokio::time::timeout(Duration::from_secs(120), o).await.expect("migrate ends").unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{stdout} {stderr}");
+    assert!(stdout.contains("resumed after 2000") && stdout.contains("checked"), "{stdout}");
+    assert!(stderr.contains("migrating history:") && stderr.contains("(100 %)"), "{stderr}");
+    // The database alone answers what redb did.
+    let fresh = tempfile::tempdir().unwrap();
+    let other = pg_store(&pg, fresh.path());
+    for (s, w) in sensors.iter().zip(&want).step_by(97) {
+        assert_eq!(&values(&other.points(s, T0, T0 + 10_000).unwrap()), w, "{s}");
+    }
+    assert_eq!(values(&other.points("A_LINE1_001", T0, T0 + 10_000).unwrap()), [(T0 + 5000, 42.0)]);
+    // Migrated: retention may have the file's chunks now.
+    let done =
+        HistoryStore::open_in(dir.path()).unwrap().with_remote(Pg::start(&pg.url).unwrap().0, None).unwrap();
+    assert!(done.prune(i64::MAX, 0).unwrap().chunks > 0);
+    // Bad requests say what is wrong.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["history", "migrate", "--from", "postgres", "--to", "redb", "--data-dir"])
+        .arg(dir.path())
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--from redb --to postgres"));
 }

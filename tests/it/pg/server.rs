@@ -92,6 +92,13 @@ impl Postgres {
         assert!(o.status.success(), "pg_ctl stop: {}", String::from_utf8_lossy(&o.stderr));
     }
 
+    /// The server's main process (its `postmaster.pid`).
+    #[allow(dead_code)]
+    pub fn postmaster_pid(&self) -> String {
+        let pid = std::fs::read_to_string(self.dir.path().join("data/postmaster.pid")).unwrap_or_default();
+        pid.lines().next().unwrap_or_default().trim().to_string()
+    }
+
     /// A client of the test's own, to look at what fieldgate wrote.
     pub async fn client(&self) -> tokio_postgres::Client {
         let (client, conn) =
