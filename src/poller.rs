@@ -180,6 +180,9 @@ async fn keep(core: Core, store: Arc<HistoryStore>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.flush_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_prune = Instant::now();
+    if store.is_remote() {
+        tokio::spawn(ship(store.clone(), cfg.flush_interval_ms, stop.clone()));
+    }
     let flush = |store: &Arc<HistoryStore>, all: bool| {
         let s = store.clone();
         async move {
@@ -202,18 +205,31 @@ async fn keep(core: Core, store: Arc<HistoryStore>, stop: CancellationToken) {
             }
         }
         flush(&store, false).await;
-        if store.is_remote() {
-            // What the flush wrote goes on to the database (or waits for it).
-            let s = store.clone();
-            if let Ok(Err(error)) = tokio::task::spawn_blocking(move || s.ship()).await {
-                tracing::debug!(%error, "history: shipment failed; chunks wait in the data directory");
-            }
-        }
         if last_prune.elapsed() >= Duration::from_secs(60) {
             last_prune = Instant::now();
             prune(&store, &cfg).await;
         }
     }
+}
+
+/// With a database: what flushes wrote goes on to it every flush interval, on a task of its
+/// own (a database that hangs never holds up the flushes that keep history durable here).
+async fn ship(store: Arc<HistoryStore>, every_ms: u64, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_millis(every_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => break,
+        }
+        let s = store.clone();
+        if let Ok(Err(error)) = tokio::task::spawn_blocking(move || s.ship()).await {
+            tracing::debug!(%error, "history: shipment failed; chunks wait in the data directory");
+        }
+    }
+    // A last shipment of what the last flush wrote (what it cannot ship waits on disk).
+    let s = store.clone();
+    let _ = tokio::task::spawn_blocking(move || s.ship()).await;
 }
 
 /// Retention: the store's file (a day only when a database keeps history), then the

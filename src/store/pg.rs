@@ -30,6 +30,12 @@ const DAY_MS: i64 = 86_400_000;
 const AHEAD_DAYS: i64 = 2;
 /// A connection attempt gives up after this long.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A read waits this long for its answer (a tool call is waiting for it).
+const READ_TIMEOUT: Duration = Duration::from_secs(8);
+/// After a failed connection attempt, jobs fail at once for this long (doubling to
+/// [`DOWN_MAX`]): a database that is down does not hold every read for a connect timeout.
+const DOWN_MIN: Duration = Duration::from_secs(1);
+const DOWN_MAX: Duration = Duration::from_secs(30);
 /// Jobs waiting for the connection's thread, at most.
 const QUEUE: usize = 64;
 /// The advisory lock that serialises schema changes of several fieldgates on one database.
@@ -103,6 +109,12 @@ impl Pg {
     pub fn start(url: &str) -> Result<(Pg, Option<PgError>), PgError> {
         let mut config: tokio_postgres::Config = url.parse().map_err(|_| PgError::Url)?;
         config.connect_timeout(CONNECT_TIMEOUT);
+        // A connection that went silent (a cable, a firewall dropping packets) fails in
+        // seconds, not at the operating system's two hours.
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10))
+            .tcp_user_timeout(Duration::from_secs(15));
         config.application_name("fieldgate");
         let (jobs, rx) = mpsc::channel(QUEUE);
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -143,7 +155,7 @@ impl Pg {
     /// `span` ms), by first point then ID.
     pub fn range(&self, sensor: &str, from: i64, to: i64, span: i64) -> Result<Vec<Stored>, PgError> {
         let sensor = sensor.to_string();
-        self.ask(|reply| Job::Range { sensor, from, to, span, reply }, Duration::from_secs(20))
+        self.ask(|reply| Job::Range { sensor, from, to, span, reply }, READ_TIMEOUT)
     }
 
     /// Drops the partitions whose days ended before `older_than` (ms).
@@ -167,6 +179,8 @@ struct Conn {
     config: tokio_postgres::Config,
     client: Option<Client>,
     cache: Cache,
+    /// The last connection attempt failed: why, and until when jobs fail at once.
+    down: Option<(PgError, tokio::time::Instant, Duration)>,
     /// The schema found newer: nothing is written.
     newer: Option<i32>,
 }
@@ -182,7 +196,7 @@ struct Cache {
 
 impl Conn {
     fn new(config: tokio_postgres::Config) -> Conn {
-        Conn { config, client: None, cache: Cache::default(), newer: None }
+        Conn { config, client: None, cache: Cache::default(), down: None, newer: None }
     }
 
     async fn serve(mut self, mut jobs: mpsc::Receiver<Job>) {
@@ -248,10 +262,28 @@ impl Conn {
         if let Some(c) = self.client.take().filter(|c| !c.is_closed()) {
             return Ok(c);
         }
-        let (mut client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, self.config.connect(NoTls))
-            .await
-            .map_err(|_| PgError::Connect("no answer".into()))?
-            .map_err(|e| PgError::Connect(short(&e)))?;
+        let now = tokio::time::Instant::now();
+        if let Some((e, until, _)) = &self.down
+            && now < *until
+        {
+            return Err(e.clone());
+        }
+        let connected = match tokio::time::timeout(CONNECT_TIMEOUT, self.config.connect(NoTls)).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(PgError::Connect(short(&e))),
+            Err(_) => Err(PgError::Connect("no answer".into())),
+        };
+        let (mut client, connection) = match connected {
+            Ok(c) => {
+                self.down = None;
+                c
+            }
+            Err(e) => {
+                let wait = self.down.as_ref().map_or(DOWN_MIN, |(_, _, w)| (*w * 2).min(DOWN_MAX));
+                self.down = Some((e.clone(), tokio::time::Instant::now() + wait, wait));
+                return Err(e);
+            }
+        };
         tokio::spawn(async move {
             let _ = connection.await;
         });
