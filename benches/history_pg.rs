@@ -163,7 +163,7 @@ async fn run() {
     let c = pg.client().await;
     let table: i64 = c
         .query_one(
-            "SELECT sum(pg_total_relation_size(i.inhrelid)) FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'fieldgate_chunks'",
+            "SELECT sum(pg_total_relation_size(i.inhrelid))::bigint FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'fieldgate_chunks'",
             &[],
         )
         .await

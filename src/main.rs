@@ -249,6 +249,21 @@ fn main() -> ExitCode {
                     return runtime.block_on(cli::run::call_remote(&url, token, &tool, &args));
                 }
             }
+            // A data directory named, no service answering for it, and no device files to
+            // call in this process (a hub's box has none): say who should answer.
+            if let Some(dir) = &data_dir {
+                let files = Config::load(config.as_deref(), std::env::vars())
+                    .map(|c| devices.clone().unwrap_or(c.devices.dir))
+                    .unwrap_or_else(|_| PathBuf::from("devices"));
+                if !files.is_dir() {
+                    eprintln!(
+                        "error: no running fieldgate answers for {} and there are no device files here ({}) to call in this process: start the service that keeps it (fieldgate hub, or serve) and call again, or pass --url or --devices DIR",
+                        dir.display(),
+                        files.display()
+                    );
+                    return ExitCode::from(1);
+                }
+            }
             match load() {
                 Ok((c, registry)) => {
                     let c = with_overrides(c, None, data_dir);

@@ -94,12 +94,13 @@ pub fn fleet_markup(c: &Console, viewer: &Viewer) -> Markup {
                 }
             }
         }
-        @if let Some(n) = hub.as_ref().map(|h| &h.never_born).filter(|n| n.edge_nodes > 0 || n.not_kept > 0) {
+        @if let Some(n) = hub.as_ref().map(|h| &h.never_born).filter(|n| n.edge_nodes > 0 || n.not_kept > 0 || n.births_refused > 0) {
             h2 { "Heard from, never born" }
             p #never-born { (n.edge_nodes) " edge nodes sent messages but no birth since the hub started ("
                 (n.messages) " messages, dropped: nothing is guessed without a birth; each is asked for a rebirth)."
                 @if !n.recent.is_empty() { " Last heard: " (n.recent.join(", ")) "." }
-                @if n.not_kept > 0 { " " (n.not_kept) " messages of further nodes were only counted (the hub keeps 1,000)." } }
+                @if n.not_kept > 0 { " " (n.not_kept) " messages of further nodes were only counted (the hub keeps 1,000)." }
+                @if n.births_refused > 0 { " " (n.births_refused) " births were refused: the hub takes 10,000 edge nodes (shard the fleet by group)." } }
         }
         @if !conflicts.is_empty() {
             h2 { "Conflicts" }

@@ -215,6 +215,7 @@ pub struct StrangersView {
     pub count: usize,
     pub messages: u64,
     pub not_kept: u64,
+    pub births_refused: u64,
     pub recent: Vec<String>,
 }
 

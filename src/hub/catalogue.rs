@@ -27,6 +27,9 @@ pub struct Left {
     pub not_device_ids: usize,
     /// Sensors not of the plant and zone of their device's first sensor.
     pub misplaced: usize,
+    /// Sensors of a device whose ID another claim holds (the device moved to another edge
+    /// node without them, or a forger's device that died): no longer announced.
+    pub superseded: usize,
 }
 
 /// The registry of everything born, the conflicts in it, and what was left out. An error
@@ -101,10 +104,20 @@ pub fn build(fleet: &Fleet) -> Result<(Registry, Left), String> {
         };
         let edge = &fleet.edges()[e];
         let (dev, metric) = (&edge.devices[d], &edge.devices[d].metrics[m]);
+        let device_claims = devices.get(dev.id.as_str()).map_or(&[][..], Vec::as_slice);
+        // Its device's ID is held by another claim (the device moved to another edge node
+        // without this sensor, or this is a dead forger's device): not served, and the
+        // device is never described from it.
+        if let [only] = device_claims
+            && *only != (e, d)
+        {
+            left.superseded += 1;
+            continue;
+        }
         // Its device's ID is in conflict: withheld too, and listed (with who announced
         // the sensor itself, not every claimant of the device), so that no sensor goes
         // missing without a word.
-        if devices.get(dev.id.as_str()).is_some_and(|c| c.len() > 1) {
+        if device_claims.len() > 1 {
             conflicts.push(Conflict {
                 id: id.to_string(),
                 claimants: vec![claimant(e, d)],

@@ -75,8 +75,6 @@ pub struct DeviceState {
     pub status: Status,
     /// The DBIRTH's own time, when born.
     pub birth: Option<DateTime<Utc>>,
-    /// When its last DBIRTH reached the hub (the hub's clock: an edge's cannot move it).
-    pub born_here: Option<DateTime<Utc>>,
     /// Born in its edge node's current life (since its last NBIRTH).
     pub current: bool,
     /// When (the hub's clock) its claim stopped being current: its edge node died, was
@@ -126,9 +124,9 @@ pub struct EdgeState {
     device_index: foldhash::HashMap<String, usize>,
     /// The node's own metrics (`bdSeq`, `Node Control/Rebirth`, any other).
     pub node_metrics: Vec<MetricState>,
-    aliases: foldhash::HashMap<u64, (Option<usize>, usize)>,
-    /// Aliases two metrics of the edge node were born with: they name neither.
-    shared_aliases: foldhash::HashSet<u64>,
+    /// The metrics (device, index; `None` for the node's own) each alias was given to: an
+    /// alias given to more than one names none of them.
+    aliases: foldhash::HashMap<u64, Vec<(Option<usize>, usize)>>,
     pub stats: EdgeStats,
     /// The `seq` the next message must carry; `None` until an NBIRTH.
     expect: Option<u8>,
@@ -148,10 +146,10 @@ pub struct EdgeState {
 pub enum Standing {
     Unknown,
     /// Born in an earlier life of its edge node (or the node is offline): when it stopped
-    /// being current, then when its birth reached the hub (both the hub's clock).
+    /// being current (the hub's clock). Two that stopped at the same moment (the hub lost
+    /// the broker) stand equal: a conflict stays a conflict.
     Earlier {
         left: Option<DateTime<Utc>>,
-        born: Option<DateTime<Utc>>,
     },
     /// Born in its edge node's current life, the node online.
     Current,
@@ -247,18 +245,13 @@ impl Fleet {
     /// How a claim of device `(edge, device)` to an ID stands against others: a device
     /// born in its edge node's current life (the node online) over any other, then the
     /// one that was current last (it died, or was born again without it, after the
-    /// others), then the one born last. Claims of the best standing hold the ID; two of
-    /// them are a conflict. (An edge node that dies keeps its IDs: answered
+    /// others). Claims of the best standing hold the ID; two of them are a conflict. (An edge node that dies keeps its IDs: answered
     /// `EDGE_OFFLINE`, not lost to a claimant that died before it, however late that one
     /// was born.)
     pub fn standing(&self, edge: usize, device: usize) -> Standing {
         let Some(x) = self.edges.get(edge) else { return Standing::Unknown };
         let Some(d) = x.devices.get(device) else { return Standing::Unknown };
-        if x.status.is_online() && d.current {
-            Standing::Current
-        } else {
-            Standing::Earlier { left: d.left, born: d.born_here }
-        }
+        if x.status.is_online() && d.current { Standing::Current } else { Standing::Earlier { left: d.left } }
     }
 
     /// Whether `name` is held by the device `(edge, device)` and no other (as the
@@ -351,6 +344,10 @@ impl Fleet {
             Some(e) => e,
             None if birth && self.edges.len() < MAX_EDGE_NODES => self.add_edge(group, node, wall),
             None => {
+                if birth {
+                    // A birth beyond what the hub takes: the node stays a stranger.
+                    self.strangers.births_refused += 1;
+                }
                 self.strangers.heard(group, node, kind != Kind::NDeath && !birth, clock);
                 return (Changed::default(), None);
             }
@@ -475,7 +472,6 @@ impl Fleet {
             device_index: Default::default(),
             node_metrics: Vec::new(),
             aliases: Default::default(),
-            shared_aliases: Default::default(),
             stats: EdgeStats {
                 messages: was.as_ref().map_or(0, |s| s.messages),
                 dropped: was.as_ref().map_or(0, |s| s.messages),

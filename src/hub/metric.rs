@@ -154,36 +154,21 @@ pub struct Update {
 
 /// The metrics a birth defines, keeping what was known of those it names again (their
 /// latest value), and the aliases it gives them.
-pub fn define(
-    metrics: &[Metric],
-    before: impl Fn(&str) -> Option<Latest>,
-) -> (Vec<MetricState>, Vec<(u64, usize)>) {
-    let mut out = Vec::with_capacity(metrics.len());
-    let mut aliases = Vec::new();
-    // An alias given twice in one birth names neither metric: data by it is not guessed at.
-    let mut seen = foldhash::HashMap::default();
-    for m in metrics {
-        if let Some(a) = m.alias {
-            *seen.entry(a).or_insert(0u32) += 1;
-        }
-    }
-    for (i, m) in metrics.iter().enumerate() {
-        let name = m.name.clone().unwrap_or_default();
-        let latest = before(&name);
-        let once = m.alias.is_none_or(|a| seen.get(&a) == Some(&1));
-        if let Some(a) = m.alias.filter(|_| once) {
-            aliases.push((a, i));
-        }
-        out.push(MetricState {
-            name,
-            alias: m.alias,
-            datatype: m.datatype.unwrap_or(0),
-            props: props(m),
-            latest,
-            alias_shared: !once,
-        });
-    }
-    (out, aliases)
+pub fn define(metrics: &[Metric], before: impl Fn(&str) -> Option<Latest>) -> Vec<MetricState> {
+    metrics
+        .iter()
+        .map(|m| {
+            let name = m.name.clone().unwrap_or_default();
+            MetricState {
+                latest: before(&name),
+                name,
+                alias: m.alias,
+                datatype: m.datatype.unwrap_or(0),
+                props: props(m),
+                alias_shared: false,
+            }
+        })
+        .collect()
 }
 
 /// A latest value this far ahead of the hub's clock is no reference for what is newer.

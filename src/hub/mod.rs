@@ -97,8 +97,8 @@ impl Counters {
         let left = self.left.lock().clone();
         s.gauge(
             "fieldgate_hub_metrics_not_served",
-            "Metrics of born devices not served as sensors: names that are no sensor IDs, devices whose ID is no device ID, sensors not of their device's plant and zone.",
-            (left.not_sensor_ids + left.not_device_ids + left.misplaced) as i64,
+            "Metrics of born devices not served as sensors: names that are no sensor IDs, devices whose ID is no device ID, sensors not of their device's plant and zone, sensors of a device whose ID another edge node's claim holds.",
+            (left.not_sensor_ids + left.not_device_ids + left.misplaced + left.superseded) as i64,
         );
         s.counter(
             "fieldgate_hub_messages_dropped",

@@ -236,9 +236,21 @@ impl Host {
                 let mut fleet = self.fleet.lock();
                 match decoded {
                     Ok(p) => {
+                        let refused = fleet.strangers().births_refused;
                         let changed =
                             fleet.on_message(From { group, node, kind, device }, p, clock, &mut self.updates);
                         self.dirty |= changed.catalogue;
+                        if fleet.strangers().births_refused > refused
+                            && let Some(skipped) = self.throttle.allow("births refused")
+                        {
+                            tracing::warn!(
+                                group,
+                                node,
+                                skipped,
+                                max = super::fleet::MAX_EDGE_NODES,
+                                "hub: an edge node's birth refused, the hub takes no more edge nodes (shard the fleet by group over several hubs; one line a minute)"
+                            );
+                        }
                     }
                     Err(_) => {
                         Counters::add(&self.counters.undecodable, 1);
@@ -396,11 +408,10 @@ impl Host {
             );
         }
         let _ = l.client.try_disconnect();
+        // Until the broker closes the connection on the DISCONNECT (the event that it was
+        // handed to the connection comes before it is on the wire: stopping there cut it
+        // off, and the broker published the will as well).
         let deadline = Instant::now() + Duration::from_secs(2);
-        while let Ok(Some(Ok(ev))) = tokio::time::timeout_at(deadline, l.events.recv()).await {
-            if matches!(ev, Event::Outgoing(rumqttc::Outgoing::Disconnect)) {
-                break;
-            }
-        }
+        while let Ok(Some(Ok(_))) = tokio::time::timeout_at(deadline, l.events.recv()).await {}
     }
 }

@@ -106,6 +106,7 @@ fn strangers_view(s: &Strangers) -> StrangersView {
         count: s.list().len(),
         messages: s.list().iter().map(|x| x.messages).sum(),
         not_kept: s.not_kept,
+        births_refused: s.births_refused,
         recent: recent.iter().take(STRANGERS_NAMED).map(|x| format!("{}/{}", x.group, x.node)).collect(),
     }
 }

@@ -277,7 +277,7 @@ impl ChunkWriter {
                     w.bit(false);
                 } else {
                     w.bit(true);
-                    // History keeps a text's first 64 KiB, cut where a character ends.
+                    // History keeps a text's first 65,535 bytes, cut where a character ends.
                     let bytes = &t.as_bytes()[..t.floor_char_boundary(MAX_TEXT_BYTES)];
                     w.push(bytes.len() as u64, 16);
                     for b in bytes {

@@ -181,6 +181,7 @@ pub fn hub(inner: &View) -> Option<HubStatus> {
             edge_nodes: f.strangers.count,
             messages: f.strangers.messages,
             not_kept: f.strangers.not_kept,
+            births_refused: f.strangers.births_refused,
             recent: f.strangers.recent,
         },
     })

@@ -672,3 +672,22 @@ async fn a_stale_owner_file_is_not_taken_for_a_running_service() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
     assert_eq!(v["ok"], true, "{v} {}", stderr(&o));
 }
+
+/// Regression (the adversarial walk): `call --data-dir` on a hub's box with the hub
+/// stopped said "cannot read the devices folder"; it says that no service answers for the
+/// directory and what to start.
+#[test]
+fn call_with_a_data_dir_no_service_answers_for_says_what_to_start() {
+    let (here, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+        .args(["call", "get_device_status", "{}", "--data-dir"])
+        .arg(data.path())
+        .current_dir(here.path())
+        .env_clear()
+        .env("FIELDGATE_SERVER_LISTEN", "127.0.0.1:1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("no running fieldgate answers for") && err.contains("fieldgate hub"), "{err}");
+}

@@ -111,7 +111,7 @@ fn what_cannot_be_a_sensor_is_left_out_and_counted() {
     );
     let (r, left) = build(&f).unwrap();
     assert_eq!(ids(&r), ["A_LINE1_010"]);
-    assert_eq!(left, Left { not_sensor_ids: 1, not_device_ids: 1, misplaced: 1 });
+    assert_eq!(left, Left { not_sensor_ids: 1, not_device_ids: 1, misplaced: 1, superseded: 0 });
 }
 
 /// A sensor of a device whose ID is in conflict is withheld and listed too; a claim from an
@@ -202,6 +202,13 @@ fn among_claims_of_earlier_lives_the_one_current_last_holds_the_id() {
     died(&mut g, T0 + 1_000, "A", "gw1");
     died(&mut g, T0 + 1_000, "A", "gw2");
     assert!(ids(&build(&g).unwrap().0).is_empty());
+    // A conflict between two live claims stays one when the hub loses the broker (both
+    // stop being current at the same moment; the later birth wins nothing).
+    let mut k = fleet();
+    born_at(&mut k, T0, "A", "real", &[("a-line1-plc", &["A_LINE1_001"])]);
+    born_at(&mut k, T0 + 1_000, "A", "forger", &[("a-line1-plc", &["A_LINE1_001"])]);
+    k.broker_lost(chrono::DateTime::from_timestamp_millis(T0 as i64 + 2_000).unwrap());
+    assert!(ids(&build(&k).unwrap().0).is_empty(), "still a conflict");
     // The hub losing the broker leaves every claim as it stood: the one current holds.
     let mut h = fleet();
     born_at(&mut h, T0, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001"])]);
@@ -261,4 +268,34 @@ fn a_sensor_whose_alias_another_metric_holds_serves_no_value() {
             Err(e) => panic!("{id}: {e:?}"),
         }
     }
+}
+
+/// Regression (the adversarial walk): a device that moved to another edge node (born there,
+/// its old edge dead) is served from where it is now, with the sensors it has now; the one
+/// it left behind is no longer served, and a dead forger's device takes nothing from the
+/// live one (catalogue and readings agree on the edge).
+#[test]
+fn a_device_id_is_served_from_the_claim_that_holds_it_with_its_own_sensors() {
+    let gw = |n: &str| Endpoint::Edge { group: "M".into(), node: n.into() };
+    let mut f = fleet();
+    born_at(&mut f, T0, "M", "gw-old", &[("m-pump", &["M_ZONE1_001", "M_ZONE1_002"])]);
+    died(&mut f, T0 + 1_000, "M", "gw-old");
+    born_at(&mut f, T0 + 2_000, "M", "gw-new", &[("m-pump", &["M_ZONE1_002", "M_ZONE1_003"])]);
+    let (r, left) = build(&f).unwrap();
+    assert_eq!(ids(&r), ["M_ZONE1_002", "M_ZONE1_003"]);
+    assert_eq!(left.superseded, 1);
+    assert_eq!(r.device(&"m-pump".parse().unwrap()).unwrap().endpoint, gw("gw-new"));
+    for id in ["M_ZONE1_002", "M_ZONE1_003"] {
+        let SensorSource::Edge(p) = &r.sensor_named(id).unwrap().source else { panic!() };
+        assert_eq!(f.edges()[p.edge].node, "gw-new", "{id} read from where it is listed");
+    }
+    // A forger's device (dead) with a sensor of its own: the live device keeps its ID and
+    // the forger's sensor is not served under it.
+    let mut g = fleet();
+    born_at(&mut g, T0, "W", "forger", &[("w-dev", &["W_ZONE1_001", "W_ZONE1_003"])]);
+    born_at(&mut g, T0 + 1_000, "W", "real", &[("w-dev", &["W_ZONE1_001", "W_ZONE1_002"])]);
+    died(&mut g, T0 + 2_000, "W", "forger");
+    let (r, _) = build(&g).unwrap();
+    assert_eq!(ids(&r), ["W_ZONE1_001", "W_ZONE1_002"]);
+    assert!(r.conflicts().is_empty(), "{:?}", r.conflicts());
 }

@@ -18,6 +18,54 @@ impl EdgeState {
         }
     }
 
+    /// The metric at `at` (a device's, or the node's own with `None`) marked as holding a
+    /// shared alias or not.
+    fn set_shared(&mut self, (dev, i): (Option<usize>, usize), shared: bool) {
+        let slot = match dev {
+            Some(d) => self.devices.get_mut(d).and_then(|d| d.metrics.get_mut(i)),
+            None => self.node_metrics.get_mut(i),
+        };
+        if let Some(m) = slot {
+            m.alias_shared = shared;
+        }
+    }
+
+    /// Gives `alias` to the metric at `at`; an alias given to more than one metric names
+    /// none (each marked). Whether it is shared.
+    fn hold(&mut self, alias: u64, at: (Option<usize>, usize)) -> bool {
+        let holders = self.aliases.entry(alias).or_default();
+        holders.push(at);
+        let all = holders.clone();
+        let shared = all.len() > 1;
+        for h in all {
+            self.set_shared(h, shared);
+        }
+        shared
+    }
+
+    /// The aliases device `d` holds are its no more: a metric left holding one alone names
+    /// it again.
+    fn release_aliases(&mut self, d: usize) {
+        let held: Vec<u64> = self
+            .devices
+            .get(d)
+            .map_or(Vec::new(), |dev| dev.metrics.iter().filter_map(|m| m.alias).collect());
+        for alias in held {
+            let Some(h) = self.aliases.get_mut(&alias) else { continue };
+            h.retain(|(x, _)| *x != Some(d));
+            match h.as_slice() {
+                [] => {
+                    self.aliases.remove(&alias);
+                }
+                [only] => {
+                    let only = *only;
+                    self.set_shared(only, false);
+                }
+                _ => {}
+            }
+        }
+    }
+
     pub(super) fn drop_and_ask(&mut self) {
         self.stats.dropped += 1;
         self.rebirth_wanted = true;
@@ -37,7 +85,6 @@ impl EdgeState {
         self.drop_held();
         self.rebirth_wanted = false;
         self.aliases.clear();
-        self.shared_aliases.clear();
         // Every device waits for its own DBIRTH after this one.
         self.devices_left(wall);
         for d in &mut self.devices {
@@ -47,12 +94,12 @@ impl EdgeState {
             }
         }
         let before = std::mem::take(&mut self.node_metrics);
-        let (metrics, aliases) =
+        self.node_metrics =
             define(&payload.metrics, |n| before.iter().find(|b| b.name == n).and_then(|b| b.latest.clone()));
-        self.shared_aliases.extend(metrics.iter().filter(|m| m.alias_shared).filter_map(|m| m.alias));
-        self.node_metrics = metrics;
-        for (alias, m) in aliases {
-            self.aliases.insert(alias, (None, m));
+        let given: Vec<(usize, u64)> =
+            self.node_metrics.iter().enumerate().filter_map(|(i, m)| Some((i, m.alias?))).collect();
+        for (i, alias) in given {
+            self.hold(alias, (None, i));
         }
         for (i, m) in payload.metrics.iter().enumerate() {
             apply_value(
@@ -146,7 +193,6 @@ impl EdgeState {
                             id: id.to_string(),
                             status: Status::Offline { since: wall, why: Gone::NotBorn },
                             birth: None,
-                            born_here: None,
                             current: false,
                             left: None,
                             metrics: Vec::new(),
@@ -157,12 +203,13 @@ impl EdgeState {
                     }
                 };
                 // Aliases the device held before are its no more.
-                self.aliases.retain(|_, (dev, _)| *dev != Some(d));
+                self.release_aliases(d);
                 self.reborn.push(d);
                 let was = &self.devices[d];
-                let (metrics, aliases) =
+                let metrics =
                     define(&payload.metrics, |n| was.metric_named(n).and_then(|m| m.latest.clone()));
-                self.shared_aliases.extend(metrics.iter().filter(|m| m.alias_shared).filter_map(|m| m.alias));
+                let given: Vec<(usize, u64)> =
+                    metrics.iter().enumerate().filter_map(|(i, m)| Some((i, m.alias?))).collect();
                 let dev = &mut self.devices[d];
                 let mut by_name: Vec<u32> = (0..metrics.len() as u32).collect();
                 by_name.sort_unstable_by(|&a, &b| metrics[a as usize].name.cmp(&metrics[b as usize].name));
@@ -170,34 +217,11 @@ impl EdgeState {
                 dev.metrics = metrics;
                 dev.status = Status::Online { since: wall };
                 dev.birth = Some(sent);
-                dev.born_here = Some(wall);
                 dev.current = true;
                 dev.left = None;
                 // An alias must name one metric of the whole edge node: one another device
                 // (or the node) holds names neither, as an alias given twice in one birth.
-                let mut shared = 0;
-                for (alias, m) in aliases {
-                    let held = self.aliases.remove(&alias);
-                    if held.is_some() || self.shared_aliases.contains(&alias) {
-                        self.shared_aliases.insert(alias);
-                        shared += 1;
-                        // Neither this metric nor the one that held the alias is served.
-                        if let Some(x) = self.devices[d].metrics.get_mut(m) {
-                            x.alias_shared = true;
-                        }
-                        if let Some((other, i)) = held {
-                            let slot = match other {
-                                Some(o) => self.devices.get_mut(o).and_then(|o| o.metrics.get_mut(i)),
-                                None => self.node_metrics.get_mut(i),
-                            };
-                            if let Some(x) = slot {
-                                x.alias_shared = true;
-                            }
-                        }
-                    } else {
-                        self.aliases.insert(alias, (Some(d), m));
-                    }
-                }
+                let shared = given.into_iter().filter(|&(i, alias)| self.hold(alias, (Some(d), i))).count();
                 if shared > 0 {
                     tracing::warn!(
                         group = %self.group,
@@ -252,7 +276,10 @@ impl EdgeState {
         let (mut unknown, mut shared) = (false, false);
         for m in metrics {
             let found = match (m.alias, m.name.as_deref()) {
-                (Some(a), _) => self.aliases.get(&a).filter(|(d, _)| *d == device).map(|&(_, i)| i),
+                (Some(a), _) => self.aliases.get(&a).and_then(|h| match h.as_slice() {
+                    [(d, i)] if *d == device => Some(*i),
+                    _ => None,
+                }),
                 (None, Some(n)) => match device {
                     Some(d) => self.devices[d].index_of(n),
                     None => self.node_metrics.iter().position(|x| x.name == n),
@@ -266,7 +293,9 @@ impl EdgeState {
             match slot {
                 // Data by an alias two metrics were born with: it cannot be placed, and a
                 // rebirth would give the same aliases again; dropped, counted.
-                None if m.alias.is_some_and(|a| self.shared_aliases.contains(&a)) => shared = true,
+                None if m.alias.is_some_and(|a| self.aliases.get(&a).is_some_and(|h| h.len() > 1)) => {
+                    shared = true
+                }
                 Some((i, slot)) => apply_value(
                     At { edge: e, device, metric: i },
                     slot,

@@ -1,9 +1,10 @@
 //! Edge nodes heard from but not born since the hub has known them: a node whose birth the
 //! hub missed (it started later), a misconfigured client, a flood of made-up topics. Kept
 //! apart from the fleet, at most [`MAX_STRANGERS`] of them, each forgotten after
-//! [`FORGET`] of silence: no number of topics grows the hub or slows what it does for the
-//! edge nodes it knows. Each is asked for a rebirth (paced, after the known ones); when
-//! it is born it joins the fleet with what was counted of it.
+//! [`FORGET`] of silence (and, with the list full, one silent for a few seconds gives its
+//! place to a new one): no number of topics grows the hub or slows what it does for the
+//! edge nodes it knows. Each is asked for a rebirth (paced, after the known ones, the last
+//! heard first); when it is born it joins the fleet with what was counted of it.
 
 use std::time::Duration;
 
@@ -18,6 +19,12 @@ pub const MAX_STRANGERS: usize = 1_000;
 pub const FORGET: Duration = Duration::from_secs(600);
 /// How often the silent ones are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// With the list full, a stranger silent this long gives its place to a new one (looked
+/// for among a few, in turn): a flood's names, heard once, make room for a node that keeps
+/// sending.
+const IDLE: Duration = Duration::from_secs(5);
+/// Places looked at for one that is idle, at most.
+const LOOK: usize = 8;
 
 /// An edge node heard from, never born.
 #[derive(Debug, Clone)]
@@ -37,10 +44,13 @@ pub struct Stranger {
 pub struct Strangers {
     list: Vec<Stranger>,
     index: foldhash::HashMap<(String, String), usize>,
-    next: usize,
     /// Messages of strangers not kept (the list was full).
     pub not_kept: u64,
+    /// Births of edge nodes beyond what the hub takes (`MAX_EDGE_NODES`).
+    pub births_refused: u64,
     last_sweep: Option<Instant>,
+    /// Where the next look for an idle place starts.
+    hand: usize,
 }
 
 impl Strangers {
@@ -51,9 +61,10 @@ impl Strangers {
     /// A message of a node not born; `ask`: it wants a rebirth (not for its death).
     pub fn heard(&mut self, group: &str, node: &str, ask: bool, clock: Clock) {
         let key = (group.to_string(), node.to_string());
-        let i = match self.index.get(&key) {
-            Some(&i) => i,
-            None if self.list.len() >= MAX_STRANGERS => {
+        let known = self.index.get(&key).copied();
+        let i = match known {
+            Some(i) => i,
+            None if self.list.len() >= MAX_STRANGERS && !self.make_room(clock.now) => {
                 self.not_kept += 1;
                 return;
             }
@@ -78,6 +89,23 @@ impl Strangers {
         s.last_seen = clock.wall;
         s.seen = clock.now;
         s.wanted |= ask;
+    }
+
+    /// A place freed for a new stranger: one silent for [`IDLE`], looked for among the
+    /// next [`LOOK`] in turn. Whether one was.
+    fn make_room(&mut self, now: Instant) -> bool {
+        let n = self.list.len();
+        for k in 0..LOOK.min(n) {
+            let i = (self.hand + k) % n;
+            if now.duration_since(self.list[i].seen) >= IDLE {
+                self.hand = i;
+                let s = self.remove_at(i);
+                self.index.remove(&(s.group, s.node));
+                return true;
+            }
+        }
+        self.hand = (self.hand + LOOK) % n.max(1);
+        false
     }
 
     /// The stranger `group/node`, taken out (it was born).
@@ -112,7 +140,8 @@ impl Strangers {
     }
 
     /// Strangers to ask for a rebirth now, each at most once per `cooldown`, until `due`
-    /// holds `max`; taken in turn.
+    /// holds `max`: the last heard first (a node that keeps sending goes before the names
+    /// of a flood that is over).
     pub fn rebirths(
         &mut self,
         now: Instant,
@@ -120,20 +149,14 @@ impl Strangers {
         max: usize,
         due: &mut Vec<(String, String)>,
     ) {
-        let (n, start) = (self.list.len(), self.next);
-        for k in 0..n {
-            if due.len() >= max {
-                return;
-            }
-            let i = (start + k) % n;
-            let s = &mut self.list[i];
-            if s.wanted && s.last_request.is_none_or(|t| now.duration_since(t) >= cooldown) {
-                self.next = i + 1;
-                s.wanted = false;
-                s.last_request = Some(now);
-                s.rebirths_requested += 1;
-                due.push((s.group.clone(), s.node.clone()));
-            }
+        while due.len() < max {
+            let ready =
+                |s: &Stranger| s.wanted && s.last_request.is_none_or(|t| now.duration_since(t) >= cooldown);
+            let Some(s) = self.list.iter_mut().filter(|s| ready(s)).max_by_key(|s| s.seen) else { return };
+            s.wanted = false;
+            s.last_request = Some(now);
+            s.rebirths_requested += 1;
+            due.push((s.group.clone(), s.node.clone()));
         }
     }
 }

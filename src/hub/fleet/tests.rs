@@ -457,6 +457,18 @@ fn an_alias_two_devices_of_an_edge_node_were_born_with_names_neither() {
     // Alias 1 is plc-1's alone.
     assert_eq!(ddata(&mut f, 5, vec![data(1, T0 + 7, 4.0)], now).len(), 1);
     assert_eq!(latest(&f, 0), Some(4.0));
+    // Regression (the adversarial walk): plc-2 born again with an alias of its own gives
+    // alias 2 back to plc-1 alone: served, and data by it applied again.
+    f.on_message(
+        From { group: "A", node: "gw1", kind: Kind::DBirth, device: Some("plc-2") },
+        payload(Some(6), T0, vec![sensor("A_LINE2_001", 12, 7.0)]),
+        Clock { now, wall: wall(T0) },
+        &mut Vec::new(),
+    );
+    let e = f.edge("A", "gw1").unwrap();
+    assert!(e.devices.iter().flat_map(|d| &d.metrics).all(|m| !m.alias_shared));
+    assert_eq!(ddata(&mut f, 7, vec![data(2, T0 + 8, 3.5)], now).len(), 1);
+    assert_eq!(latest(&f, 1), Some(3.5));
 }
 
 /// Regression (the adversarial walk, twice): an NBIRTH without `bdSeq`, with one that is

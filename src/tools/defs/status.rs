@@ -152,6 +152,9 @@ pub struct NeverBornStatus {
     pub messages: u64,
     /// Messages of nodes beyond the 1,000 kept (counted, not kept).
     pub not_kept: u64,
+    /// Births of edge nodes beyond the 10,000 a hub takes (each such node stays never
+    /// born until the hub restarts: shard by group, docs/hub.md).
+    pub births_refused: u64,
     /// The last heard, "group/node", at most 10.
     pub recent: Vec<String>,
 }

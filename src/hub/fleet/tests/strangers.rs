@@ -72,3 +72,34 @@ fn a_known_edge_node_is_asked_before_nodes_never_born() {
     assert_eq!(f.rebirths(now, 1), [("A".to_string(), "gw1".to_string())]);
     assert_eq!(f.rebirths(now, usize::MAX).len(), 50, "the others after it");
 }
+
+/// Regression (the adversarial walk): a burst of 1,000 made-up names filled every place and
+/// a real edge node heard afterwards was never asked for a rebirth until they were
+/// forgotten (10 minutes). A place whose stranger went silent for a few seconds is given to
+/// the new one, and the last heard is asked first.
+#[test]
+fn a_node_heard_after_a_flood_gets_a_place_and_is_asked_first() {
+    use crate::hub::fleet::strangers::MAX_STRANGERS;
+    let mut f = fleet();
+    let now = Instant::now();
+    let heard = |f: &mut Fleet, node: &str, now: Instant| {
+        f.on_message(
+            From { group: "G", node, kind: Kind::DData, device: Some("d") },
+            payload(Some(1), T0, vec![data(1, T0, 1.0)]),
+            Clock { now, wall: wall(T0) },
+            &mut Vec::new(),
+        );
+    };
+    for k in 0..MAX_STRANGERS {
+        heard(&mut f, &format!("ghost{k}"), now);
+    }
+    // At once: no place is idle yet.
+    heard(&mut f, "early", now);
+    assert_eq!(f.strangers().not_kept, 1);
+    // Seconds later the flood is silent: the real node takes a place and goes first.
+    let later = now + Duration::from_secs(6);
+    heard(&mut f, "real", later);
+    assert_eq!(f.strangers().list().len(), MAX_STRANGERS);
+    assert!(f.strangers().list().iter().any(|s| s.node == "real"));
+    assert_eq!(f.rebirths(later, 1), [("G".to_string(), "real".to_string())]);
+}
