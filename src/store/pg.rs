@@ -192,6 +192,8 @@ struct Cache {
     sensors: HashMap<String, i32>,
     /// Days whose partition exists.
     days: HashSet<i64>,
+    /// The range read, prepared once (a tool's read pays no parse and plan).
+    range: Option<tokio_postgres::Statement>,
 }
 
 impl Conn {
@@ -216,7 +218,7 @@ impl Conn {
                 Job::Range { sensor, from, to, span, reply } => {
                     let r = match self.take().await {
                         Ok(c) => {
-                            let r = range(&c, &sensor, from, to, span).await;
+                            let r = range(&c, &mut self.cache, &sensor, from, to, span).await;
                             self.put(c);
                             r
                         }
@@ -490,17 +492,28 @@ async fn ship(client: &mut Client, cache: &mut Cache, chunks: &[Chunk]) -> Resul
     Ok(())
 }
 
-async fn range(client: &Client, sensor: &str, from: i64, to: i64, span: i64) -> Result<Vec<Stored>, PgError> {
-    let rows = client
-        .query(
-            "SELECT c.first_t, c.chunk, c.data FROM fieldgate_chunks c
-             WHERE c.sensor = (SELECT id FROM fieldgate_sensors WHERE name = $1)
-               AND c.first_t >= $2 AND c.first_t < $3 AND c.last_t >= $4
-             ORDER BY c.first_t, c.chunk",
-            &[&sensor, &from.saturating_sub(span), &to, &from],
-        )
-        .await
-        .map_err(db)?;
+const RANGE: &str = "SELECT c.first_t, c.chunk, c.data FROM fieldgate_chunks c
+     WHERE c.sensor = (SELECT id FROM fieldgate_sensors WHERE name = $1)
+       AND c.first_t >= $2 AND c.first_t < $3 AND c.last_t >= $4
+     ORDER BY c.first_t, c.chunk";
+
+async fn range(
+    client: &Client,
+    cache: &mut Cache,
+    sensor: &str,
+    from: i64,
+    to: i64,
+    span: i64,
+) -> Result<Vec<Stored>, PgError> {
+    let stmt = match &cache.range {
+        Some(s) => s.clone(),
+        None => {
+            let s = client.prepare(RANGE).await.map_err(db)?;
+            cache.range = Some(s.clone());
+            s
+        }
+    };
+    let rows = client.query(&stmt, &[&sensor, &from.saturating_sub(span), &to, &from]).await.map_err(db)?;
     Ok(rows.into_iter().map(|r| Stored { first: r.get(0), id: r.get(1), bytes: r.get(2) }).collect())
 }
 
