@@ -1,5 +1,6 @@
 //! `list_sensors`: the registry, filtered and paged with an opaque cursor.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
@@ -7,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::ToolResult;
 use super::defs::{IdConflict, ListSensorsArgs, ListSensorsData, SensorInfo};
 use super::envelope::ToolError;
-use crate::ids::DeviceId;
+use crate::ids::{DeviceId, SensorId};
 use crate::registry::{Device, Endpoint, Registry, Sensor, SensorSource};
 use crate::suggest;
 
@@ -24,8 +25,14 @@ struct Cursor {
 pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
     // Layer 3: filters must name things that exist, or the agent would read an empty
     // list as "no such sensors" when it made a typo.
-    check_member("plant", args.plant.as_deref(), registry.plants())?;
-    check_member("zone", args.zone.as_deref(), registry.zones())?;
+    // At a hub a plant (or zone) whose every sensor is in conflict is still one: the answer
+    // is no sensor and the conflicts, not "no such plant".
+    check_member(
+        "plant",
+        args.plant.as_deref(),
+        &with_conflicts(registry, registry.plants(), SensorId::plant),
+    )?;
+    check_member("zone", args.zone.as_deref(), &with_conflicts(registry, registry.zones(), SensorId::zone))?;
     check_member("kind", args.kind.as_deref(), registry.kinds())?;
     if args.edge.is_some() {
         let edges: BTreeSet<String> = registry.devices().iter().filter_map(edge_of).collect();
@@ -103,6 +110,26 @@ pub fn run(args: ListSensorsArgs, registry: &Registry) -> ToolResult {
     let data =
         ListSensorsData { sensors: page, total, complete: next_cursor.is_none(), next_cursor, conflicts };
     super::to_data(&data)
+}
+
+/// `mine` and the plants (or zones: `part`) of the sensor IDs in conflict.
+fn with_conflicts<'a>(
+    registry: &Registry,
+    mine: &'a BTreeSet<String>,
+    part: fn(&SensorId) -> &str,
+) -> Cow<'a, BTreeSet<String>> {
+    if registry.conflicts().is_empty() {
+        return Cow::Borrowed(mine);
+    }
+    let mut all = mine.clone();
+    all.extend(
+        registry
+            .conflicts()
+            .iter()
+            .filter_map(|c| c.id.parse::<SensorId>().ok())
+            .map(|id| part(&id).to_string()),
+    );
+    Cow::Owned(all)
 }
 
 fn check_member(param: &str, value: Option<&str>, known: &BTreeSet<String>) -> Result<(), ToolError> {

@@ -299,3 +299,21 @@ fn a_device_id_is_served_from_the_claim_that_holds_it_with_its_own_sensors() {
     assert_eq!(ids(&r), ["W_ZONE1_001", "W_ZONE1_002"]);
     assert!(r.conflicts().is_empty(), "{:?}", r.conflicts());
 }
+
+/// Regression (the adversarial walk): a plant whose every sensor is in conflict is still a
+/// plant to `list_sensors`: no sensor and the conflicts, not "no sensor has plant U".
+#[tokio::test]
+async fn a_plant_whose_sensors_are_all_in_conflict_lists_its_conflicts() {
+    let mut f = fleet();
+    born(&mut f, "A", "gw1", &[("a-line1-plc", &["A_LINE1_001"]), ("u-plc", &["U_ZONE1_001"])]);
+    born(&mut f, "B", "gw2", &[("u-plc2", &["U_ZONE1_001"])]);
+    let (r, _) = build(&f).unwrap();
+    let svc = crate::tools::ToolService::new(std::sync::Arc::new(r), crate::config::Config::default());
+    let e = svc.call("list_sensors", serde_json::json!({"plant": "U"})).await.unwrap();
+    assert!(e.ok, "{:?}", e.error);
+    let d = e.json();
+    assert_eq!(d["sensors"].as_array().map(Vec::len), Some(0), "{d}");
+    assert_eq!(d["conflicts"][0]["id"], "U_ZONE1_001", "{d}");
+    let e = svc.call("list_sensors", serde_json::json!({"plant": "Q"})).await.unwrap();
+    assert!(!e.ok, "a plant nobody announced is still refused");
+}
