@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::future::ready;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{SecondsFormat, TimeZone, Utc};
@@ -17,15 +18,64 @@ fn iso(ms: i64) -> String {
     Utc.timestamp_millis_opt(ms).unwrap().to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-/// A service whose store holds `points` of A_LINE1_001 (f32, no scaling).
-fn with_points(points: &[(i64, f64)]) -> ToolService {
-    let svc = service();
-    let store = svc.history().unwrap();
-    for (t, v) in points {
-        store.append("A_LINE1_001", &Point { t: *t, value: Stored::Float(*v), quality: 0 });
+/// Where the store keeps history: the query tests run on both (the same answers).
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Redb,
+    Postgres,
+}
+
+const BACKENDS: [Backend; 2] = [Backend::Redb, Backend::Postgres];
+
+/// A service over a store of one backend, with what that store needs kept alive.
+struct Backed {
+    svc: ToolService,
+    _pg: Option<(super::pg::Postgres, tempfile::TempDir)>,
+}
+
+impl std::ops::Deref for Backed {
+    type Target = ToolService;
+    fn deref(&self) -> &ToolService {
+        &self.svc
     }
-    store.flush().unwrap();
-    svc
+}
+
+/// A service whose store holds `points` of A_LINE1_001 (f32, no scaling), in redb.
+fn with_points(points: &[(i64, f64)]) -> Backed {
+    with_points_on(Backend::Redb, points)
+}
+
+/// The same in `backend`. With PostgreSQL the points are written by one store and read
+/// through another over a fresh data directory: every read is the database's.
+fn with_points_on(backend: Backend, points: &[(i64, f64)]) -> Backed {
+    let fill = |store: &fieldgate::store::HistoryStore| {
+        for (t, v) in points {
+            store.append("A_LINE1_001", &Point { t: *t, value: Stored::Float(*v), quality: 0 });
+        }
+        store.flush_all().unwrap();
+        store.ship().unwrap();
+    };
+    match backend {
+        Backend::Redb => {
+            let svc = service();
+            fill(svc.history().unwrap());
+            Backed { svc, _pg: None }
+        }
+        Backend::Postgres => {
+            let pg = super::pg::Postgres::start();
+            let (writer, reader) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let store = super::pg::pg_store(&pg, writer.path());
+            fill(&store);
+            assert_eq!(store.remote_stats().unwrap().waiting, 0, "all in the database");
+            let store = super::pg::pg_store(&pg, reader.path());
+            let svc = ToolService::with_history(
+                Arc::new(demo_registry()),
+                Default::default(),
+                Some(Arc::new(store)),
+            );
+            Backed { svc, _pg: Some((pg, reader)) }
+        }
+    }
 }
 
 /// A cursor of the query `from` (sensor A_LINE1_001, no `to`, no bucket) whose pinned range
@@ -146,14 +196,17 @@ async fn arguments_are_checked_in_the_domain() {
 
 #[tokio::test]
 async fn an_empty_range_is_a_success_with_no_points() {
-    let svc = with_points(&[(T0, 1.0)]);
-    let e = history(&svc, json!({"sensor_id": "A_LINE1_001", "from": iso(T0 + 1000), "to": iso(T0 + 2000)}))
-        .await;
-    assert!(e.ok, "{:?}", e.error);
-    let d = e.json();
-    assert_eq!(d["points"].as_array().unwrap().len(), 0);
-    assert_eq!(d["first_sample"], Value::Null);
-    assert_eq!(d["complete"], true);
+    for backend in BACKENDS {
+        let svc = with_points_on(backend, &[(T0, 1.0)]);
+        let e =
+            history(&svc, json!({"sensor_id": "A_LINE1_001", "from": iso(T0 + 1000), "to": iso(T0 + 2000)}))
+                .await;
+        assert!(e.ok, "{:?}", e.error);
+        let d = e.json();
+        assert_eq!(d["points"].as_array().unwrap().len(), 0);
+        assert_eq!(d["first_sample"], Value::Null);
+        assert_eq!(d["complete"], true);
+    }
 }
 
 fn series(n: usize, seed: u64) -> Vec<(i64, f64)> {
@@ -172,32 +225,34 @@ fn series(n: usize, seed: u64) -> Vec<(i64, f64)> {
 
 #[tokio::test]
 async fn raw_paging_returns_every_point_exactly_once() {
-    let pts = series(2345, 7);
-    let svc = with_points(&pts);
-    let (from, to) = (pts[100].0, pts[2000].0);
-    let mut args = json!({"sensor_id": "A_LINE1_001", "from": iso(from), "to": iso(to), "limit": 333});
-    let mut got = Vec::new();
-    for page in 0.. {
-        assert!(page < 100, "paging does not end");
-        let d = history(&svc, args.clone()).await.json();
-        got.extend(
-            d["points"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| (p["t"].as_str().unwrap().to_string(), p["value"].as_f64().unwrap())),
-        );
-        match d["next_cursor"].as_str() {
-            Some(c) => args["cursor"] = json!(c),
-            None => break,
+    for backend in BACKENDS {
+        let pts = series(2345, 7);
+        let svc = with_points_on(backend, &pts);
+        let (from, to) = (pts[100].0, pts[2000].0);
+        let mut args = json!({"sensor_id": "A_LINE1_001", "from": iso(from), "to": iso(to), "limit": 333});
+        let mut got = Vec::new();
+        for page in 0.. {
+            assert!(page < 100, "paging does not end");
+            let d = history(&svc, args.clone()).await.json();
+            got.extend(
+                d["points"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| (p["t"].as_str().unwrap().to_string(), p["value"].as_f64().unwrap())),
+            );
+            match d["next_cursor"].as_str() {
+                Some(c) => args["cursor"] = json!(c),
+                None => break,
+            }
         }
-    }
-    let want: Vec<(String, f64)> =
-        pts.iter().filter(|(t, _)| *t >= from && *t < to).map(|(t, v)| (iso(*t), *v)).collect();
-    assert_eq!(got.len(), want.len());
-    for (g, w) in got.iter().zip(&want) {
-        assert_eq!(g.0, w.0);
-        assert!((g.1 - w.1).abs() < 1e-6 * w.1.abs().max(1.0), "{g:?} {w:?}");
+        let want: Vec<(String, f64)> =
+            pts.iter().filter(|(t, _)| *t >= from && *t < to).map(|(t, v)| (iso(*t), *v)).collect();
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.0, w.0);
+            assert!((g.1 - w.1).abs() < 1e-6 * w.1.abs().max(1.0), "{g:?} {w:?}");
+        }
     }
 }
 
@@ -244,17 +299,21 @@ proptest! {
 
 #[tokio::test]
 async fn gaps_and_the_covered_range_are_reported() {
-    // Poll interval 1 s, max silence 60 s: a gap is over 63 s without points.
-    let mut pts: Vec<(i64, f64)> = (0..10).map(|i| (T0 + i * 1000, 1.0)).collect();
-    pts.extend((0..10).map(|i| (T0 + 200_000 + i * 1000, 2.0)));
-    let svc = with_points(&pts);
-    let d =
-        history(&svc, json!({"sensor_id": "A_LINE1_001", "from": iso(T0 - 5000), "to": iso(T0 + 300_000)}))
-            .await
-            .json();
-    assert_eq!(d["gaps"], json!([{"from": iso(T0 + 9000), "to": iso(T0 + 200_000)}]));
-    assert_eq!(d["first_sample"], json!(iso(T0)));
-    assert_eq!(d["last_sample"], json!(iso(T0 + 209_000)));
+    for backend in BACKENDS {
+        // Poll interval 1 s, max silence 60 s: a gap is over 63 s without points.
+        let mut pts: Vec<(i64, f64)> = (0..10).map(|i| (T0 + i * 1000, 1.0)).collect();
+        pts.extend((0..10).map(|i| (T0 + 200_000 + i * 1000, 2.0)));
+        let svc = with_points_on(backend, &pts);
+        let d = history(
+            &svc,
+            json!({"sensor_id": "A_LINE1_001", "from": iso(T0 - 5000), "to": iso(T0 + 300_000)}),
+        )
+        .await
+        .json();
+        assert_eq!(d["gaps"], json!([{"from": iso(T0 + 9000), "to": iso(T0 + 200_000)}]));
+        assert_eq!(d["first_sample"], json!(iso(T0)));
+        assert_eq!(d["last_sample"], json!(iso(T0 + 209_000)));
+    }
 }
 
 #[tokio::test]
@@ -389,7 +448,7 @@ async fn the_poller_fills_history_that_matches_the_simulator() {
 async fn history_over_http() {
     let (t, v) = (Utc::now().timestamp_millis() - 60_000, 4.5);
     let svc = with_points(&[(t, v)]);
-    let server = Server::start(svc, fieldgate::transport::auth::Tokens::default()).await;
+    let server = Server::start(svc.svc.clone(), fieldgate::transport::auth::Tokens::default()).await;
     let mut c = server.client().await;
     let from = iso(t - 1000).replace(':', "%3A").replace('+', "%2B");
     let r = c.get(&format!("/v1/sensors/A_LINE1_001/history?from={from}&bucket=1h")).await.unwrap();
@@ -448,82 +507,96 @@ async fn the_poller_does_not_poll_a_device_whose_breaker_is_open() {
 /// and every point comes exactly once, also while new points keep arriving.
 #[tokio::test]
 async fn paging_with_to_left_out_returns_every_point_exactly_once() {
-    let now = Utc::now().timestamp_millis();
-    let pts: Vec<(i64, f64)> = (0..25).map(|i| (now - 60_000 + i * 1000, i as f64)).collect();
-    let svc = with_points(&pts);
-    let mut args = json!({"sensor_id": "A_LINE1_001", "from": iso(now - 120_000), "limit": 2});
-    let mut seen = Vec::new();
-    let mut pages = 0;
-    loop {
-        let e = history(&svc, args.clone()).await;
-        let d = e.json();
-        assert!(e.ok, "{d}");
-        if pages == 0 {
-            // A point arriving between pages is after the pinned range: not in this query.
-            let store = svc.history().unwrap();
-            store.append(
-                "A_LINE1_001",
-                &Point { t: Utc::now().timestamp_millis() + 1, value: Stored::Float(99.0), quality: 0 },
-            );
+    for backend in BACKENDS {
+        let now = Utc::now().timestamp_millis();
+        let pts: Vec<(i64, f64)> = (0..25).map(|i| (now - 60_000 + i * 1000, i as f64)).collect();
+        let svc = with_points_on(backend, &pts);
+        let mut args = json!({"sensor_id": "A_LINE1_001", "from": iso(now - 120_000), "limit": 2});
+        let mut seen = Vec::new();
+        let mut pages = 0;
+        loop {
+            let e = history(&svc, args.clone()).await;
+            let d = e.json();
+            assert!(e.ok, "{d}");
+            if pages == 0 {
+                // A point arriving between pages is after the pinned range: not in this query.
+                let store = svc.history().unwrap();
+                store.append(
+                    "A_LINE1_001",
+                    &Point { t: Utc::now().timestamp_millis() + 1, value: Stored::Float(99.0), quality: 0 },
+                );
+            }
+            seen.extend(d["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()));
+            pages += 1;
+            match d["next_cursor"].as_str() {
+                Some(c) => args["cursor"] = json!(c),
+                None => break,
+            }
+            assert!(pages < 100);
         }
-        seen.extend(d["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()));
-        pages += 1;
-        match d["next_cursor"].as_str() {
-            Some(c) => args["cursor"] = json!(c),
-            None => break,
-        }
-        assert!(pages < 100);
+        assert_eq!(seen, (0..25).map(|i| i as f64).collect::<Vec<_>>());
     }
-    assert_eq!(seen, (0..25).map(|i| i as f64).collect::<Vec<_>>());
 }
 
 /// Agents rarely know the time: `from`/`to` take `now` and durations before now, and the
 /// answer states the absolute range it resolved.
 #[tokio::test]
 async fn relative_ranges_resolve_against_now_and_are_stated() {
-    let now = Utc::now().timestamp_millis();
-    let svc = with_points(&[(now - 90 * 60_000, 1.0), (now - 30 * 60_000, 2.0), (now - 5 * 60_000, 3.0)]);
-    for (from, to, want) in [
-        ("-1h", None, vec![2.0, 3.0]),
-        ("PT2H", Some("-10m"), vec![1.0, 2.0]),
-        ("-2h", Some("now"), vec![1.0, 2.0, 3.0]),
-    ] {
-        let mut args = json!({"sensor_id": "A_LINE1_001", "from": from});
-        if let Some(to) = to {
-            args["to"] = json!(to);
+    for backend in BACKENDS {
+        let now = Utc::now().timestamp_millis();
+        let svc = with_points_on(
+            backend,
+            &[(now - 90 * 60_000, 1.0), (now - 30 * 60_000, 2.0), (now - 5 * 60_000, 3.0)],
+        );
+        for (from, to, want) in [
+            ("-1h", None, vec![2.0, 3.0]),
+            ("PT2H", Some("-10m"), vec![1.0, 2.0]),
+            ("-2h", Some("now"), vec![1.0, 2.0, 3.0]),
+        ] {
+            let mut args = json!({"sensor_id": "A_LINE1_001", "from": from});
+            if let Some(to) = to {
+                args["to"] = json!(to);
+            }
+            let d = history(&svc, args).await.json();
+            let got: Vec<f64> =
+                d["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
+            assert_eq!(got, want, "{from} {to:?}: {d}");
+            let resolved =
+                chrono::DateTime::parse_from_rfc3339(d["from"].as_str().unwrap()).unwrap().timestamp_millis();
+            assert!(
+                (resolved - (now - if from == "-1h" { 3_600_000 } else { 7_200_000 })).abs() < 5_000,
+                "{d}"
+            );
         }
-        let d = history(&svc, args).await.json();
-        let got: Vec<f64> =
-            d["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
-        assert_eq!(got, want, "{from} {to:?}: {d}");
-        let resolved =
-            chrono::DateTime::parse_from_rfc3339(d["from"].as_str().unwrap()).unwrap().timestamp_millis();
-        assert!((resolved - (now - if from == "-1h" { 3_600_000 } else { 7_200_000 })).abs() < 5_000, "{d}");
+        let err = history(&svc, json!({"sensor_id": "A_LINE1_001", "from": "P1M"})).await.error.unwrap();
+        assert_eq!((err.code, err.parameter.as_deref()), (ErrorCode::InvalidArgument, Some("from")));
     }
-    let err = history(&svc, json!({"sensor_id": "A_LINE1_001", "from": "P1M"})).await.error.unwrap();
-    assert_eq!((err.code, err.parameter.as_deref()), (ErrorCode::InvalidArgument, Some("from")));
 }
 
 /// History values are rounded like live readings: no 4.243816375732422 next to a live 4.243816.
 #[tokio::test]
 async fn history_values_and_bucket_statistics_are_rounded_like_readings() {
-    let f32_noise = f64::from(4.243_816_f32); // 4.243816375732422
-    let svc =
-        with_points(&[(T0, f32_noise), (T0 + 1000, f64::from(84.8_f32)), (T0 + 2000, f64::from(0.1_f32))]);
-    let d = history(&svc, json!({"sensor_id": "A_LINE1_001", "from": iso(T0), "to": iso(T0 + 10_000)}))
+    for backend in BACKENDS {
+        let f32_noise = f64::from(4.243_816_f32); // 4.243816375732422
+        let svc = with_points_on(
+            backend,
+            &[(T0, f32_noise), (T0 + 1000, f64::from(84.8_f32)), (T0 + 2000, f64::from(0.1_f32))],
+        );
+        let d = history(&svc, json!({"sensor_id": "A_LINE1_001", "from": iso(T0), "to": iso(T0 + 10_000)}))
+            .await
+            .json();
+        let values: Vec<f64> =
+            d["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
+        assert_eq!(values, vec![4.243816, 84.8, 0.1], "{d}");
+        let d = history(
+            &svc,
+            json!({"sensor_id": "A_LINE1_001", "from": iso(T0), "to": iso(T0 + 10_000), "bucket": "10s"}),
+        )
         .await
         .json();
-    let values: Vec<f64> =
-        d["points"].as_array().unwrap().iter().map(|p| p["value"].as_f64().unwrap()).collect();
-    assert_eq!(values, vec![4.243816, 84.8, 0.1], "{d}");
-    let d = history(
-        &svc,
-        json!({"sensor_id": "A_LINE1_001", "from": iso(T0), "to": iso(T0 + 10_000), "bucket": "10s"}),
-    )
-    .await
-    .json();
-    let b = &d["buckets"][0];
-    assert_eq!((b["min"].as_f64(), b["max"].as_f64()), (Some(0.1), Some(84.8)), "{b}");
-    assert_eq!(b["avg"].as_f64(), Some(29.71461), "{b}");
-    assert_eq!(b["first"].as_f64(), Some(4.243816), "{b}");
+        let b = &d["buckets"][0];
+        assert_eq!((b["min"].as_f64(), b["max"].as_f64()), (Some(0.1), Some(84.8)), "{b}");
+        assert_eq!(b["avg"].as_f64(), Some(29.71461), "{b}");
+        assert_eq!(b["first"].as_f64(), Some(4.243816), "{b}");
+    }
 }

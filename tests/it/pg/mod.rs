@@ -22,7 +22,7 @@ use super::support;
 const T0: i64 = 1_790_000_000_000; // 2026-09-21
 
 /// A store in `dir` keeping history in `pg`.
-fn pg_store(pg: &Postgres, dir: &Path) -> HistoryStore {
+pub fn pg_store(pg: &Postgres, dir: &Path) -> HistoryStore {
     let (db, problem) = Pg::start(&pg.url).expect("the database takes fieldgate");
     assert_eq!(problem, None, "reached at start");
     HistoryStore::open_in(dir).unwrap().with_remote(db, None).unwrap()
