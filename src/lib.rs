@@ -6,6 +6,7 @@
 //! use; the rest (`backoff`, `suggest`) are the crate's own, reached
 //! from outside only through `app`, `tools` and `transport`.
 
+pub mod alarms;
 pub mod app;
 pub(crate) mod backoff;
 pub mod cli;

@@ -209,6 +209,7 @@ fn sensor_of(id: SensorId, device: &Device, e: usize, d: usize, m: usize, metric
         }),
         range: p.range.map(|(min, max)| NormalRange { min, max }),
         deadband: None,
+        alarms: Vec::new(),
     }
 }
 

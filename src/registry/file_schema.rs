@@ -137,6 +137,54 @@ pub struct SensorEntry {
     /// History stores a new point only when the value moves this much.
     #[schemars(range(min = 0.0))]
     pub deadband: Option<f64>,
+    /// Limit alarms on this sensor (docs/device-files.md, "Alarms").
+    pub alarms: Option<Vec<AlarmEntry>>,
+}
+
+/// A limit alarm; its ID is `SENSOR_ID.NAME`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AlarmEntry {
+    /// Unique per sensor, e.g. "HI".
+    #[schemars(regex(pattern = "^[A-Z0-9_]{1,16}$"))]
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: AlarmType,
+    /// In the sensor's units; high and low alarms only. Activates at >= (<= for low).
+    pub limit: Option<f64>,
+    /// Clears only below limit - deadband (above limit + deadband for low). Default 0.
+    #[schemars(range(min = 0.0))]
+    pub deadband: Option<f64>,
+    /// Beyond the limit this long (sample time) before it activates. Default 0.
+    #[schemars(range(min = 0, max = 86400))]
+    pub on_delay_s: Option<u32>,
+    /// Back inside this long before it clears. Default 0.
+    #[schemars(range(min = 0, max = 86400))]
+    pub off_delay_s: Option<u32>,
+    /// off_normal only: the boolean's normal state. Default false.
+    pub normal: Option<bool>,
+    pub priority: AlarmPriorityName,
+    /// What an operator reads when it activates.
+    pub message: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AlarmType {
+    High,
+    HighHigh,
+    Low,
+    LowLow,
+    OffNormal,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AlarmPriorityName {
+    Low,
+    Medium,
+    High,
+    Critical,
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -4,6 +4,7 @@
 //! **Invariant:** every `Sensor` refers to a `Device` of the same PLANT and ZONE, and
 //! IDs are unique. A `Registry` that exists is valid; loading reports every problem.
 
+pub mod alarm;
 pub mod bounds;
 pub mod file_schema;
 mod load;
@@ -13,6 +14,7 @@ mod text;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
+pub use alarm::{AlarmDef, AlarmKind, AlarmPriority};
 pub use load::{device_files, load_dir, load_texts};
 pub use model::*;
 pub use text::{Matches, TextIndex};

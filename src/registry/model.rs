@@ -356,6 +356,8 @@ pub struct Sensor {
     pub source: SensorSource,
     pub range: Option<NormalRange>,
     pub deadband: Option<f64>,
+    /// Its limit alarms (`[[sensors.alarms]]`).
+    pub alarms: Vec<super::alarm::AlarmDef>,
 }
 
 #[cfg(test)]
@@ -373,6 +375,7 @@ impl Sensor {
             source,
             range,
             deadband: None,
+            alarms: Vec::new(),
         }
     }
 }

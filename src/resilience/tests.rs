@@ -87,6 +87,7 @@ fn sensor() -> Sensor {
         source: SensorSource::OpcUa { node_id: "ns=2;s=x".into() },
         range: None,
         deadband: None,
+        alarms: Vec::new(),
     }
 }
 

@@ -359,3 +359,91 @@ fn of_plant_keeps_one_plants_devices_and_sensors() {
     assert_eq!(a.sensors().len() + b.sensors().len(), all.sensors().len());
     assert!(all.of_plant("Z").is_none());
 }
+
+/// `[[sensors.alarms]]`: a limit alarm read as written, and every mistake in one go.
+#[test]
+fn limit_alarms_are_read_and_every_mistake_is_reported() {
+    let good = with_sensor(
+        r#"table = "holding"
+address = 10
+type = "f32"
+[[sensors.alarms]]
+name = "HI"
+type = "high"
+limit = 245.0
+deadband = 1.0
+on_delay_s = 10
+off_delay_s = 5
+priority = "high"
+message = "Flow high"
+[[sensors.alarms]]
+name = "LO_LO"
+type = "low_low"
+limit = 2.5
+priority = "critical"
+message = "Flow very low"
+"#,
+    );
+    let dir = device_dir(&[("t.toml", &good)]);
+    let r = fieldgate::registry::Registry::load(dir.path()).unwrap();
+    let s = r.sensor(&"T_ZONE1_002".parse().unwrap()).unwrap();
+    assert_eq!(s.alarms.len(), 2);
+    let hi = &s.alarms[0];
+    assert_eq!((hi.name.as_str(), hi.kind.name(), hi.limit, hi.deadband), ("HI", "high", 245.0, 1.0));
+    assert_eq!((hi.on_delay.as_secs(), hi.off_delay.as_secs(), hi.priority.name()), (10, 5, "high"));
+    assert_eq!(
+        (s.alarms[1].kind.name(), s.alarms[1].deadband, s.alarms[1].on_delay.as_secs()),
+        ("low_low", 0.0, 0)
+    );
+
+    let bad = with_sensor(
+        r#"table = "holding"
+address = 10
+type = "f32"
+[[sensors.alarms]]
+name = "hi"
+type = "high"
+limit = 1.0
+priority = "high"
+message = "m"
+[[sensors.alarms]]
+name = "A"
+type = "very_high"
+priority = "urgent"
+message = "m"
+[[sensors.alarms]]
+name = "B"
+type = "high"
+deadband = -1.0
+on_delay_s = 100000
+priority = "low"
+message = "m"
+[[sensors.alarms]]
+name = "B"
+type = "off_normal"
+priority = "low"
+message = "m"
+colour = "red"
+[[sensors.alarms]]
+name = "C"
+type = "low"
+limit = 3.0
+"#,
+    );
+    let p = problems(&[("t.toml", &bad)]).join("\n");
+    for want in [
+        "must be 1 to 16 of A-Z",
+        "very_high",
+        "urgent",
+        "must not be negative",
+        "on_delay_s",
+        "needs its limit",
+        "is this sensor's alarm already",
+        "off_normal watches a boolean sensor",
+        "colour",
+        "priority",
+        "message",
+    ] {
+        assert!(p.contains(want), "{want:?} in:\n{p}");
+    }
+}

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
+mod alarm;
 mod sensor;
 
 use super::bounds;

@@ -76,6 +76,12 @@ pub(super) fn read_sensor(
     });
 
     let source = read_source(s, protocol, device_word_order);
+    // Whether it reads a boolean (unknown for an OPC UA node: its type is the server's).
+    let boolean = match &source {
+        Some(SensorSource::Modbus(p)) => Some(p.data_type == DataType::Bool),
+        _ => None,
+    };
+    let alarms = super::alarm::read_alarms(s, boolean);
 
     Some(Sensor {
         id: id?,
@@ -88,6 +94,7 @@ pub(super) fn read_sensor(
         source: source?,
         range,
         deadband,
+        alarms,
     })
 }
 
