@@ -116,7 +116,8 @@ struct Open {
 /// stay in one chunk, and a sensor's late points cost memory only while they come.
 const LATE_IDLE_FLUSHES: u32 = 60;
 
-/// A sealed chunk not yet written.
+/// A sealed chunk not yet written, or any chunk a flush writes.
+#[derive(Clone)]
 struct Sealed {
     sensor: String,
     id: i64,
@@ -144,16 +145,6 @@ struct Pending {
     begun: u64,
     /// The next chunk's ID.
     next_id: i64,
-}
-
-/// A chunk a flush writes.
-struct Write {
-    sensor: String,
-    id: i64,
-    first: i64,
-    last: i64,
-    points: u32,
-    bytes: Vec<u8>,
 }
 
 /// The first chunk ID of a store opened now: the clock in microseconds times 1,024 (IDs

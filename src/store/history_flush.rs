@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use super::journal::{JOURNAL, TURNS};
-use super::{CHUNKS, HistoryStore, Pending, StoreError, Write, age_late, db, remote};
+use super::{CHUNKS, HistoryStore, Pending, Sealed, StoreError, age_late, db, remote};
 
 impl HistoryStore {
     /// Makes every appended point durable: the sealed chunks, the changed open chunks of
@@ -32,24 +32,13 @@ impl HistoryStore {
             let dirty: usize =
                 p.open.values().chain(p.late.values()).filter(|o| o.dirty).map(|o| o.writer.byte_len()).sum();
             let full = std::mem::take(&mut p.full_due) || p.journal.len() >= dirty;
-            let sealed: Vec<Write> = p
-                .sealed
-                .iter()
-                .map(|c| Write {
-                    sensor: c.sensor.clone(),
-                    id: c.id,
-                    first: c.first,
-                    last: c.last,
-                    points: c.points,
-                    bytes: c.bytes.clone(),
-                })
-                .collect();
-            let snapshots: Vec<Write> = p
+            let sealed: Vec<Sealed> = p.sealed.clone();
+            let snapshots: Vec<Sealed> = p
                 .open
                 .iter()
                 .chain(&p.late)
                 .filter(|(_, o)| o.dirty && (full || o.turn == k % TURNS))
-                .map(|(s, o)| Write {
+                .map(|(s, o)| Sealed {
                     sensor: s.clone(),
                     id: o.id,
                     first: o.writer.first_t(),
