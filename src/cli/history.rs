@@ -45,7 +45,7 @@ pub fn migrate(config: &Config, dir: &Path, from: &str, to: &str) -> ExitCode {
     if let Err(e) = store.flush_all() {
         return fail(1, &e.to_string());
     }
-    let pg = match Pg::start(&url) {
+    let pg = match Pg::start_with(&url, config.history.postgres_ca_file.as_deref()) {
         Ok((pg, None)) => pg,
         Ok((_, Some(e))) | Err(e) => return fail(1, &e.to_string()),
     };

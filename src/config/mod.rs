@@ -149,6 +149,9 @@ pub struct HistoryConfig {
     pub backend: HistoryBackend,
     /// The environment variable holding the PostgreSQL URL (a secret, never a key).
     pub postgres_url_env: String,
+    /// Certificate authorities (PEM) trusted for PostgreSQL's certificate besides the
+    /// system's, with `sslmode=require` in the URL.
+    pub postgres_ca_file: Option<std::path::PathBuf>,
 }
 
 /// Where history is kept.
@@ -227,6 +230,7 @@ impl Default for Config {
                 max_silence_s: 60,
                 backend: HistoryBackend::Redb,
                 postgres_url_env: "FIELDGATE_PG_URL".into(),
+                postgres_ca_file: None,
             },
             work_orders: WorkOrdersConfig {
                 pending_ttl_hours: 72,

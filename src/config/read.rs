@@ -162,6 +162,16 @@ fn history(s: &Table<'_, '_>, c: &mut Config) {
         Some(other) => s.problem("backend", format!("is \"redb\" or \"postgres\", not {other:?}")),
         None => {}
     }
+    if let Some(v) = s.str("postgres_ca_file") {
+        if v.is_empty() {
+            c.history.postgres_ca_file = None;
+        } else {
+            match super::security::pem_file(std::path::Path::new(v), "CERTIFICATE") {
+                Ok(()) => c.history.postgres_ca_file = Some(v.into()),
+                Err(why) => s.problem("postgres_ca_file", why),
+            }
+        }
+    }
     if let Some(v) = s.str("postgres_url_env") {
         match super::webhook::check_env_name(v) {
             Err(why) => s.problem("postgres_url_env", why),

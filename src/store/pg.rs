@@ -45,6 +45,8 @@ const SCHEMA_LOCK: i64 = 0x6669_656c_6467_6174;
 pub enum PgError {
     #[error("PostgreSQL: the URL could not be read (check the variable history.postgres_url_env names)")]
     Url,
+    #[error("PostgreSQL: {0}")]
+    Trust(String),
     #[error("PostgreSQL: cannot connect ({0})")]
     Connect(String),
     #[error("PostgreSQL: {0}")]
@@ -107,7 +109,26 @@ impl Pg {
     /// schema is newer than this binary's is refused here; one that cannot be reached is
     /// not (history waits locally until it can), and `Ok` carries why.
     pub fn start(url: &str) -> Result<(Pg, Option<PgError>), PgError> {
+        Pg::start_with(url, None)
+    }
+
+    /// [`Pg::start`], trusting the certificate authorities of `ca_file` (PEM) besides the
+    /// system's when the URL asks for TLS (`sslmode=require`).
+    pub fn start_with(
+        url: &str,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<(Pg, Option<PgError>), PgError> {
         let mut config: tokio_postgres::Config = url.parse().map_err(|_| PgError::Url)?;
+        // TLS when the URL requires it, the server's certificate checked (`prefer`, the
+        // default, is plain: checking a certificate nobody asked for would refuse a
+        // server's self-signed one that a plain connection accepts).
+        let tls = match config.get_ssl_mode() {
+            tokio_postgres::config::SslMode::Require => Some(tls_connector(ca_file)?),
+            _ => {
+                config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                None
+            }
+        };
         config.connect_timeout(CONNECT_TIMEOUT);
         // A connection that went silent (a cable, a firewall dropping packets) fails in
         // seconds, not at the operating system's two hours.
@@ -123,7 +144,7 @@ impl Pg {
             .map_err(|e| PgError::Connect(format!("cannot start its thread: {}", e.kind())))?;
         std::thread::Builder::new()
             .name("history-pg".into())
-            .spawn(move || runtime.block_on(Conn::new(config).serve(rx)))
+            .spawn(move || runtime.block_on(Conn::new(config, tls).serve(rx)))
             .map_err(|e| PgError::Connect(format!("cannot start its thread: {}", e.kind())))?;
         let pg = Pg { jobs };
         match pg.ask(Job::Ready, CONNECT_TIMEOUT * 3) {
@@ -177,6 +198,7 @@ impl Pg {
 /// The connection, on its thread.
 struct Conn {
     config: tokio_postgres::Config,
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     client: Option<Client>,
     cache: Cache,
     /// The last connection attempt failed: why, and until when jobs fail at once.
@@ -197,8 +219,34 @@ struct Cache {
 }
 
 impl Conn {
-    fn new(config: tokio_postgres::Config) -> Conn {
-        Conn { config, client: None, cache: Cache::default(), down: None, newer: None }
+    fn new(config: tokio_postgres::Config, tls: Option<tokio_postgres_rustls::MakeRustlsConnect>) -> Conn {
+        Conn { config, tls, client: None, cache: Cache::default(), down: None, newer: None }
+    }
+
+    /// A new connection (TLS when the URL requires it), its task spawned.
+    async fn connect(&self) -> Result<Client, PgError> {
+        let fail = |e: tokio_postgres::Error| PgError::Connect(short(&e));
+        let attempt = async {
+            match &self.tls {
+                Some(tls) => {
+                    let (client, connection) = self.config.connect(tls.clone()).await.map_err(fail)?;
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    });
+                    Ok(client)
+                }
+                None => {
+                    let (client, connection) = self.config.connect(NoTls).await.map_err(fail)?;
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    });
+                    Ok(client)
+                }
+            }
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, attempt)
+            .await
+            .map_err(|_| PgError::Connect("no answer".into()))?
     }
 
     async fn serve(mut self, mut jobs: mpsc::Receiver<Job>) {
@@ -270,12 +318,7 @@ impl Conn {
         {
             return Err(e.clone());
         }
-        let connected = match tokio::time::timeout(CONNECT_TIMEOUT, self.config.connect(NoTls)).await {
-            Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(PgError::Connect(short(&e))),
-            Err(_) => Err(PgError::Connect("no answer".into())),
-        };
-        let (mut client, connection) = match connected {
+        let mut client = match self.connect().await {
             Ok(c) => {
                 self.down = None;
                 c
@@ -286,9 +329,6 @@ impl Conn {
                 return Err(e);
             }
         };
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
         if let Err(e) = migrate(&mut client).await {
             if let PgError::Newer { found, .. } = e {
                 self.newer = Some(found);
@@ -305,6 +345,35 @@ impl Conn {
             self.client = Some(client);
         }
     }
+}
+
+/// The TLS connector: the system's certificate authorities and those of `ca_file`.
+fn tls_connector(
+    ca_file: Option<&std::path::Path>,
+) -> Result<tokio_postgres_rustls::MakeRustlsConnect, PgError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let extra: Vec<CertificateDer<'static>> = match ca_file {
+        Some(p) => {
+            let pem =
+                std::fs::read(p).map_err(|e| PgError::Trust(format!("{}: {}", p.display(), e.kind())))?;
+            CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<_, _>>()
+                .map_err(|_| PgError::Trust(format!("{} is not a PEM file of certificates", p.display())))?
+        }
+        None => Vec::new(),
+    };
+    crate::tls::install_crypto_provider();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider.clone())
+        .map_err(|_| PgError::Trust("no certificate authorities to check the database with".into()))?;
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|_| PgError::Trust("no TLS version to use".into()))?
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
 /// A database error in a few words: its SQLSTATE class, never the server's text (which

@@ -464,3 +464,46 @@ async fn two_hubs_share_one_database() {
         pg.client().await.query_one("SELECT count(*) FROM fieldgate_sensors", &[]).await.unwrap().get(0);
     assert_eq!(sensors, 3, "one catalogue entry per sensor");
 }
+
+/// `sslmode=require` in the URL: TLS to the database, its certificate checked against the
+/// system's authorities and `history.postgres_ca_file`'s; not trusted, no connection (and
+/// no URL in the message); without `sslmode`, a plain connection.
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_to_postgres_when_the_url_requires_it() {
+    let certs = tempfile::tempdir().unwrap();
+    let ca = super::tls::TestCa::new();
+    let (cert, key) = ca.server(certs.path(), "db", &["localhost", "127.0.0.1"], (-1, 30));
+    let ca_file = ca.write(certs.path());
+    let (pg, port) = Postgres::start_tls(&cert, &key);
+    let url = format!("host=127.0.0.1 port={port} user=fieldgate dbname=postgres sslmode=require");
+    let (db, problem) = Pg::start_with(&url, Some(&ca_file)).unwrap();
+    assert_eq!(problem, None, "connected over TLS");
+    let dir = tempfile::tempdir().unwrap();
+    let store = HistoryStore::open_in(dir.path()).unwrap().with_remote(db, None).unwrap();
+    store.append("A_LINE1_001", &float(T0, 1.0));
+    store.flush_all().unwrap();
+    assert_eq!(store.ship().unwrap(), 1);
+    let tls: i64 = pg
+        .client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'fieldgate' AND s.ssl",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(tls >= 1, "fieldgate's connection is TLS");
+    // A CA that did not sign the server's certificate: refused, the reason short.
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = super::tls::TestCa::new().write(other_dir.path());
+    let (_, problem) = Pg::start_with(&url, Some(&other)).unwrap();
+    let problem = problem.expect("not trusted");
+    assert!(
+        matches!(problem, PgError::Connect(_)) && !problem.to_string().contains("fieldgate dbname"),
+        "{problem}"
+    );
+    // Without sslmode: plain.
+    let plain = format!("host=127.0.0.1 port={port} user=fieldgate dbname=postgres");
+    assert_eq!(Pg::start(&plain).unwrap().1, None);
+}

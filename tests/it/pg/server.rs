@@ -9,6 +9,8 @@ use std::process::Command;
 pub struct Postgres {
     dir: tempfile::TempDir,
     bin: PathBuf,
+    /// More server options (`-c ...`), e.g. TLS on a loopback port.
+    extra: String,
     /// The URL fieldgate takes (key=value form), as the variable would hold it.
     pub url: String,
 }
@@ -46,6 +48,36 @@ fn run(program: &Path, args: &[&str]) -> std::process::Output {
 
 impl Postgres {
     pub fn start() -> Postgres {
+        Postgres::start_with(|_| String::new())
+    }
+
+    /// Also listening on a free loopback port with TLS (`cert` and `key`, PEM, copied in
+    /// for the server's user); the URL (`url`) stays the Unix socket's. The port is
+    /// returned.
+    #[allow(dead_code)]
+    pub fn start_tls(cert: &Path, key: &Path) -> (Postgres, u16) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (cert, key) = (cert.to_path_buf(), key.to_path_buf());
+        let pg = Postgres::start_with(move |dir| {
+            use std::os::unix::fs::PermissionsExt;
+            let (c, k) = (dir.join("server.crt"), dir.join("server.key"));
+            std::fs::copy(&cert, &c).unwrap();
+            std::fs::copy(&key, &k).unwrap();
+            std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o600)).unwrap();
+            if is_root() {
+                let o = Command::new("chown").arg("postgres").arg(&c).arg(&k).output().unwrap();
+                assert!(o.status.success());
+            }
+            format!(
+                " -c listen_addresses=127.0.0.1 -c port={port} -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                c.display(),
+                k.display()
+            )
+        });
+        (pg, port)
+    }
+
+    fn start_with(extra: impl FnOnce(&Path) -> String) -> Postgres {
         let bin = bin_dir();
         let dir = tempfile::tempdir().unwrap();
         use std::os::unix::fs::PermissionsExt;
@@ -56,10 +88,14 @@ impl Postgres {
             &["-D", data.to_str().unwrap(), "-A", "trust", "-U", "fieldgate", "--no-sync", "-E", "UTF8"],
         );
         assert!(initdb.status.success(), "initdb: {}", String::from_utf8_lossy(&initdb.stderr));
+        let extra = extra(dir.path());
+        let port =
+            extra.split("port=").nth(1).and_then(|p| p.split(' ').next()).unwrap_or("5432").to_string();
         let pg = Postgres {
-            url: format!("host={} port=5432 user=fieldgate dbname=postgres", dir.path().display()),
+            url: format!("host={} port={port} user=fieldgate dbname=postgres", dir.path().display()),
             dir,
             bin,
+            extra,
         };
         pg.up();
         pg
@@ -71,7 +107,11 @@ impl Postgres {
 
     /// Started (again), waiting until it takes connections.
     pub fn up(&self) {
-        let opts = format!("-c listen_addresses='' -k {} -p 5432 -c fsync=off", self.dir.path().display());
+        let opts = if self.extra.is_empty() {
+            format!("-c listen_addresses='' -k {} -p 5432 -c fsync=off", self.dir.path().display())
+        } else {
+            format!("-k {} -c fsync=off{}", self.dir.path().display(), self.extra)
+        };
         let log = self.dir.path().join("log").display().to_string();
         let o = run(
             &self.bin.join("pg_ctl"),
