@@ -475,7 +475,8 @@ async fn tls_to_postgres_when_the_url_requires_it() {
     let (cert, key) = ca.server(certs.path(), "db", &["localhost", "127.0.0.1"], (-1, 30));
     let ca_file = ca.write(certs.path());
     let (pg, port) = Postgres::start_tls(&cert, &key);
-    let url = format!("host=127.0.0.1 port={port} user=fieldgate dbname=postgres sslmode=require");
+    let plain_base = format!("host=127.0.0.1 port={port} user=fieldgate dbname=postgres");
+    let url = format!("{plain_base} sslmode=require");
     let (db, problem) = Pg::start_with(&url, Some(&ca_file)).unwrap();
     assert_eq!(problem, None, "connected over TLS");
     let dir = tempfile::tempdir().unwrap();
@@ -503,6 +504,8 @@ async fn tls_to_postgres_when_the_url_requires_it() {
         matches!(problem, PgError::Connect(_)) && !problem.to_string().contains("fieldgate dbname"),
         "{problem}"
     );
+    // A mode fieldgate does not implement is refused, not taken for another.
+    assert_eq!(Pg::start(&format!("{plain_base} sslmode=verify-full")).err(), Some(PgError::Url));
     // Without sslmode: plain.
     let plain = format!("host=127.0.0.1 port={port} user=fieldgate dbname=postgres");
     assert_eq!(Pg::start(&plain).unwrap().1, None);
