@@ -267,6 +267,20 @@ impl Fleet {
         matches!((held.next(), held.next()), (Some(&only), None) if only == (edge, device))
     }
 
+    /// Whether the device `(edge, device)` holds its device ID: no other edge node's device
+    /// of that ID stands as well or better (as the catalogue decides: a sensor of a device
+    /// that does not hold its ID is not served, and its values are not history).
+    pub fn holds_device(&self, edge: usize, device: usize) -> bool {
+        let Some(id) = self.edges.get(edge).and_then(|e| e.devices.get(device)).map(|d| d.id.as_str()) else {
+            return false;
+        };
+        let mine = self.standing(edge, device);
+        self.edges
+            .iter()
+            .enumerate()
+            .all(|(e, x)| e == edge || x.device_index.get(id).is_none_or(|&d| self.standing(e, d) < mine))
+    }
+
     /// A message that does not decode: what it held is lost, so the edge node is asked
     /// for a rebirth (paced).
     pub fn undecodable(&mut self, group: &str, node: &str, clock: Clock) {

@@ -321,11 +321,25 @@ impl Host {
         let updates = std::mem::take(&mut self.updates);
         if let Some(store) = self.tools.history() {
             let fleet = self.fleet.lock();
+            // Whether each device holds its device ID, asked once per device of the message.
+            let mut holds: Vec<((usize, usize), bool)> = Vec::new();
             let points = updates.iter().filter_map(|u| {
                 let (_, Some(_), metric) = fleet.metric(u.at)? else { return None };
-                // A sensor ID, announced by this device alone: a conflict is never merged.
-                let sole = u.at.device.is_some_and(|d| fleet.sole_claim(&metric.name, u.at.edge, d));
-                if !sole || metric.name.parse::<crate::ids::SensorId>().is_err() {
+                let d = u.at.device?;
+                // A sensor ID announced by this device alone, of a device that holds its
+                // ID: a conflict is never merged, a superseded device never written.
+                let held = match holds.iter().find(|(k, _)| *k == (u.at.edge, d)) {
+                    Some(&(_, h)) => h,
+                    None => {
+                        let h = fleet.holds_device(u.at.edge, d);
+                        holds.push(((u.at.edge, d), h));
+                        h
+                    }
+                };
+                if !held
+                    || !fleet.sole_claim(&metric.name, u.at.edge, d)
+                    || metric.name.parse::<crate::ids::SensorId>().is_err()
+                {
                     return None;
                 }
                 let sample = crate::driver::Sample {

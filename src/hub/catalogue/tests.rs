@@ -289,6 +289,10 @@ fn a_device_id_is_served_from_the_claim_that_holds_it_with_its_own_sensors() {
         let SensorSource::Edge(p) = &r.sensor_named(id).unwrap().source else { panic!() };
         assert_eq!(f.edges()[p.edge].node, "gw-new", "{id} read from where it is listed");
     }
+    // History follows the same rule: the old edge's device writes nothing.
+    let at = |node: &str| f.edges().iter().position(|e| e.node == node).unwrap();
+    assert!(f.holds_device(at("gw-new"), 0));
+    assert!(!f.holds_device(at("gw-old"), 0));
     // A forger's device (dead) with a sensor of its own: the live device keeps its ID and
     // the forger's sensor is not served under it.
     let mut g = fleet();
