@@ -180,6 +180,7 @@ async fn keep(core: Core, store: Arc<HistoryStore>, stop: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_millis(cfg.flush_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_prune = Instant::now();
+    let mut pruning: Option<tokio::task::JoinHandle<()>> = None;
     if store.is_remote() {
         tokio::spawn(ship(store.clone(), cfg.flush_interval_ms, stop.clone()));
     }
@@ -205,9 +206,13 @@ async fn keep(core: Core, store: Arc<HistoryStore>, stop: CancellationToken) {
             }
         }
         flush(&store, false).await;
-        if last_prune.elapsed() >= Duration::from_secs(60) {
+        // Retention on a task of its own (a database that hangs must not hold up the
+        // flushes); one at a time.
+        if last_prune.elapsed() >= Duration::from_secs(60) && pruning.as_ref().is_none_or(|h| h.is_finished())
+        {
             last_prune = Instant::now();
-            prune(&store, &cfg).await;
+            let (s, c) = (store.clone(), cfg.clone());
+            pruning = Some(tokio::spawn(async move { prune(&s, &c).await }));
         }
     }
 }

@@ -77,6 +77,6 @@ pub fn migrate(config: &Config, dir: &Path, from: &str, to: &str) -> ExitCode {
             ));
             ExitCode::SUCCESS
         }
-        Err(e) => fail(1, &format!("{e}; run the same command again to go on where it stopped")),
+        Err(e) => fail(1, &format!("{e}; run the same command again: it goes on where it stopped")),
     }
 }

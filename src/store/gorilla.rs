@@ -308,6 +308,9 @@ impl ChunkWriter {
     }
 }
 
+/// The most points a chunk holds.
+pub const MAX_COUNT: u32 = 1024;
+
 /// The longest text a point keeps (its length is stored in 16 bits): a longer one keeps
 /// its first characters that fit.
 pub const MAX_TEXT_BYTES: usize = u16::MAX as usize;
@@ -336,6 +339,11 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Point>, Corrupt> {
         _ => return Err(Corrupt),
     };
     let count = u32::from_le_bytes(bytes[1..5].try_into().map_err(|_| Corrupt)?);
+    // No chunk holds more (the store seals one at 1,024): a count beyond is a chunk
+    // someone made, and decoding it could take gigabytes.
+    if count > MAX_COUNT {
+        return Err(Corrupt);
+    }
     let first_t = i64::from_le_bytes(bytes[5..13].try_into().map_err(|_| Corrupt)?);
     let mut r = BitReader { bytes: &bytes[HEADER..], pos: 0 };
     let mut out = Vec::with_capacity(count.min(1 << 16) as usize);
@@ -584,5 +592,19 @@ mod tests {
         let Stored::Text(kept) = &got[0].value else { panic!("{:?}", got[0].value) };
         assert_eq!(kept.len(), MAX_TEXT_BYTES - 1, "32,767 whole characters");
         assert!(long.starts_with(kept.as_str()) && !kept.contains('\u{fffd}'));
+    }
+
+    /// Regression (the adversarial walk): a chunk whose header claims four billion points
+    /// (made in a database by hand) decoded into gigabytes; it is refused as corrupt.
+    #[test]
+    fn a_chunk_claiming_more_points_than_any_holds_is_corrupt() {
+        let mut w = ChunkWriter::new(Kind::Float);
+        w.push(&Point { t: 0, value: Stored::Float(1.0), quality: 0 });
+        let mut bytes = w.bytes();
+        bytes[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
+        bytes.extend(std::iter::repeat_n(0u8, 1 << 20));
+        assert!(decode(&bytes).is_err());
+        bytes[1..5].copy_from_slice(&MAX_COUNT.to_le_bytes());
+        assert!(decode(&bytes).is_ok_and(|p| p.len() == MAX_COUNT as usize));
     }
 }

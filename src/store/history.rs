@@ -43,7 +43,7 @@ mod migrate;
 mod read;
 #[path = "history_remote.rs"]
 mod remote;
-pub use migrate::{MIGRATED_ID, Migrated};
+pub use migrate::Migrated;
 #[path = "history_retention.rs"]
 mod retention;
 pub use remote::{LOCAL_KEEP_MS, Remote, RemoteStats};
@@ -52,7 +52,7 @@ pub use retention::{Limits, Pruned};
 const CHUNKS: TableDefinition<(&str, i64), &[u8]> = TableDefinition::new("chunks");
 
 /// A chunk is sealed at this many points ...
-pub const MAX_POINTS: u32 = 1024;
+pub const MAX_POINTS: u32 = super::gorilla::MAX_COUNT;
 /// ... or when it holds this many bytes (an open chunk is held in memory: noisy values take
 /// up to 8 bytes a point) ...
 pub const MAX_CHUNK_BYTES: usize = 1536;

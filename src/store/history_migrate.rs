@@ -12,15 +12,17 @@ use super::{CHUNKS, HistoryStore, StoreError, db};
 use crate::store::gorilla::count_of;
 use crate::store::pg::{Chunk, Pg};
 
-/// Where a migration stopped: the last `(sensor, first_t)` copied.
+/// Where a migration to a database stopped (by the database's ID): the last
+/// `(sensor, first_t)` copied.
 const RESUME: TableDefinition<&str, (&str, i64)> = TableDefinition::new("migrate_resume");
-/// The chunk ID migrated chunks have in the database (the file's key is unique already).
-pub const MIGRATED_ID: i64 = 0;
 const BATCH: usize = 2_000;
 
 /// What a migration copied and found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Migrated {
+    /// The chunk ID this file's chunks have in the database (one per data directory: two
+    /// files' chunks never replace each other, and each is checked alone).
+    pub id: i64,
     pub chunks: u64,
     pub points: u64,
     pub sensors: usize,
@@ -73,15 +75,17 @@ impl HistoryStore {
             Ok::<_, StoreError>(())
         })?;
         let total: u64 = mine.values().map(|v| v.0 as u64).sum();
+        let target = pg.identity().map_err(remote)?;
+        let id = self.migration_id()?;
         let resume = self.db.read(|d| {
             let tx = d.begin_read().map_err(db)?;
             let Ok(t) = tx.open_table(RESUME) else { return Ok(None) };
-            Ok::<_, StoreError>(t.get("after").map_err(db)?.map(|v| {
+            Ok::<_, StoreError>(t.get(target.as_str()).map_err(db)?.map(|v| {
                 let (s, f) = v.value();
                 (s.to_string(), f)
             }))
         })?;
-        let mut out = Migrated { sensors: mine.len(), ..Migrated::default() };
+        let mut out = Migrated { id, sensors: mine.len(), ..Migrated::default() };
         if let Some((s, f)) = &resume {
             out.resumed_after = mine.range(..s.clone()).map(|(_, v)| v.0 as u64).sum::<u64>()
                 + self.chunks_of_before(s, f, before)?;
@@ -90,7 +94,7 @@ impl HistoryStore {
         let mut done = out.resumed_after;
         progress(done, total);
         loop {
-            let batch = self.own_batch(after.as_ref(), before)?;
+            let batch = self.own_batch(after.as_ref(), before, id)?;
             let Some(last) = batch.last().map(|c| (c.sensor.clone(), c.first)) else { break };
             out.chunks += batch.len() as u64;
             out.points += batch.iter().map(|c| u64::from(c.points)).sum::<u64>();
@@ -98,7 +102,10 @@ impl HistoryStore {
             pg.ship(batch).map_err(remote)?;
             self.db.write(|d| {
                 let tx = d.begin_write().map_err(db)?;
-                tx.open_table(RESUME).map_err(db)?.insert("after", (last.0.as_str(), last.1)).map_err(db)?;
+                tx.open_table(RESUME)
+                    .map_err(db)?
+                    .insert(target.as_str(), (last.0.as_str(), last.1))
+                    .map_err(db)?;
                 tx.commit().map_err(db)
             })?;
             after = Some(last);
@@ -106,20 +113,29 @@ impl HistoryStore {
         }
         // The check: every sensor's chunks and points, as the database holds them.
         let theirs: BTreeMap<String, (i64, i64)> =
-            pg.counts(MIGRATED_ID).map_err(remote)?.into_iter().map(|(s, c, p)| (s, (c, p))).collect();
+            pg.counts(id).map_err(remote)?.into_iter().map(|(s, c, p)| (s, (c, p))).collect();
         for (sensor, want) in &mine {
             let got = theirs.get(sensor).copied().unwrap_or_default();
             if got != *want {
                 return Err(StoreError::Remote(format!(
-                    "migration check failed: sensor {sensor} has {} chunks ({} points) here, {} ({}) in the database; run the migration again",
+                    "migration check failed: sensor {sensor} has {} chunks ({} points) here, {} ({}) in the database",
                     want.0, want.1, got.0, got.1
                 )));
             }
         }
+        // Migrated: what the file holds now is in the database (a start with the database
+        // backend finds nothing left to migrate).
+        let now = chrono::Utc::now().timestamp_millis();
         self.db.write(|d| {
             let tx = d.begin_write().map_err(db)?;
-            tx.open_table(REMOTE_META).map_err(db)?.insert("unmigrated", 0).map_err(db)?;
-            tx.open_table(RESUME).map_err(db)?.remove("after").map_err(db)?;
+            {
+                let mut meta = tx.open_table(REMOTE_META).map_err(db)?;
+                if meta.get("since").map_err(db)?.is_none() {
+                    meta.insert("since", now).map_err(db)?;
+                }
+                meta.insert("unmigrated", 0).map_err(db)?;
+            }
+            tx.open_table(RESUME).map_err(db)?.remove(target.as_str()).map_err(db)?;
             tx.commit().map_err(db)
         })?;
         Ok(out)
@@ -139,8 +155,37 @@ impl HistoryStore {
         })
     }
 
+    /// This file's migration ID: made at its first migration, negative (chunks shipped as
+    /// they are written have positive IDs).
+    fn migration_id(&self) -> Result<i64, StoreError> {
+        let mut fresh = [0u8; 8];
+        getrandom::fill(&mut fresh).map_err(|_| StoreError::Db("no randomness for a migration ID".into()))?;
+        let candidate = -((i64::from_le_bytes(fresh) & i64::MAX).max(1));
+        self.db.write(|d| {
+            let tx = d.begin_write().map_err(db)?;
+            let id = {
+                let mut meta = tx.open_table(REMOTE_META).map_err(db)?;
+                let known = meta.get("migration_id").map_err(db)?.map(|v| v.value());
+                match known {
+                    Some(id) => id,
+                    None => {
+                        meta.insert("migration_id", candidate).map_err(db)?;
+                        candidate
+                    }
+                }
+            };
+            tx.commit().map_err(db)?;
+            Ok(id)
+        })
+    }
+
     /// The next chunks to copy: after `after`, beginning before `before`.
-    fn own_batch(&self, after: Option<&(String, i64)>, before: i64) -> Result<Vec<Chunk>, StoreError> {
+    fn own_batch(
+        &self,
+        after: Option<&(String, i64)>,
+        before: i64,
+        id: i64,
+    ) -> Result<Vec<Chunk>, StoreError> {
         self.db.read(|d| {
             let tx = d.begin_read().map_err(db)?;
             let t = tx.open_table(CHUNKS).map_err(db)?;
@@ -166,7 +211,7 @@ impl HistoryStore {
                 out.push(Chunk {
                     sensor: sensor.to_string(),
                     first,
-                    id: MIGRATED_ID,
+                    id,
                     last,
                     points,
                     bytes: bytes.to_vec(),

@@ -284,7 +284,17 @@ impl HistoryStore {
             }
             Ok(out)
         })?;
-        let stored = remote.pg.range(sensor, from, to, MAX_SPAN_MS).map_err(remote_err)?;
+        // A read waits for the database (at most its timeout): on a runtime's worker, the
+        // worker hands its other tasks on first, so readings, polling and the other tools
+        // go on while a database hangs.
+        let read = || remote.pg.range(sensor, from, to, MAX_SPAN_MS);
+        let stored = match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(read)
+            }
+            _ => read(),
+        }
+        .map_err(remote_err)?;
         let newer: std::collections::HashSet<(i64, i64)> =
             in_memory.iter().copied().chain(waiting.iter().map(|(f, i, _)| (*f, *i))).collect();
         let mut out: Vec<(i64, Vec<u8>)> = stored

@@ -35,7 +35,9 @@ const READ_TIMEOUT: Duration = Duration::from_secs(8);
 /// After a failed connection attempt, jobs fail at once for this long (doubling to
 /// [`DOWN_MAX`]): a database that is down does not hold every read for a connect timeout.
 const DOWN_MIN: Duration = Duration::from_secs(1);
-const DOWN_MAX: Duration = Duration::from_secs(30);
+const DOWN_MAX: Duration = Duration::from_secs(5);
+/// A shipment waits this long for its answer (a normal one takes well under a second).
+const SHIP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Jobs waiting for the connection's thread, at most.
 const QUEUE: usize = 64;
 /// The advisory lock that serialises schema changes of several fieldgates on one database.
@@ -96,6 +98,7 @@ enum Job {
     Range { sensor: String, from: i64, to: i64, span: i64, reply: Reply<Vec<Stored>> },
     DropBefore(i64, Reply<Dropped>),
     Counts(i64, Reply<Vec<(String, i64, i64)>>),
+    Identity(Reply<String>),
     Ready(Reply<()>),
 }
 
@@ -137,6 +140,8 @@ impl Pg {
             .keepalives_idle(Duration::from_secs(10))
             .tcp_user_timeout(Duration::from_secs(15));
         config.application_name("fieldgate");
+        // The server's notices ("relation already exists, skipping") are no news.
+        config.options("-c client_min_messages=warning");
         let (jobs, rx) = mpsc::channel(QUEUE);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -169,7 +174,7 @@ impl Pg {
 
     /// Writes `chunks` in one transaction (each replaces an earlier snapshot of itself).
     pub fn ship(&self, chunks: Vec<Chunk>) -> Result<(), PgError> {
-        self.ask(|r| Job::Ship(chunks, r), Duration::from_secs(60))
+        self.ask(|r| Job::Ship(chunks, r), SHIP_TIMEOUT)
     }
 
     /// The chunks of `sensor` that may hold points in `from..to` (a chunk spans at most
@@ -187,6 +192,12 @@ impl Pg {
     /// Per sensor, the chunks of ID `id` and their points (a migration's check).
     pub fn counts(&self, id: i64) -> Result<Vec<(String, i64, i64)>, PgError> {
         self.ask(|r| Job::Counts(id, r), Duration::from_secs(600))
+    }
+
+    /// The database's own ID (made with its schema): a migration's progress is kept per
+    /// database.
+    pub fn identity(&self) -> Result<String, PgError> {
+        self.ask(Job::Identity, READ_TIMEOUT)
     }
 
     /// Connected, with the schema in place (connecting now if it was not).
@@ -256,6 +267,11 @@ impl Conn {
                     let r = match self.take().await {
                         Ok(mut c) => {
                             let r = ship(&mut c, &mut self.cache, &chunks).await;
+                            if r.is_err() {
+                                // A partition or a catalogue row dropped behind fieldgate's
+                                // back: made again on the next shipment.
+                                self.cache = Cache::default();
+                            }
                             self.put(c);
                             r
                         }
@@ -289,6 +305,21 @@ impl Conn {
                     let r = match self.take().await {
                         Ok(c) => {
                             let r = counts(&c, id).await;
+                            self.put(c);
+                            r
+                        }
+                        Err(e) => Err(e),
+                    };
+                    let _ = reply.send(r);
+                }
+                Job::Identity(reply) => {
+                    let r = match self.take().await {
+                        Ok(c) => {
+                            let r = c
+                                .query_one("SELECT value FROM fieldgate_meta WHERE key = 'database_id'", &[])
+                                .await
+                                .map(|row| row.get::<_, String>(0))
+                                .map_err(db);
                             self.put(c);
                             r
                         }
@@ -384,6 +415,8 @@ fn short(e: &tokio_postgres::Error) -> String {
         let what = match &code[..2.min(code.len())] {
             "28" => "authentication failed",
             "3D" => "no such database",
+            "42" if code == "42501" => "permission denied (the user needs CREATE on the database's schema)",
+            "42" if code == "42P01" => "a table of fieldgate's is missing",
             "42" => "the schema is not as expected",
             "53" => "the server is out of resources (disk, memory or connections)",
             "57" => "the server is shutting down or was restarted",
@@ -442,6 +475,10 @@ async fn migrate(client: &mut Client) -> Result<(), PgError> {
                      data bytea NOT NULL,
                      PRIMARY KEY (sensor, first_t, chunk)
                  ) PARTITION BY RANGE (first_t);
+                 CREATE TABLE IF NOT EXISTS fieldgate_meta (key text PRIMARY KEY, value text NOT NULL);
+                 INSERT INTO fieldgate_meta (key, value)
+                     VALUES ('database_id', md5(random()::text || clock_timestamp()::text))
+                     ON CONFLICT (key) DO NOTHING;
                  INSERT INTO fieldgate_schema (id, version) VALUES (1, 1)
                      ON CONFLICT (id) DO UPDATE SET version = 1;",
             )

@@ -354,7 +354,7 @@ pub fn history(inner: &View, args: &GetSensorHistoryArgs) -> Result<HistoryData,
     let points = store.points(id.as_str(), from, to).map_err(|error| match error {
         // The database history is kept in cannot be read now: a passing failure.
         crate::store::StoreError::Remote(why) => {
-            tracing::warn!(%why, sensor = %id, "history read failed");
+            tracing::debug!(%why, sensor = %id, "history read failed");
             ToolError::new(
                 ErrorCode::StorageUnavailable,
                 "The history database cannot be read now; nothing was read.",

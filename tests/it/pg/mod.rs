@@ -510,3 +510,60 @@ async fn tls_to_postgres_when_the_url_requires_it() {
     let plain = format!("host=127.0.0.1 port={port} user=fieldgate dbname=postgres");
     assert_eq!(Pg::start(&plain).unwrap().1, None);
 }
+
+/// Regression (the adversarial walk): a second data directory with the same sensors
+/// migrated into the same database passes its check (each file's chunks have an ID of
+/// their own); a migration cut off against one database starts over against another; a
+/// file migrated before it was switched to the database is not taken for unmigrated.
+#[tokio::test(flavor = "multi_thread")]
+async fn migrations_of_two_directories_and_to_two_databases_are_each_their_own() {
+    let (pg, other_pg) = (Postgres::start(), Postgres::start());
+    let fill = |dir: &Path, base: f64| {
+        let s = HistoryStore::open_in(dir).unwrap();
+        for i in 0..50i64 {
+            s.append("A_LINE1_001", &float(T0 + i * 1000, base + i as f64));
+        }
+        s.flush_all().unwrap();
+    };
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    fill(a.path(), 0.0);
+    fill(b.path(), 1000.0);
+    let db = Pg::start(&pg.url).unwrap().0;
+    let first = HistoryStore::open_in(a.path()).unwrap().migrate_to(&db, |_, _| {}).unwrap();
+    let second = HistoryStore::open_in(b.path()).unwrap().migrate_to(&db, |_, _| {}).unwrap();
+    assert_ne!(first.id, second.id);
+    assert_eq!((first.chunks, second.chunks, second.resumed_after), (1, 1, 0));
+    // Both files' points are there, one per instant (the chunk that begins first, then by ID).
+    let fresh = tempfile::tempdir().unwrap();
+    assert_eq!(pg_store(&pg, fresh.path()).points("A_LINE1_001", T0, T0 + 100_000).unwrap().len(), 50);
+    // The same file into another database: everything again, not "resumed".
+    let db2 = Pg::start(&other_pg.url).unwrap().0;
+    let again = HistoryStore::open_in(a.path()).unwrap().migrate_to(&db2, |_, _| {}).unwrap();
+    assert_eq!((again.chunks, again.resumed_after), (1, 0));
+    // Migrated, then switched: nothing is held back from retention as unmigrated.
+    let switched =
+        HistoryStore::open_in(a.path()).unwrap().with_remote(Pg::start(&pg.url).unwrap().0, None).unwrap();
+    assert!(switched.prune(i64::MAX, 0).unwrap().chunks > 0);
+}
+
+/// Regression (the adversarial walk): a day's partition dropped behind fieldgate's back
+/// failed every shipment until a reconnect; the next shipment makes it again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_dropped_behind_its_back_is_made_again() {
+    let pg = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = pg_store(&pg, dir.path());
+    store.append("A_LINE1_001", &float(T0, 1.0));
+    store.flush_all().unwrap();
+    store.ship().unwrap();
+    let day = T0.div_euclid(86_400_000);
+    pg.client().await.batch_execute(&format!("DROP TABLE fieldgate_chunks_d{day}")).await.unwrap();
+    store.append("A_LINE1_001", &float(T0 + 1000, 2.0));
+    store.flush_all().unwrap();
+    let shipped = (0..2).find_map(|_| store.ship().ok().filter(|n| *n > 0));
+    assert!(shipped.is_some(), "shipped again by the second attempt at most");
+    // The open chunk's new snapshot holds both points: the dropped day is whole again.
+    let fresh = tempfile::tempdir().unwrap();
+    let got = values(&pg_store(&pg, fresh.path()).points("A_LINE1_001", T0, T0 + 10_000).unwrap());
+    assert_eq!(got, [(T0, 1.0), (T0 + 1000, 2.0)]);
+}
