@@ -343,13 +343,20 @@ impl Config {
 #[cfg(test)]
 mod tests;
 
-/// With `backend = "postgres"`, the variable `postgres_url_env` names must be set.
+/// With `backend = "postgres"`, the variable `postgres_url_env` names must be set, to a
+/// URL that reads (its value is never repeated: it holds a password).
 fn history_problem(h: &HistoryConfig, env: impl Fn(&str) -> Option<String>) -> Option<String> {
-    (h.backend == HistoryBackend::Postgres && env(&h.postgres_url_env).is_none_or(|v| v.trim().is_empty()))
-        .then(|| {
-            format!(
-                "history.backend is \"postgres\" but the environment variable {} (history.postgres_url_env) is not set: set it to the database's URL, e.g. postgres://fieldgate@db.plant/fieldgate",
-                h.postgres_url_env
-            )
-        })
+    if h.backend != HistoryBackend::Postgres {
+        return None;
+    }
+    let var = &h.postgres_url_env;
+    match env(var).filter(|v| !v.trim().is_empty()) {
+        None => Some(format!(
+            "history.backend is \"postgres\" but the environment variable {var} (history.postgres_url_env) is not set: set it to the database's URL, e.g. postgres://fieldgate@db.plant/fieldgate"
+        )),
+        Some(url) if url.parse::<tokio_postgres::Config>().is_err() => Some(format!(
+            "the environment variable {var} (history.postgres_url_env) holds no PostgreSQL URL fieldgate can read (postgres://user@host:port/database, or host=... user=... dbname=...; sslmode disable, prefer or require)"
+        )),
+        Some(_) => None,
+    }
 }

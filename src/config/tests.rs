@@ -288,6 +288,14 @@ fn a_postgres_history_needs_its_url_variable_which_is_no_key() {
     ])
     .unwrap();
     assert_eq!(named.history.postgres_url_env, "FIELDGATE_HISTORIAN");
+    // A URL that does not read is said at load (as `fieldgate check`), without the URL.
+    let unread = load(&[
+        ("FIELDGATE_HISTORY_BACKEND", "postgres"),
+        ("FIELDGATE_PG_URL", "postgres://fieldgate:hunter2@127.0.0.1:notaport/db"),
+    ])
+    .unwrap_err();
+    assert!(unread.iter().any(|p| p.contains("holds no PostgreSQL URL")), "{unread:?}");
+    assert!(unread.iter().all(|p| !p.contains("hunter2")), "{unread:?}");
     let bad = load(&[("FIELDGATE_HISTORY_BACKEND", "mysql"), ("FIELDGATE_HISTORY_POSTGRES_URL_ENV", secret)]);
     let bad = bad.unwrap_err();
     assert!(bad.iter().any(|p| p.contains("backend") && p.contains("mysql")), "{bad:?}");
