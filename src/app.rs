@@ -133,7 +133,16 @@ pub fn open_stores(config: &Config, dir: &Path) -> Result<(HistoryStore, WorkOrd
     })?;
     let history = history.with_limits(Limits::of(&config.storage));
     let history = match config.history.backend {
-        crate::config::HistoryBackend::Redb => history,
+        crate::config::HistoryBackend::Redb => {
+            let waiting = history.outbox_waiting();
+            if waiting > 0 {
+                tracing::warn!(
+                    chunks = waiting,
+                    "history: chunks of this data directory wait for the PostgreSQL database it kept history in; with history.backend = \"redb\" they are not sent, and history written there is not read here"
+                );
+            }
+            history
+        }
         crate::config::HistoryBackend::Postgres => {
             // The loader checked that the variable is set; its value is a secret, read here.
             let url = std::env::var(&config.history.postgres_url_env).unwrap_or_default();

@@ -191,7 +191,7 @@ impl Core {
                 || orders.as_ref().is_some_and(|w| w.problem().is_some());
             s.gauge(
                 "fieldgate_storage_failing",
-                "1 while a store cannot write (history waits in memory, work orders are refused).",
+                "1 while a store cannot write: history waits in memory (or, with a database, in the data directory), or work orders are refused.",
                 i64::from(failing),
             );
             if let Some((free, _)) = history.as_ref().and_then(|h| h.disk_space()) {

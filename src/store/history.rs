@@ -456,6 +456,12 @@ impl HistoryStore {
         self.db.problem().or_else(|| self.remote.as_ref().and_then(Remote::problem))
     }
 
+    /// Every problem of the store now: its file's, and the database's (both can hold at
+    /// once: a full disk while the database is down).
+    pub fn problems(&self) -> Vec<Problem> {
+        self.db.problem().into_iter().chain(self.remote.as_ref().and_then(Remote::problem)).collect()
+    }
+
     /// Flushes that failed since start.
     pub fn failures(&self) -> u64 {
         self.db.failures()

@@ -155,6 +155,20 @@ impl HistoryStore {
         self.remote.as_ref().map(|r| r.since)
     }
 
+    /// Chunks waiting in the outbox for a database (also when this store keeps history in
+    /// its file: a directory switched back from PostgreSQL).
+    pub fn outbox_waiting(&self) -> u64 {
+        self.db
+            .read(|d| {
+                let tx = d.begin_read().map_err(db)?;
+                match tx.open_table(OUTBOX) {
+                    Ok(t) => t.len().map_err(db),
+                    Err(_) => Ok(0),
+                }
+            })
+            .unwrap_or(0)
+    }
+
     /// Whether history is kept in a database (not this store's file).
     pub fn is_remote(&self) -> bool {
         self.remote.is_some()

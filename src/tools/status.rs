@@ -246,7 +246,7 @@ pub async fn probe(inner: &View, raw: &str) -> ToolResult {
 /// The state of the history and work-order stores and of their disk.
 pub fn storage(inner: &View) -> StorageStatus {
     let mut problems = Vec::new();
-    if let Some(p) = inner.core.history.as_ref().and_then(|h| h.problem()) {
+    for p in inner.core.history.as_ref().map(|h| h.problems()).unwrap_or_default() {
         problems.push(format!(
             "history: {} (since {})",
             p.reason,

@@ -196,6 +196,8 @@ async fn nothing_is_lost_while_postgres_is_down() {
     assert!(matches!(shipped, Err(StoreError::Remote(_))), "{shipped:?}");
     let waiting = store.remote_stats().unwrap();
     assert!(waiting.waiting > 0 && waiting.failures > 0, "{waiting:?}");
+    assert_eq!(store.outbox_waiting(), waiting.waiting, "what waits, also as a redb store would see it");
+    assert_eq!(store.problems().len(), 1, "the database's problem alone (the disk is fine)");
     let problem = store.problem().expect("the problem is said");
     assert!(problem.reason.contains("PostgreSQL") && problem.reason.contains("waits"), "{}", problem.reason);
     assert!(!problem.reason.contains(&pg.url), "no URL in {}", problem.reason);
