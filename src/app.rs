@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::registry::Registry;
 use crate::store::HistoryStore;
+use crate::store::alarm_journal::AlarmJournal;
 use crate::store::history::Limits;
 use crate::tools::ToolService;
 use crate::transport::auth::Tokens;
@@ -115,7 +116,7 @@ pub fn absolute(dir: &Path) -> PathBuf {
 }
 
 /// The history and work-order stores of `dir`, or who holds them.
-pub fn open_stores(config: &Config, dir: &Path) -> Result<(HistoryStore, WorkOrderStore), StartError> {
+pub fn open_stores(config: &Config, dir: &Path) -> Result<crate::service::Stores, StartError> {
     let held = |e: &str| e.contains("in use by another fieldgate process");
     let history = HistoryStore::open_in(dir).map_err(|e| {
         let e = e.to_string();
@@ -151,7 +152,21 @@ pub fn open_stores(config: &Config, dir: &Path) -> Result<(HistoryStore, WorkOrd
             history.with_remote(pg, problem).map_err(|e| StartError::Store(e.to_string()))?
         }
     };
-    Ok((history, orders))
+    // The alarm journal is read whole at start (every instance): one that does not read is
+    // refused here, with the file named, not found out later.
+    let alarms = AlarmJournal::open_in(dir).and_then(|j| j.instances().map(|_| j)).map_err(|e| {
+        let e = e.to_string();
+        if held(&e) {
+            StartError::Held { dir: dir.to_path_buf(), owner: owner_of(dir) }
+        } else {
+            StartError::Store(e)
+        }
+    })?;
+    Ok(crate::service::Stores {
+        history: Some(Arc::new(history)),
+        work_orders: Some(Arc::new(orders)),
+        alarms: Some(Arc::new(alarms)),
+    })
 }
 
 /// The URL a command on this box reaches the service of `server` with: `public_url` when
@@ -201,8 +216,8 @@ async fn start_with(
     }
     config.storage.data_dir = data_dir.clone();
     let webhook = Webhook::from_config(&config.work_orders, |name| std::env::var(name).ok())?;
-    let (history, orders) = open_stores(&config, &data_dir)?;
-    let orders = Arc::new(orders);
+    let stores = open_stores(&config, &data_dir)?;
+    let orders = stores.work_orders.clone().ok_or_else(|| StartError::Store("work orders".into()))?;
     let tls = config.server.tls.as_ref().map(TlsListener::load).transpose()?.map(Arc::new);
     let exposure = http::Exposure {
         authenticated: !options.tokens.is_empty(),
@@ -226,8 +241,6 @@ async fn start_with(
     }
     let ttl = config.work_orders.pending_ttl_hours;
     let timeouts = http::Timeouts::of(&config.server);
-    let stores =
-        crate::service::Stores { history: Some(Arc::new(history)), work_orders: Some(orders.clone()) };
     let registry = Arc::new(registry);
     let core = match &hub {
         Some(h) => crate::service::Core::fleet(registry.clone(), config, stores, h.drivers(&registry)),
@@ -241,8 +254,13 @@ async fn start_with(
         Some(_) => None,
         None => crate::sparkplug::start(&core, |name| std::env::var(name).ok(), shutdown.clone())?,
     };
+    let alarms = core.alarms.clone().filter(|a| a.any()).map(|a| {
+        let rx = core.feed.subscribe(ALARM_QUEUE, a.lost.clone());
+        tokio::spawn(a.run(core.registry.clone(), rx))
+    });
     let mut tasks = crate::poller::start(&core, shutdown.clone());
     core.feed.seal();
+    tasks.extend(alarms);
     tasks.extend(sparkplug.map(|s| s.task));
     let tools = ToolService::over(core);
     if let Some(h) = hub {
@@ -280,6 +298,10 @@ async fn start_with(
     }
     Ok(Running { tools, addr, data_dir, shutdown, server, tasks, owner_file })
 }
+
+/// Batches of samples the alarm engine's queue holds (a poll of a device is one batch;
+/// evaluating one takes microseconds, so it fills only when the journal's disk stalls).
+const ALARM_QUEUE: usize = 4096;
 
 /// Takes SIGHUP with nothing to reload: a log line, the process goes on.
 fn ignore_sighup(stop: CancellationToken) -> JoinHandle<()> {

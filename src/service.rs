@@ -9,6 +9,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use crate::alarms::Alarms;
 use crate::config::Config;
 use crate::driver::Drivers;
 use crate::ids::DeviceId;
@@ -20,6 +21,7 @@ use crate::registry::Registry;
 use crate::resilience::breaker::SnapshotState;
 use crate::resilience::repeat::RepeatGuard;
 use crate::store::HistoryStore;
+use crate::store::alarm_journal::AlarmJournal;
 use crate::work_orders::WorkOrderStore;
 
 /// The stores a service keeps its data in, given when it is built (the core is shared from
@@ -27,6 +29,8 @@ use crate::work_orders::WorkOrderStore;
 pub struct Stores {
     pub history: Option<Arc<HistoryStore>>,
     pub work_orders: Option<Arc<WorkOrderStore>>,
+    /// The alarm journal; the core evaluates its registry's alarms into it.
+    pub alarms: Option<Arc<AlarmJournal>>,
 }
 
 impl Stores {
@@ -35,6 +39,7 @@ impl Stores {
         Stores {
             history: HistoryStore::in_memory().ok().map(Arc::new),
             work_orders: WorkOrderStore::in_memory().ok().map(Arc::new),
+            alarms: AlarmJournal::in_memory().ok().map(Arc::new),
         }
     }
 }
@@ -54,6 +59,9 @@ pub struct Parts {
     pub metrics: Arc<Metrics>,
     pub history: Option<Arc<HistoryStore>>,
     pub work_orders: Option<Arc<WorkOrderStore>>,
+    /// The registry's alarms and their instances (none without a journal, or when it
+    /// could not be read: the alarm tools then answer that storage is unavailable).
+    pub alarms: Option<Arc<Alarms>>,
     /// Fresh samples, for the consumers besides history (Sparkplug).
     pub feed: Feed,
     /// The cross-call retry limit, fed by the tools and asked by fieldgate's own probes.
@@ -107,7 +115,11 @@ impl Core {
     /// catalogue; `ToolService::renew` takes it).
     pub fn renewed(&self, registry: Arc<Registry>, drivers: Drivers) -> Core {
         let reader = Arc::new(Reader::with_drivers(registry.clone(), &self.config, &self.metrics, drivers));
-        let stores = Stores { history: self.history.clone(), work_orders: self.work_orders.clone() };
+        let stores = Stores {
+            history: self.history.clone(),
+            work_orders: self.work_orders.clone(),
+            alarms: self.alarms.as_ref().map(|a| a.journal_handle()),
+        };
         Core::of(
             registry,
             self.config.clone(),
@@ -128,7 +140,15 @@ impl Core {
         repeat: Arc<RepeatGuard>,
         fleet: bool,
     ) -> Core {
+        let alarms = stores.alarms.and_then(|journal| match Alarms::new(&registry, journal) {
+            Ok(a) => Some(Arc::new(a)),
+            Err(error) => {
+                tracing::error!(%error, "alarms: the journal cannot be read; no alarm is evaluated");
+                None
+            }
+        });
         let parts = Parts {
+            alarms,
             registry,
             config,
             reader,
@@ -185,6 +205,9 @@ impl Core {
                 );
             }
         });
+        if let Some(a) = self.alarms.clone().filter(|a| a.any()) {
+            self.metrics.collect("alarms", move |s| a.report(s));
+        }
         let (history, orders) = (self.history.clone(), self.work_orders.clone());
         self.metrics.collect("storage", move |s| {
             let failing = history.as_ref().is_some_and(|h| h.problem().is_some())

@@ -1,6 +1,11 @@
 //! Alarms: the limit alarms of the device files evaluated over every sample (`limit.rs`,
-//! a state machine without I/O: which sample activates an alarm and which clears it).
-//! The journal of transitions, the ISA-18.2 states (acknowledged, shelved, out of
-//! service), OPC UA Alarms & Conditions and the tools build on it (issue 37).
+//! a state machine without I/O: which sample activates an alarm and which clears it), the
+//! engine that runs them over the sample feed and journals each transition and each
+//! operator's act (`engine.rs`), and the alarm-management figures over a journal
+//! (`summary.rs`).
 
+pub mod engine;
 pub mod limit;
+pub mod summary;
+
+pub use engine::{ActError, Alarms, Entry};

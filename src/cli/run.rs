@@ -224,11 +224,7 @@ pub async fn call(
         tracing::warn!(data_dir = %dir.display(), "no running fieldgate found: calling in this process, with a new data directory");
     }
     match crate::app::open_stores(&config, &dir) {
-        Ok((history, orders)) => {
-            let stores = crate::tools::Stores {
-                history: Some(std::sync::Arc::new(history)),
-                work_orders: Some(std::sync::Arc::new(orders)),
-            };
+        Ok(stores) => {
             let service =
                 crate::tools::ToolService::with_stores(std::sync::Arc::new(registry), config, stores);
             let answered = service.call(tool, args).await;

@@ -40,8 +40,11 @@ impl AlarmKind {
     strum::EnumString,
     strum::VariantNames,
     strum::IntoStaticStr,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 #[strum(serialize_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum AlarmPriority {
     Low,
     Medium,

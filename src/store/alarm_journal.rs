@@ -1,14 +1,16 @@
 //! The alarm journal (`alarms.redb` in the data directory): each alarm's current instance
 //! in its ISA-18.2 state, and every transition, written durably before it is answered.
 //!
-//! States (ISA-18.2 / OPC UA Part 9, without shelving and out of service yet): normal,
-//! active-unacknowledged, active-acknowledged, returned-unacknowledged. An activation
-//! starts a new event (its ID one more than the journal's last); clearing and
-//! acknowledging belong to the event they end. A restart finds every instance as it was:
-//! the same event IDs, nothing activated twice.
+//! States (ISA-18.2 / OPC UA Part 9): normal, active-unacknowledged, active-acknowledged,
+//! returned-unacknowledged; besides them, orthogonal, shelved (until a time, by an
+//! operator, with a reason) and out of service. An activation starts a new event (its ID
+//! one more than the journal's last); clearing and acknowledging belong to the event they
+//! end. Taking an alarm out of service ends its event (the instance returns to normal).
+//! A restart finds every instance as it was: the same event IDs, nothing activated twice.
 //!
-//! Tables: `instances` (alarm ID → the instance, JSON), `events` (sequence number → the
-//! transition, JSON), `meta` (`next_event`).
+//! Tables: `instances` (alarm ID → the instance, JSON), `events` ((time, sequence number)
+//! → the transition, JSON; a range of time is a range of keys), `meta` (`next_event`,
+//! `next_seq`).
 
 use std::path::Path;
 
@@ -16,13 +18,15 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use super::db::{Db, Problem, StorageFailure};
+use crate::registry::AlarmPriority;
 
 const INSTANCES: TableDefinition<&str, &[u8]> = TableDefinition::new("instances");
-const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+const EVENTS: TableDefinition<(i64, u64), &[u8]> = TableDefinition::new("events");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum AlarmState {
     Normal,
     ActiveUnacknowledged,
@@ -34,14 +38,33 @@ impl AlarmState {
     pub fn is_active(self) -> bool {
         matches!(self, AlarmState::ActiveUnacknowledged | AlarmState::ActiveAcknowledged)
     }
+
+    pub fn is_unacknowledged(self) -> bool {
+        matches!(self, AlarmState::ActiveUnacknowledged | AlarmState::ReturnedUnacknowledged)
+    }
+
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum EventKind {
     Activated,
     Cleared,
     Acknowledged,
+    Shelved,
+    Unshelved,
+    OutOfService,
+    InService,
+}
+
+impl EventKind {
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
 }
 
 /// One alarm as it stands.
@@ -54,9 +77,41 @@ pub struct Instance {
     /// When its state last changed (ms).
     pub since_ms: i64,
     pub activated_ms: Option<i64>,
-    /// The value that activated it.
+    /// The value that activated it (a boolean as 0 or 1).
     pub value: Option<f64>,
     pub acknowledged_by: Option<String>,
+    #[serde(default)]
+    pub acknowledged_ms: Option<i64>,
+    /// Shelved until then (ms), by whom.
+    #[serde(default)]
+    pub shelved_until_ms: Option<i64>,
+    #[serde(default)]
+    pub shelved_by: Option<String>,
+    #[serde(default)]
+    pub out_of_service: bool,
+}
+
+impl Instance {
+    /// An alarm that never activated.
+    pub fn normal(alarm_id: &str) -> Instance {
+        Instance::new(alarm_id, 0)
+    }
+
+    fn new(alarm_id: &str, at_ms: i64) -> Instance {
+        Instance {
+            alarm_id: alarm_id.to_string(),
+            state: AlarmState::Normal,
+            event_id: 0,
+            since_ms: at_ms,
+            activated_ms: None,
+            value: None,
+            acknowledged_by: None,
+            acknowledged_ms: None,
+            shelved_until_ms: None,
+            shelved_by: None,
+            out_of_service: false,
+        }
+    }
 }
 
 /// One transition.
@@ -70,6 +125,57 @@ pub struct Event {
     pub value: Option<f64>,
     pub by: Option<String>,
     pub comment: Option<String>,
+    /// An activation's priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<AlarmPriority>,
+    /// When the event this transition belongs to activated (ms; none for shelving).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activated_ms: Option<i64>,
+    /// A shelving's end (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<i64>,
+    /// An activation while the alarm was shelved (journaled, not annunciated).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shelved: bool,
+}
+
+/// What a transition does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Act {
+    /// The limit was crossed: a new event, active and unacknowledged.
+    Activate {
+        value: Option<f64>,
+        priority: AlarmPriority,
+    },
+    /// Back inside: returned (unacknowledged) or normal (acknowledged before).
+    Clear {
+        value: Option<f64>,
+    },
+    /// An operator acknowledges the alarm's event (`event_id`, when given, must be it).
+    Acknowledge {
+        event_id: Option<u64>,
+    },
+    /// An operator shelves it until `until_ms` (again: a new end).
+    Shelve {
+        until_ms: i64,
+    },
+    Unshelve,
+    /// Out of service: not evaluated; an event standing ends.
+    OutOfService,
+    InService,
+}
+
+/// Why an operator's act was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    NothingToAcknowledge,
+    /// The `event_id` given is not the alarm's current event.
+    OtherEvent {
+        current: u64,
+    },
+    NotShelved,
+    OutOfService,
+    InService,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,9 +184,8 @@ pub enum JournalError {
     Db(String),
     #[error("alarm journal: a stored record is corrupt")]
     Corrupt,
-    /// Acknowledging an alarm with nothing to acknowledge, or an event that is over.
-    #[error("alarm {alarm_id} has no unacknowledged event {event_id}")]
-    NothingToAcknowledge { alarm_id: String, event_id: u64 },
+    #[error("alarm {alarm_id}: {refusal:?}")]
+    Refused { alarm_id: String, refusal: Refusal },
 }
 
 impl StorageFailure for JournalError {
@@ -100,17 +205,73 @@ pub struct AlarmJournal {
     db: Db,
 }
 
-/// What a transition does to an instance: its new state, and whether it may happen.
-fn next(state: AlarmState, kind: EventKind) -> Option<AlarmState> {
+/// What `act` does to `was`: the instance after it, or `None` when it changes nothing
+/// (the engine's repeats: activating an active alarm), or the operator's refusal.
+fn apply(was: &Instance, act: &Act, at_ms: i64, by: Option<&str>) -> Result<Option<Instance>, Refusal> {
     use AlarmState::*;
-    match (state, kind) {
-        (Normal | ReturnedUnacknowledged, EventKind::Activated) => Some(ActiveUnacknowledged),
-        (ActiveUnacknowledged, EventKind::Cleared) => Some(ReturnedUnacknowledged),
-        (ActiveAcknowledged, EventKind::Cleared) => Some(Normal),
-        (ActiveUnacknowledged, EventKind::Acknowledged) => Some(ActiveAcknowledged),
-        (ReturnedUnacknowledged, EventKind::Acknowledged) => Some(Normal),
-        _ => None,
+    let mut now = Instance { since_ms: at_ms, ..was.clone() };
+    match act {
+        Act::Activate { .. } | Act::Clear { .. } if was.out_of_service => return Ok(None),
+        Act::Activate { value, .. } => match was.state {
+            Normal | ReturnedUnacknowledged => {
+                now.state = ActiveUnacknowledged;
+                now.activated_ms = Some(at_ms);
+                now.value = *value;
+                now.acknowledged_by = None;
+                now.acknowledged_ms = None;
+            }
+            _ => return Ok(None),
+        },
+        Act::Clear { .. } => match was.state {
+            ActiveUnacknowledged => now.state = ReturnedUnacknowledged,
+            ActiveAcknowledged => now.state = Normal,
+            _ => return Ok(None),
+        },
+        Act::Acknowledge { event_id } => {
+            if event_id.is_some_and(|e| e != was.event_id) {
+                return Err(Refusal::OtherEvent { current: was.event_id });
+            }
+            now.state = match was.state {
+                ActiveUnacknowledged => ActiveAcknowledged,
+                ReturnedUnacknowledged => Normal,
+                _ => return Err(Refusal::NothingToAcknowledge),
+            };
+            now.acknowledged_by = by.map(str::to_string);
+            now.acknowledged_ms = Some(at_ms);
+        }
+        Act::Shelve { until_ms } => {
+            if was.out_of_service {
+                return Err(Refusal::OutOfService);
+            }
+            now.since_ms = was.since_ms;
+            now.shelved_until_ms = Some(*until_ms);
+            now.shelved_by = by.map(str::to_string);
+        }
+        Act::Unshelve => {
+            if was.shelved_until_ms.is_none() {
+                return Err(Refusal::NotShelved);
+            }
+            now.since_ms = was.since_ms;
+            now.shelved_until_ms = None;
+            now.shelved_by = None;
+        }
+        Act::OutOfService => {
+            if was.out_of_service {
+                return Err(Refusal::OutOfService);
+            }
+            now.out_of_service = true;
+            now.state = Normal;
+            now.shelved_until_ms = None;
+            now.shelved_by = None;
+        }
+        Act::InService => {
+            if !was.out_of_service {
+                return Err(Refusal::InService);
+            }
+            now.out_of_service = false;
+        }
     }
+    Ok(Some(now))
 }
 
 impl AlarmJournal {
@@ -156,75 +317,47 @@ impl AlarmJournal {
         })
     }
 
-    /// The transitions with `from <= at_ms < to`, in the order they were written.
-    pub fn events(&self, from: i64, to: i64) -> Result<Vec<Event>, JournalError> {
+    /// The transitions with `from <= at_ms < to`, by time (the order written within one
+    /// millisecond), after the one keyed `after` (time, sequence number) when given, at
+    /// most `max` of them.
+    pub fn events(
+        &self,
+        from: i64,
+        to: i64,
+        after: Option<(i64, u64)>,
+        max: usize,
+    ) -> Result<Vec<Event>, JournalError> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
         self.db.read(|d| {
             let tx = d.begin_read().map_err(db)?;
             let t = tx.open_table(EVENTS).map_err(db)?;
             let mut out = Vec::new();
-            for item in t.iter().map_err(db)? {
-                let (_, v) = item.map_err(db)?;
-                let e: Event = serde_json::from_slice(v.value()).map_err(|_| JournalError::Corrupt)?;
-                if e.at_ms >= from && e.at_ms < to {
-                    out.push(e);
+            let start = match after {
+                Some((at, seq)) => (at.max(from), seq.saturating_add(1)),
+                None => (from, 0),
+            };
+            for item in t.range(start..(to, 0)).map_err(db)? {
+                if out.len() >= max {
+                    break;
                 }
+                let (_, v) = item.map_err(db)?;
+                out.push(serde_json::from_slice(v.value()).map_err(|_| JournalError::Corrupt)?);
             }
             Ok(out)
         })
     }
 
-    /// The limit was crossed: a new event, active and unacknowledged. `None` when the
-    /// alarm is active already (a restart's evaluation finding it so: nothing twice).
-    pub fn activate(
+    /// Applies `act` to the alarm at `at_ms` (by `by`, with `comment`): the instance
+    /// after it, journaled, or `None` when it changes nothing.
+    pub fn act(
         &self,
         alarm_id: &str,
+        act: &Act,
         at_ms: i64,
-        value: Option<f64>,
-    ) -> Result<Option<Instance>, JournalError> {
-        self.transition(alarm_id, EventKind::Activated, at_ms, value, None, None, None)
-    }
-
-    /// Back inside: returned (unacknowledged) or normal (acknowledged before).
-    pub fn clear(
-        &self,
-        alarm_id: &str,
-        at_ms: i64,
-        value: Option<f64>,
-    ) -> Result<Option<Instance>, JournalError> {
-        self.transition(alarm_id, EventKind::Cleared, at_ms, value, None, None, None)
-    }
-
-    /// An operator acknowledges event `event_id` of the alarm.
-    pub fn acknowledge(
-        &self,
-        alarm_id: &str,
-        event_id: u64,
-        at_ms: i64,
-        by: &str,
-        comment: Option<&str>,
-    ) -> Result<Instance, JournalError> {
-        let done = self.transition(
-            alarm_id,
-            EventKind::Acknowledged,
-            at_ms,
-            None,
-            Some(by),
-            comment,
-            Some(event_id),
-        )?;
-        done.ok_or_else(|| JournalError::NothingToAcknowledge { alarm_id: alarm_id.to_string(), event_id })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn transition(
-        &self,
-        alarm_id: &str,
-        kind: EventKind,
-        at_ms: i64,
-        value: Option<f64>,
         by: Option<&str>,
         comment: Option<&str>,
-        event: Option<u64>,
     ) -> Result<Option<Instance>, JournalError> {
         self.db.write(|d| {
             let tx = d.begin_write().map_err(db)?;
@@ -232,35 +365,29 @@ impl AlarmJournal {
                 let mut instances = tx.open_table(INSTANCES).map_err(db)?;
                 let was: Instance = match instances.get(alarm_id).map_err(db)? {
                     Some(v) => serde_json::from_slice(v.value()).map_err(|_| JournalError::Corrupt)?,
-                    None => Instance {
-                        alarm_id: alarm_id.to_string(),
-                        state: AlarmState::Normal,
-                        event_id: 0,
-                        since_ms: at_ms,
-                        activated_ms: None,
-                        value: None,
-                        acknowledged_by: None,
-                    },
+                    None => Instance::new(alarm_id, at_ms),
                 };
-                let Some(state) = next(was.state, kind).filter(|_| event.is_none_or(|e| e == was.event_id))
-                else {
+                let refused = |refusal| JournalError::Refused { alarm_id: alarm_id.to_string(), refusal };
+                let Some(mut now) = apply(&was, act, at_ms, by).map_err(refused)? else {
                     return Ok(None);
                 };
                 let mut meta = tx.open_table(META).map_err(db)?;
                 let seq = meta.get("next_seq").map_err(db)?.map_or(1, |v| v.value());
                 meta.insert("next_seq", seq + 1).map_err(db)?;
-                let mut now = Instance { state, since_ms: at_ms, ..was };
-                if kind == EventKind::Activated {
-                    let id = meta.get("next_event").map_err(db)?.map_or(1, |v| v.value());
-                    meta.insert("next_event", id + 1).map_err(db)?;
-                    now.event_id = id;
-                    now.activated_ms = Some(at_ms);
-                    now.value = value;
-                    now.acknowledged_by = None;
-                }
-                if kind == EventKind::Acknowledged {
-                    now.acknowledged_by = by.map(str::to_string);
-                }
+                let (kind, value, until_ms) = match act {
+                    Act::Activate { value, .. } => {
+                        let id = meta.get("next_event").map_err(db)?.map_or(1, |v| v.value());
+                        meta.insert("next_event", id + 1).map_err(db)?;
+                        now.event_id = id;
+                        (EventKind::Activated, *value, None)
+                    }
+                    Act::Clear { value } => (EventKind::Cleared, *value, None),
+                    Act::Acknowledge { .. } => (EventKind::Acknowledged, None, None),
+                    Act::Shelve { until_ms } => (EventKind::Shelved, None, Some(*until_ms)),
+                    Act::Unshelve => (EventKind::Unshelved, None, None),
+                    Act::OutOfService => (EventKind::OutOfService, None, None),
+                    Act::InService => (EventKind::InService, None, None),
+                };
                 let e = Event {
                     seq,
                     alarm_id: alarm_id.to_string(),
@@ -270,9 +397,21 @@ impl AlarmJournal {
                     value,
                     by: by.map(str::to_string),
                     comment: comment.map(str::to_string),
+                    until_ms,
+                    priority: match act {
+                        Act::Activate { priority, .. } => Some(*priority),
+                        _ => None,
+                    },
+                    activated_ms: match kind {
+                        EventKind::Activated => Some(at_ms),
+                        EventKind::Cleared | EventKind::Acknowledged => was.activated_ms,
+                        EventKind::OutOfService => was.activated_ms.filter(|_| was.state.is_active()),
+                        _ => None,
+                    },
+                    shelved: kind == EventKind::Activated && was.shelved_until_ms.is_some(),
                 };
                 instances.insert(alarm_id, json(&now).as_slice()).map_err(db)?;
-                tx.open_table(EVENTS).map_err(db)?.insert(seq, json(&e).as_slice()).map_err(db)?;
+                tx.open_table(EVENTS).map_err(db)?.insert((at_ms, seq), json(&e).as_slice()).map_err(db)?;
                 now
             };
             tx.commit().map_err(db)?;

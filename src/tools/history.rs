@@ -16,7 +16,7 @@ const MAX_RAW_MS: i64 = 7 * 86_400_000;
 /// Most buckets one range may have.
 const MAX_BUCKETS: i64 = 100_000;
 /// Tolerated clock difference for `to` in the future.
-const SKEW_MS: i64 = 5_000;
+use when::SKEW_MS;
 
 const PAGING: super::cursor::Paging = super::cursor::Paging { this: "this query", other: "another query" };
 
@@ -119,46 +119,8 @@ fn range(
             ));
         }
         Some(c) => (c.from, c.to),
-        None => {
-            let from = when::instant("from", &args.from, now)?;
-            let to = match &args.to {
-                Some(raw) => when::instant("to", raw, now)?,
-                None => now,
-            };
-            (from, to)
-        }
+        None => when::range(&args.from, args.to.as_deref(), now)?,
     };
-    // History holds nothing before 1970 (and the range arithmetic below stays in range).
-    for (param, t, raw) in [("from", from, args.from.as_str()), ("to", to, args.to.as_deref().unwrap_or(""))]
-    {
-        if t < 0 {
-            return Err(invalid(
-                param,
-                raw,
-                "an instant from 1970-01-01T00:00:00Z to now",
-                format!("`{param}` is before 1970-01-01T00:00:00Z."),
-                "Send an instant since 1970, such as -7d or 2026-11-29T08:00:00Z.",
-            ));
-        }
-    }
-    if to > now + SKEW_MS {
-        return Err(invalid(
-            "to",
-            args.to.as_deref().unwrap_or(""),
-            "an instant not in the future",
-            "`to` is in the future.".into(),
-            "Omit `to` to mean now.",
-        ));
-    }
-    if from >= to {
-        return Err(invalid(
-            "from",
-            &args.from,
-            "an instant before `to`",
-            "`from` must be before `to`.".into(),
-            "Swap the two, or widen the range.",
-        ));
-    }
     let bucket = match &args.bucket {
         Some(b) => Some(bucket_ms(b).ok_or_else(|| {
             invalid(

@@ -10,6 +10,58 @@ use super::envelope::ToolError;
 /// What `param` accepts, for error messages and schema descriptions.
 pub const EXPECTED: &str = "an RFC 3339 instant with a zone (2026-11-29T08:00:00Z), now, or a duration before now (-15m, -2h, -7d, PT15M, P1D)";
 
+/// How far ahead of this clock a caller's `to` may be (clocks differ by a little).
+pub const SKEW_MS: i64 = 5_000;
+
+/// `from` and `to` (default now) resolved against `now_ms` and checked: from 1970 on,
+/// `to` not in the future, `from` before `to`.
+pub fn range(from: &str, to: Option<&str>, now_ms: i64) -> Result<(i64, i64), ToolError> {
+    let start = instant("from", from, now_ms)?;
+    let end = match to {
+        Some(raw) => instant("to", raw, now_ms)?,
+        None => now_ms,
+    };
+    checked(start, end, from, to.unwrap_or(""), now_ms)
+}
+
+/// A resolved range checked as [`range`] does (`from_raw`, `to_raw`: what was sent).
+fn checked(from: i64, to: i64, from_raw: &str, to_raw: &str, now_ms: i64) -> Result<(i64, i64), ToolError> {
+    let invalid = |param: &str, raw: &str, expected: &str, message: String, hint: &str| {
+        ToolError::invalid(param, Some(raw), expected, message, hint)
+    };
+    // Nothing is kept from before 1970 (and range arithmetic stays in range).
+    for (param, t, raw) in [("from", from, from_raw), ("to", to, to_raw)] {
+        if t < 0 {
+            return Err(invalid(
+                param,
+                raw,
+                "an instant from 1970-01-01T00:00:00Z to now",
+                format!("`{param}` is before 1970-01-01T00:00:00Z."),
+                "Send an instant since 1970, such as -7d or 2026-11-29T08:00:00Z.",
+            ));
+        }
+    }
+    if to > now_ms + SKEW_MS {
+        return Err(invalid(
+            "to",
+            to_raw,
+            "an instant not in the future",
+            "`to` is in the future.".into(),
+            "Omit `to` to mean now.",
+        ));
+    }
+    if from >= to {
+        return Err(invalid(
+            "from",
+            from_raw,
+            "an instant before `to`",
+            "`from` must be before `to`.".into(),
+            "Swap the two, or widen the range.",
+        ));
+    }
+    Ok((from, to))
+}
+
 /// `raw` as milliseconds since the epoch, durations taken back from `now_ms`.
 pub fn instant(param: &str, raw: &str, now_ms: i64) -> Result<i64, ToolError> {
     let s = raw.trim();

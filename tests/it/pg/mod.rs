@@ -97,10 +97,7 @@ fn iso(ms: i64) -> String {
 }
 
 fn service(store: HistoryStore) -> ToolService {
-    let stores = Stores {
-        history: Some(Arc::new(store)),
-        work_orders: fieldgate::work_orders::WorkOrderStore::in_memory().ok().map(Arc::new),
-    };
+    let stores = Stores { history: Some(Arc::new(store)), ..Stores::in_memory() };
     ToolService::with_stores(Arc::new(support::demo_registry()), fieldgate::config::Config::default(), stores)
 }
 

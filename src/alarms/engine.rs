@@ -1,0 +1,320 @@
+//! The alarm engine: every configured limit alarm evaluated over every fresh sample (the
+//! sample feed's consumer), its transitions journaled (`store/alarm_journal.rs`), and the
+//! operators' acts (acknowledge, shelve, unshelve, out of and back in service) applied
+//! through the same lock, so the journal's order is the order things happened.
+//!
+//! [`Alarms`] is shared (the tools list it, operators act on it); the evaluation state of
+//! each alarm (`LimitState`: the delay being counted) belongs to the one task that runs
+//! [`Alarms::run`]. At start each alarm's state comes back from the journal: an alarm
+//! active before a restart stays active under the same event ID, nothing twice.
+//!
+//! A transition the journal cannot take (a full disk) is kept, in order, and written again
+//! every second until it can (at most [`MAX_UNSAVED`]; beyond, counted and dropped).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+use super::limit::{LimitState, Transition, Value};
+use crate::driver::{RawValue, Sample, SampleQuality, normalize};
+use crate::metrics::Sheet;
+use crate::reading::feed::Batch;
+use crate::registry::{AlarmDef, Registry, Sensor, SensorSource};
+use crate::store::alarm_journal::{Act, AlarmJournal, Instance, JournalError};
+
+/// Transitions kept for a journal that cannot write, at most.
+pub const MAX_UNSAVED: usize = 10_000;
+
+/// One configured alarm.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// `SENSOR_ID.NAME`.
+    pub id: String,
+    /// The sensor's index in the registry.
+    pub sensor: usize,
+    pub def: AlarmDef,
+}
+
+#[derive(Default)]
+struct Counters {
+    evaluated: AtomicU64,
+    transitions: AtomicU64,
+    unsaved_dropped: AtomicU64,
+    journal_failures: AtomicU64,
+}
+
+/// Every configured alarm and its instance as it stands.
+pub struct Alarms {
+    entries: Vec<Entry>,
+    by_id: HashMap<String, usize>,
+    /// Sensor index → the entries watching it.
+    by_sensor: HashMap<usize, Vec<usize>>,
+    journal: Arc<AlarmJournal>,
+    /// Per entry; changed only with the journal written (under this lock).
+    instances: Mutex<Vec<Instance>>,
+    /// Per entry: out of service (not evaluated), as its instance says.
+    out_of_service: Vec<AtomicBool>,
+    /// Samples the engine's queue had no room for.
+    pub lost: Arc<AtomicU64>,
+    counters: Counters,
+}
+
+/// An operator act that could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum ActError {
+    #[error("no alarm {0}")]
+    NotFound(String),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+impl Alarms {
+    /// The alarms of `registry`'s sensors, their instances restored from `journal`.
+    pub fn new(registry: &Registry, journal: Arc<AlarmJournal>) -> Result<Alarms, JournalError> {
+        let mut entries = Vec::new();
+        let mut by_sensor: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (i, s) in registry.sensors().iter().enumerate() {
+            for def in &s.alarms {
+                by_sensor.entry(i).or_default().push(entries.len());
+                entries.push(Entry { id: format!("{}.{}", s.id, def.name), sensor: i, def: def.clone() });
+            }
+        }
+        let mut stored: HashMap<String, Instance> =
+            journal.instances()?.into_iter().map(|i| (i.alarm_id.clone(), i)).collect();
+        let instances: Vec<Instance> =
+            entries.iter().map(|e| stored.remove(&e.id).unwrap_or_else(|| Instance::normal(&e.id))).collect();
+        let out_of_service = instances.iter().map(|i| AtomicBool::new(i.out_of_service)).collect();
+        let by_id = entries.iter().enumerate().map(|(i, e)| (e.id.clone(), i)).collect();
+        Ok(Alarms {
+            entries,
+            by_id,
+            by_sensor,
+            journal,
+            instances: Mutex::new(instances),
+            out_of_service,
+            lost: Arc::default(),
+            counters: Counters::default(),
+        })
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn index_of(&self, alarm_id: &str) -> Option<usize> {
+        self.by_id.get(alarm_id).copied()
+    }
+
+    /// Every alarm's instance now, in the order of [`Alarms::entries`].
+    pub fn instances(&self) -> Vec<Instance> {
+        self.instances.lock().clone()
+    }
+
+    pub fn journal(&self) -> &AlarmJournal {
+        &self.journal
+    }
+
+    pub fn journal_handle(&self) -> Arc<AlarmJournal> {
+        self.journal.clone()
+    }
+
+    /// Whether any alarm watches a sensor (the feed is taken only then).
+    pub fn any(&self) -> bool {
+        !self.entries.is_empty()
+    }
+
+    /// An operator's act on an alarm, journaled before it returns (blocking: call it off
+    /// the async threads). `Ok(None)`: it changed nothing.
+    pub fn operate(
+        &self,
+        alarm_id: &str,
+        act: &Act,
+        at_ms: i64,
+        by: Option<&str>,
+        comment: Option<&str>,
+    ) -> Result<Instance, ActError> {
+        let i = self.index_of(alarm_id).ok_or_else(|| ActError::NotFound(alarm_id.to_string()))?;
+        let mut instances = self.instances.lock();
+        if let Some(now) = self.journal.act(alarm_id, act, at_ms, by, comment)? {
+            self.out_of_service[i].store(now.out_of_service, Ordering::Relaxed);
+            instances[i] = now;
+        }
+        Ok(instances[i].clone())
+    }
+
+    /// Writes `acts` in order, as far as the journal takes them; what it does not take
+    /// stays at the front of `acts`.
+    fn commit(&self, acts: &mut VecDeque<(usize, Act, i64)>) {
+        let mut instances = self.instances.lock();
+        while let Some((i, act, at)) = acts.front() {
+            match self.journal.act(&self.entries[*i].id, act, *at, None, None) {
+                Ok(now) => {
+                    if let Some(now) = now {
+                        instances[*i] = now;
+                    }
+                    acts.pop_front();
+                }
+                Err(error) => {
+                    self.counters.journal_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%error, waiting = acts.len(), "alarm journal: transitions wait to be written");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Shelvings whose time ended, undone (by fieldgate).
+    fn unshelve_ended(&self, now_ms: i64) {
+        let ended: Vec<String> = self
+            .instances
+            .lock()
+            .iter()
+            .filter(|i| i.shelved_until_ms.is_some_and(|u| u <= now_ms))
+            .map(|i| i.alarm_id.clone())
+            .collect();
+        for id in ended {
+            if let Err(error) = self.operate(&id, &Act::Unshelve, now_ms, None, Some("shelving time ended")) {
+                tracing::warn!(%error, alarm = %id, "alarm journal: cannot end a shelving");
+            }
+        }
+    }
+
+    /// The evaluation's state, each alarm as its instance stands.
+    fn states(&self) -> Vec<LimitState> {
+        self.instances.lock().iter().map(|i| LimitState::restored(i.state.is_active())).collect()
+    }
+
+    /// `batch` evaluated: the transitions it made, in order.
+    fn evaluate(
+        &self,
+        registry: &Registry,
+        states: &mut [LimitState],
+        batch: &Batch,
+    ) -> Vec<(usize, Act, i64)> {
+        let mut out = Vec::new();
+        for (s, sample) in &batch.samples {
+            let Some(watching) = self.by_sensor.get(s) else { continue };
+            let Some(sensor) = registry.sensors().get(*s) else { continue };
+            let value = value_of(sensor, sample);
+            let good = sample.quality == SampleQuality::Good;
+            let t = sample.at.timestamp_millis();
+            for &i in watching {
+                self.counters.evaluated.fetch_add(1, Ordering::Relaxed);
+                if self.out_of_service[i].load(Ordering::Relaxed) {
+                    states[i] = LimitState::restored(false);
+                    continue;
+                }
+                let kept = |v: Value| match v {
+                    Value::Number(x) => Some(x),
+                    Value::Bool(b) => Some(f64::from(u8::from(b))),
+                    Value::Other => None,
+                };
+                match states[i].on_sample(&self.entries[i].def, t, value, good) {
+                    Some(Transition::Activated { at_ms, value }) => out.push((
+                        i,
+                        Act::Activate { value: kept(value), priority: self.entries[i].def.priority },
+                        at_ms,
+                    )),
+                    Some(Transition::Cleared { at_ms, value }) => {
+                        out.push((i, Act::Clear { value: kept(value) }, at_ms))
+                    }
+                    None => {}
+                }
+            }
+        }
+        self.counters.transitions.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+
+    /// Evaluates every batch of `feed` until it ends (the producers stopped), ending
+    /// shelvings on time; run by one task.
+    pub async fn run(self: Arc<Self>, registry: Arc<Registry>, mut feed: mpsc::Receiver<Arc<Batch>>) {
+        let mut states = self.states();
+        let mut unsaved: VecDeque<(usize, Act, i64)> = VecDeque::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                batch = feed.recv() => {
+                    let Some(batch) = batch else { break };
+                    unsaved.extend(self.evaluate(&registry, &mut states, &batch));
+                }
+                _ = tick.tick() => {
+                    let me = self.clone();
+                    let now = chrono::Utc::now().timestamp_millis();
+                    let _ = tokio::task::spawn_blocking(move || me.unshelve_ended(now)).await;
+                }
+            }
+            if !unsaved.is_empty() {
+                let me = self.clone();
+                let mut acts = std::mem::take(&mut unsaved);
+                unsaved = tokio::task::spawn_blocking(move || {
+                    me.commit(&mut acts);
+                    acts
+                })
+                .await
+                .unwrap_or_default();
+                if unsaved.len() > MAX_UNSAVED {
+                    let over = unsaved.len() - MAX_UNSAVED;
+                    unsaved.drain(..over);
+                    self.counters.unsaved_dropped.fetch_add(over as u64, Ordering::Relaxed);
+                }
+            }
+        }
+        if !unsaved.is_empty() {
+            let me = self.clone();
+            let _ = tokio::task::spawn_blocking(move || me.commit(&mut unsaved)).await;
+        }
+    }
+
+    /// Writes the engine's counters on `/metrics`.
+    pub fn report(&self, s: &mut Sheet<'_>) {
+        let c = &self.counters;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        s.gauge("fieldgate_alarms_configured", "Limit alarms configured.", self.entries.len() as i64);
+        let active = self.instances.lock().iter().filter(|i| i.state.is_active()).count();
+        s.gauge("fieldgate_alarms_active", "Alarms active now.", active as i64);
+        s.counter(
+            "fieldgate_alarm_evaluations",
+            "Alarm evaluations (one alarm, one sample).",
+            load(&c.evaluated),
+        );
+        s.counter("fieldgate_alarm_transitions", "Alarms activated or cleared.", load(&c.transitions));
+        s.counter(
+            "fieldgate_alarm_samples_lost",
+            "Samples the alarm engine's queue had no room for.",
+            load(&self.lost),
+        );
+        s.counter(
+            "fieldgate_alarm_journal_failures",
+            "Times the alarm journal could not write a transition (kept and tried again).",
+            load(&c.journal_failures),
+        );
+        s.counter(
+            "fieldgate_alarm_transitions_dropped",
+            "Transitions dropped because more than 10,000 waited for the journal.",
+            load(&c.unsaved_dropped),
+        );
+    }
+}
+
+/// A sample's value in the sensor's units, as an alarm reads it.
+pub fn value_of(sensor: &Sensor, sample: &Sample) -> Value {
+    let v = match &sensor.source {
+        SensorSource::Modbus(p) => normalize(p, &sample.value),
+        _ => sample.value.clone(),
+    };
+    match v {
+        RawValue::Bool(b) => Value::Bool(b),
+        RawValue::Text(_) => Value::Other,
+        other => other.as_f64().map_or(Value::Other, Value::Number),
+    }
+}
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

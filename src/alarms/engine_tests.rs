@@ -1,0 +1,123 @@
+use super::*;
+use crate::registry::AlarmPriority;
+use crate::store::alarm_journal::{AlarmState, EventKind};
+
+const DEVICE: &str = r#"
+id = "t-plc"
+plant = "T"
+zone = "ZONE1"
+description = "test"
+protocol = "modbus-tcp"
+endpoint = "127.0.0.1:502"
+
+[[sensors]]
+id = "T_ZONE1_001"
+description = "a temperature, in tenths"
+kind = "temperature"
+unit = "degC"
+table = "holding"
+address = 0
+type = "i16"
+scale = 0.1
+
+[[sensors.alarms]]
+name = "HI"
+type = "high"
+limit = 100.0
+deadband = 2.0
+on_delay_s = 5
+off_delay_s = 3
+priority = "high"
+message = "too hot"
+"#;
+
+fn registry() -> Registry {
+    Registry::from_texts(&[("t.toml".to_string(), DEVICE.to_string())]).unwrap()
+}
+
+/// A batch of the sensor's raw register value (tenths) at `t_s` seconds.
+fn batch(t_s: i64, tenths: i64, quality: SampleQuality) -> Batch {
+    let at = chrono::DateTime::from_timestamp(1_700_000_000 + t_s, 0).unwrap();
+    Batch { device: 0, samples: vec![(0, Sample { value: RawValue::Int(tenths), at, quality })] }
+}
+
+fn ms(t_s: i64) -> i64 {
+    (1_700_000_000 + t_s) * 1000
+}
+
+/// Runs the engine over `batches` to the end of its feed.
+async fn run(alarms: &Arc<Alarms>, registry: &Arc<Registry>, batches: Vec<Batch>) {
+    let (tx, rx) = mpsc::channel(batches.len() + 1);
+    for b in batches {
+        tx.send(Arc::new(b)).await.unwrap();
+    }
+    drop(tx);
+    tokio::time::timeout(Duration::from_secs(10), alarms.clone().run(registry.clone(), rx))
+        .await
+        .expect("the engine ends with its feed");
+}
+
+#[tokio::test]
+async fn the_engine_journals_the_exact_transitions_in_engineering_units_and_a_restart_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Arc::new(registry());
+    let alarms =
+        Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::open_in(dir.path()).unwrap())).unwrap());
+    assert_eq!(alarms.entries()[0].id, "T_ZONE1_001.HI");
+    // 1010 tenths is 101.0 degC: beyond 100 from t=10, activating at t=15; 97.9 from t=40
+    // clears at t=43. Bad quality at t=20 forgets nothing of the state.
+    let mut batches: Vec<Batch> =
+        (0..40).map(|t| batch(t, if t >= 10 { 1010 } else { 990 }, SampleQuality::Good)).collect();
+    batches[20] = batch(20, 0, SampleQuality::Bad);
+    batches.extend((40..50).map(|t| batch(t, 979, SampleQuality::Good)));
+    run(&alarms, &registry, batches).await;
+    let events = alarms.journal().events(0, i64::MAX, None, 100).unwrap();
+    let got: Vec<(EventKind, i64, Option<f64>)> = events.iter().map(|e| (e.kind, e.at_ms, e.value)).collect();
+    assert_eq!(got, [(EventKind::Activated, ms(15), Some(101.0)), (EventKind::Cleared, ms(43), Some(97.9))]);
+    assert_eq!(events[0].priority, Some(AlarmPriority::High));
+    assert_eq!(alarms.instances()[0].state, AlarmState::ReturnedUnacknowledged);
+
+    // Active again, then a restart: the same event, nothing activated twice.
+    run(&alarms, &registry, (60..70).map(|t| batch(t, 1010, SampleQuality::Good)).collect()).await;
+    let event = alarms.instances()[0].event_id;
+    drop(alarms);
+    let alarms =
+        Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::open_in(dir.path()).unwrap())).unwrap());
+    assert_eq!(
+        (alarms.instances()[0].state, alarms.instances()[0].event_id),
+        (AlarmState::ActiveUnacknowledged, event)
+    );
+    run(&alarms, &registry, (70..80).map(|t| batch(t, 1010, SampleQuality::Good)).collect()).await;
+    assert_eq!(alarms.journal().events(0, i64::MAX, None, 100).unwrap().len(), 3, "no second activation");
+}
+
+#[tokio::test]
+async fn operators_act_through_the_engine_and_out_of_service_is_not_evaluated() {
+    let registry = Arc::new(registry());
+    let alarms = Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::in_memory().unwrap())).unwrap());
+    assert!(matches!(
+        alarms.operate("T_ZONE1_001.LO", &Act::Unshelve, 0, None, None),
+        Err(ActError::NotFound(_))
+    ));
+    alarms.operate("T_ZONE1_001.HI", &Act::OutOfService, ms(0), Some("op"), Some("calibrating")).unwrap();
+    run(&alarms, &registry, (0..20).map(|t| batch(t, 1500, SampleQuality::Good)).collect()).await;
+    assert_eq!(alarms.instances()[0].state, AlarmState::Normal, "out of service: not evaluated");
+    alarms.operate("T_ZONE1_001.HI", &Act::InService, ms(20), Some("op"), None).unwrap();
+    run(&alarms, &registry, (21..30).map(|t| batch(t, 1500, SampleQuality::Good)).collect()).await;
+    let i = &alarms.instances()[0];
+    assert_eq!(
+        (i.state, i.activated_ms),
+        (AlarmState::ActiveUnacknowledged, Some(ms(26))),
+        "a new delay from t=21"
+    );
+    // A shelving whose time ended is undone by the engine's clock.
+    alarms
+        .operate("T_ZONE1_001.HI", &Act::Shelve { until_ms: ms(31) }, ms(30), Some("op"), Some("known"))
+        .unwrap();
+    alarms.unshelve_ended(ms(30));
+    assert!(alarms.instances()[0].shelved_until_ms.is_some(), "not before its time");
+    alarms.unshelve_ended(ms(31));
+    assert_eq!(alarms.instances()[0].shelved_until_ms, None);
+    let last = alarms.journal().events(0, i64::MAX, None, 100).unwrap().pop().unwrap();
+    assert_eq!((last.kind, last.by), (EventKind::Unshelved, None));
+}
