@@ -204,6 +204,14 @@ impl Demo {
         out.push_str(&format!(
             "\n\nBreak the plant (the simulator's control API, {control}):\n  curl -X PATCH {control}/devices/a-util-meter/faults -H 'content-type: application/json' -d '{{\"down\":true}}'   # dead\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"latency_ms\":300}}'   # slow (within its 500 ms timeout)\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"latency_ms\":800}}'   # slower than its timeout: DEVICE_TIMEOUT\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"exception_code\":6,\"exception_rate\":0.5}}'   # busy\n  curl -X PATCH {control}/devices/a-line1-plc/faults -H 'content-type: application/json' -d '{{\"stall\":0.1,\"stall_ms\":30000}}'   # stalls\n  curl -X DELETE {control}/devices/a-util-meter/faults   # healthy again\n"
         ));
+        let operator = if self.tokens {
+            "FIELDGATE_CLI_TOKEN=AN_OPERATOR_TOKEN "
+        } else {
+            "(acknowledging is an operator's act: start the demo with FIELDGATE_TOKEN_SHIFT_LEAD=operator:<16+ characters>, then)\n  FIELDGATE_CLI_TOKEN=THAT_TOKEN "
+        };
+        out.push_str(&format!(
+            "\nRaise an alarm (docs/alarms.md): drive boiler B-1's feed water to 91 degC, past its HI and HIHI limits, and back:\n  curl -X PUT {control}/sensors/B_BOILER_001 -H 'content-type: application/json' -d '{{\"wave\":\"constant\",\"value\":91}}'\n  fieldgate alarms list --state not_normal --url {base}\n  {operator}fieldgate alarms ack B_BOILER_001.HIHI --comment 'seen, checking the feed pump' --url {base}\n  curl -X PUT {control}/sensors/B_BOILER_001 -H 'content-type: application/json' -d '{{\"wave\":\"sine\",\"mean\":82,\"amplitude\":3,\"period_s\":180}}'\n"
+        ));
         out
     }
 

@@ -134,6 +134,36 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Alarms: `list` (`--state active|unacknowledged|not_normal|...`), and the operator's
+    /// acts `ack`, `shelve` (`--duration 2h --comment WHY`), `unshelve`, `out-of-service`
+    /// (`--comment WHY`), `in-service`, through the running fieldgate (or in this process).
+    Alarms {
+        /// list | ack | shelve | unshelve | out-of-service | in-service
+        action: String,
+        /// The alarm, SENSOR_ID.NAME, e.g. B_BOILER_001.HI (all but list).
+        id: Option<String>,
+        /// Why (shelve and out-of-service need one; recorded in the journal).
+        #[arg(long)]
+        comment: Option<String>,
+        /// Shelve: for how long, e.g. 30m, 2h, 1d (at most 7 days).
+        #[arg(long)]
+        duration: Option<String>,
+        /// Acknowledge: the event seen (refused when a newer activation came).
+        #[arg(long)]
+        event_id: Option<u64>,
+        /// List: only alarms in this state (active, unacknowledged, not_normal, shelved, ...).
+        #[arg(long)]
+        state: Option<String>,
+        /// Talk to this running service, e.g. http://127.0.0.1:8080.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        /// Bearer token for the running service (or FIELDGATE_CLI_TOKEN); an operator's to act.
+        #[arg(long, env = "FIELDGATE_CLI_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// History: `migrate --from redb --to postgres` copies a data directory's history to the
     /// PostgreSQL database history.postgres_url_env names (stop the service first).
     History {
@@ -322,6 +352,16 @@ fn main() -> ExitCode {
             };
             let cmd = cli::WorkOrderCommand { action, id, note, by, json };
             runtime.block_on(cli::work_orders::work_orders(target, cmd))
+        }
+        Command::Alarms { action, id, comment, duration, event_id, state, url, token, json } => {
+            let cmd = cli::alarms::AlarmCommand { action, id, comment, duration, event_id, state, json };
+            match url {
+                Some(url) => runtime.block_on(cli::alarms::alarms_remote(&url, token, &cmd)),
+                None => match load() {
+                    Ok((c, registry)) => runtime.block_on(cli::alarms::alarms(c, registry, cmd, token)),
+                    Err(code) => code,
+                },
+            }
         }
         Command::Devices { action, id, url: Some(url), token } => {
             runtime.block_on(cli::devices::devices_remote(&url, token, &action, id))

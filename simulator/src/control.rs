@@ -7,6 +7,8 @@
 //!   others (`null` sets one back to healthy); `PUT` does the same
 //! - `DELETE /devices/{id}/faults`   every fault back to healthy
 //! - `GET  /sensors/{id}`            the value a correct master reads now
+//! - `PUT  /sensors/{id}`            drive the sensor with another wave from now on, e.g.
+//!   `{"wave": "constant", "value": 250}` (the scenario's syntax)
 //! - `PUT  /clock`                   `{"frozen_at_s": 12.5}` pins time, `null` releases it
 
 use std::net::SocketAddr;
@@ -78,6 +80,25 @@ async fn sensor(State(sim): State<Sim>, Path(id): Path<String>) -> Response {
     }
 }
 
+/// `PUT /sensors/{id}`: the sensor follows `wave` from now on.
+async fn drive(State(sim): State<Sim>, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+    if sim.expected(&id).is_none() {
+        return not_found("sensor");
+    }
+    match serde_json::from_slice::<crate::Wave>(&body) {
+        Ok(wave) => {
+            sim.set_wave(&id, wave.clone());
+            let t = sim.now();
+            Json(json!({ "sensor_id": id, "wave": wave, "value": sim.expected_at(&id, t), "time_s": t })).into_response()
+        }
+        Err(e) => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({ "error": format!("not a wave: {e}"), "example": { "wave": "constant", "value": 250 } })),
+        )
+            .into_response(),
+    }
+}
+
 #[derive(Deserialize)]
 struct ClockBody {
     frozen_at_s: Option<f64>,
@@ -98,6 +119,7 @@ async fn index() -> Json<serde_json::Value> {
             "PATCH /devices/{id}/faults": "change the fault fields the JSON object names, keep the others (null: healthy); PUT does the same",
             "DELETE /devices/{id}/faults": "every fault back to healthy",
             "GET /sensors/{id}": "the value a correct master reads now",
+            "PUT /sensors/{id}": "drive the sensor with another wave from now on, e.g. {\"wave\": \"constant\", \"value\": 250}",
             "PUT /clock": "{\"frozen_at_s\": 12.5} pins time, null releases it"
         },
         "faults": ["latency_ms", "jitter_ms", "no_reply", "late_reply", "late_reply_ms", "exception_code",
@@ -113,7 +135,7 @@ pub fn router(sim: Sim) -> Router {
             "/devices/{id}/faults",
             get(get_faults).put(patch_faults).patch(patch_faults).delete(clear_faults),
         )
-        .route("/sensors/{id}", get(sensor))
+        .route("/sensors/{id}", get(sensor).put(drive))
         .route("/clock", put(clock))
         .with_state(sim)
 }

@@ -140,6 +140,8 @@ impl Waves {
     }
 
     fn set(&mut self, devices: &BTreeMap<String, Device>, sensor: &str, wave: Wave) {
+        // OPC UA nodes look their signal up by name; Modbus points by position.
+        self.named.insert(sensor.to_string(), wave.clone());
         for (id, d) in devices {
             let Some(resolved) = self.of_device.get_mut(id) else { continue };
             for (w, p) in resolved.iter_mut().zip(&d.sensors) {

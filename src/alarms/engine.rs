@@ -24,7 +24,7 @@ use crate::driver::{RawValue, Sample, SampleQuality, normalize};
 use crate::metrics::Sheet;
 use crate::reading::feed::Batch;
 use crate::registry::{AlarmDef, Registry, Sensor, SensorSource};
-use crate::store::alarm_journal::{Act, AlarmJournal, Instance, JournalError};
+use crate::store::alarm_journal::{Act, AlarmJournal, AlarmState, Instance, JournalError};
 
 /// Transitions kept for a journal that cannot write, at most.
 pub const MAX_UNSAVED: usize = 10_000;
@@ -120,6 +120,30 @@ impl Alarms {
 
     pub fn journal_handle(&self) -> Arc<AlarmJournal> {
         self.journal.clone()
+    }
+
+    /// The most pressing of a sensor's alarms (active-unacknowledged, then active, then
+    /// returned-unacknowledged; the higher priority among equals; shelved and out of
+    /// service left out): its entry and instance, or `None` when the sensor has no alarm.
+    /// `Some((entry, None))`: the first of its alarms, none standing.
+    pub fn of_sensor(&self, sensor: usize) -> Option<(&Entry, Option<Instance>)> {
+        let watching = self.by_sensor.get(&sensor)?;
+        let instances = self.instances.lock();
+        let rank = |i: &Instance| match i.state {
+            AlarmState::ActiveUnacknowledged => 3,
+            AlarmState::ActiveAcknowledged => 2,
+            AlarmState::ReturnedUnacknowledged => 1,
+            AlarmState::Normal => 0,
+        };
+        let worst = watching
+            .iter()
+            .map(|&e| (e, &instances[e]))
+            .filter(|(_, i)| rank(i) > 0 && i.shelved_until_ms.is_none() && !i.out_of_service)
+            .max_by_key(|(e, i)| (rank(i), self.entries[*e].def.priority));
+        match worst {
+            Some((e, i)) => Some((&self.entries[e], Some(i.clone()))),
+            None => Some((&self.entries[watching[0]], None)),
+        }
     }
 
     /// Whether any alarm watches a sensor (the feed is taken only then).

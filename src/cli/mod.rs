@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::transport::client::{HttpClient, HttpResponse};
 use crate::transport::service_url::ServiceUrl;
 
+pub mod alarms;
 pub mod devices;
 pub mod discover;
 pub mod history;

@@ -10,6 +10,7 @@
 //! opened with a token); decisions need an operator's session and the form's CSRF token
 //! (`auth.rs`).
 
+mod alarms;
 mod auth;
 mod chart;
 mod fleet;
@@ -50,6 +51,8 @@ pub enum Page {
     Order,
     Decide,
     Activity,
+    Alarms,
+    ActOnAlarm,
     Live,
     SignInForm,
     SignIn,
@@ -81,6 +84,8 @@ pub const ROUTES: &[ConsoleRoute] = &[
     at(Verb::Get, "/console/work-orders", Page::Queue),
     at(Verb::Get, "/console/work-orders/{id}", Page::Order),
     at(Verb::Post, "/console/work-orders/{id}", Page::Decide),
+    at(Verb::Get, "/console/alarms", Page::Alarms),
+    at(Verb::Post, "/console/alarms/{alarm_id}", Page::ActOnAlarm),
     at(Verb::Get, "/console/activity", Page::Activity),
     at(Verb::Get, "/console/live", Page::Live),
     at(Verb::Get, "/console/login", Page::SignInForm),
@@ -101,6 +106,8 @@ fn handler(page: Page, on: MethodFilter) -> MethodRouter<Console> {
         Page::Order => routing::on(on, orders::order),
         Page::Decide => routing::on(on, orders::decide),
         Page::Activity => routing::on(on, orders::activity),
+        Page::Alarms => routing::on(on, alarms::alarms),
+        Page::ActOnAlarm => routing::on(on, alarms::act),
         Page::Live => routing::on(on, live::stream),
         Page::SignInForm => routing::on(on, auth::login_page),
         Page::SignIn => routing::on(on, auth::login),

@@ -33,6 +33,7 @@ pub fn layout(
         Some(("/console", "Overview")),
         fleet,
         Some(("/console/work-orders", "Work orders")),
+        Some(("/console/alarms", "Alarms")),
         Some(("/console/activity", "Agent activity")),
     ];
     let nav = nav.into_iter().flatten();

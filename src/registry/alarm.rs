@@ -42,6 +42,7 @@ impl AlarmKind {
     strum::IntoStaticStr,
     serde::Serialize,
     serde::Deserialize,
+    schemars::JsonSchema,
 )]
 #[strum(serialize_all = "snake_case")]
 #[serde(rename_all = "snake_case")]

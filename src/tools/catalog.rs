@@ -52,6 +52,9 @@ pub enum Tool {
     CreateWorkOrder,
     GetWorkOrder,
     ListWorkOrders,
+    ListAlarms,
+    GetAlarmHistory,
+    GetAlarmSummary,
 }
 
 impl Tool {
@@ -336,7 +339,7 @@ macro_rules! spec {
 }
 
 /// Every tool of the contract, in the order of [`Tool`] (a test holds them so).
-pub static TOOLS: [ToolSpec; 8] = [
+pub static TOOLS: [ToolSpec; 11] = [
     spec!(
         Tool::ListSensors,
         "List sensors",
@@ -439,6 +442,48 @@ pub static TOOLS: [ToolSpec; 8] = [
         "List work orders, newest first, filtered by status, sensor or creation time. Use it to \
          see what is already planned before proposing new work. Do not use it for one known order \
          (call get_work_order). Pages with `next_cursor`. No side effects."
+    ),
+    spec!(
+        Tool::ListAlarms,
+        "List alarms",
+        READ_LOCAL,
+        true,
+        ListAlarmsArgs,
+        ListAlarmsData,
+        "The configured alarms (SENSOR_ID.NAME) and their state now: normal, active or returned, \
+         acknowledged or not, shelved, out of service, with priority, message, limit, when it \
+         activated and who acknowledged it. Use it for what stands now (state=\"not_normal\") or \
+         what waits for an operator (state=\"unacknowledged\"). Do not use it for what happened \
+         over a period (call get_alarm_history) or for a shift's figures (call get_alarm_summary). \
+         `counts` covers every alarm. Pages with `next_cursor`. No side effects; you cannot \
+         acknowledge or shelve (an operator does)."
+    ),
+    spec!(
+        Tool::GetAlarmHistory,
+        "Alarm history",
+        READ_LOCAL,
+        true,
+        GetAlarmHistoryArgs,
+        AlarmHistoryData,
+        "The alarm journal over a time range: every activation, clearing, acknowledgement, \
+         shelving and change of service, in time order, with the value, who and their comment. \
+         Use it for what happened to an alarm or a sensor's alarms. Do not use it for counts and \
+         rates (call get_alarm_summary) or for the state now (call list_alarms). Pages with \
+         `next_cursor`. No side effects."
+    ),
+    spec!(
+        Tool::GetAlarmSummary,
+        "Alarm summary",
+        READ_LOCAL,
+        true,
+        GetAlarmSummaryArgs,
+        AlarmSummaryData,
+        "Alarm-management figures over a range (ISA-18.2, EEMUA 191): activations by priority, \
+         alarms per 10 minutes (mean, peak), floods (more than 10 in 10 minutes), chattering \
+         alarms (3 activations within 60 s), stale alarms (active over 24 h), the most frequent \
+         alarms and the top 10's share, time to acknowledge (mean, p90). Use it for a shift or \
+         day report. Do not use it for single transitions (call get_alarm_history). At most 31 \
+         days. No side effects."
     ),
 ];
 

@@ -1,4 +1,4 @@
-//! Arguments and results of all eight tools, with the descriptions agents read.
+//! Arguments and results of all eleven tools, with the descriptions agents read.
 //!
 //! The JSON Schemas in `schemas/` are generated from these types; the golden test in
 //! `tests/it/schemas.rs` keeps them in step.
@@ -16,7 +16,9 @@ pub const IDEMPOTENCY_KEY_PATTERN: &str = "^[A-Za-z0-9._:-]{8,128}$";
 /// History buckets: a count and a unit, `30s`, `5m`, `1h`, `1d`.
 pub const BUCKET_PATTERN: &str = "^[1-9][0-9]{0,3}[smhd]$";
 
+mod alarms;
 mod status;
+pub use alarms::*;
 pub use status::*;
 
 // ---------------------------------------------------------------- list_sensors
@@ -197,6 +199,9 @@ pub struct Reading {
     pub range: Option<NormalRange>,
     /// Whether a numeric normalized value lies inside `range`; null when not applicable.
     pub in_range: Option<bool>,
+    /// The sensor's alarms, when it has any (see list_alarms): the most pressing one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alarm: Option<ReadingAlarm>,
 }
 
 /// A sensor that could not be read in a batch.

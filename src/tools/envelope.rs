@@ -24,6 +24,8 @@ pub enum ErrorCode {
     SensorNotFound,
     DeviceNotFound,
     WorkOrderNotFound,
+    /// No alarm of that ID is configured.
+    AlarmNotFound,
     IdempotencyConflict,
     /// The work order's state does not allow this change (not retryable: the state must
     /// change first).

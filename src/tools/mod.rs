@@ -3,6 +3,7 @@
 //! [`Envelope`] to their wire; nothing here knows about MCP or HTTP.
 
 pub mod activity;
+mod alarms;
 mod call_key;
 mod caller;
 pub mod catalog;
@@ -14,6 +15,8 @@ mod history;
 mod json;
 pub(crate) mod limits;
 mod list_sensors;
+mod operator;
+pub use operator::{ALARM_ACTIONS, ALARM_COMMENT_CHARS, AlarmActBody};
 mod reading_json;
 mod readings;
 mod resources;
@@ -160,7 +163,7 @@ impl ToolService {
         self.inner.view.store(Arc::new(View::of(core)));
     }
 
-    fn view(&self) -> Arc<View> {
+    pub(crate) fn view(&self) -> Arc<View> {
         self.inner.view.load_full()
     }
 
@@ -330,37 +333,6 @@ impl ToolService {
         finish(name, started, 0, result)
     }
 
-    /// An operator's decision on a work order (`approve`, `reject`, `start`, `complete`,
-    /// `cancel`). Only the operator role may; the agent's tools never change a state.
-    pub async fn act_on_work_order(
-        &self,
-        caller: &Caller,
-        id: &str,
-        action: &str,
-        note: Option<String>,
-    ) -> Envelope {
-        let started = Instant::now();
-        let result = work_orders::act(&self.view(), caller, id, action, note).await;
-        finish(&format!("work_order_{action}"), started, 0, result)
-    }
-
-    /// An operator's probe of a device, at once, whatever its breaker says: the outcome
-    /// and the device's state after it. Only the operator role may.
-    pub async fn probe_device(&self, caller: &Caller, id: &str) -> Envelope {
-        let started = Instant::now();
-        let result = if caller.is_operator() {
-            status::probe(&self.view(), id).await
-        } else {
-            Err(ToolError::new(
-                ErrorCode::Forbidden,
-                "Only an operator can probe a device.",
-                "fieldgate probes failing devices itself; get_device_status shows when next.",
-            ))
-        };
-        let attempts = u32::from(caller.is_operator() && result.is_ok());
-        finish("probe_device", started, attempts, result)
-    }
-
     /// The agent's recent tool calls (every transport), newest first.
     pub fn activity(&self) -> Vec<activity::Call> {
         self.inner.activity.recent()
@@ -406,6 +378,7 @@ impl ToolService {
             defs::UnitMode::Normalized,
             defs::ReadingSource::Cache,
             &mut stamps,
+            alarms::reading_alarm(&self.view(), sensor),
         ))
     }
 
@@ -451,13 +424,16 @@ impl ToolService {
             Tool::CreateWorkOrder => work_orders::create(view, caller, parse(args)?).await,
             Tool::GetWorkOrder => to_data(&work_orders::work_order(view, &parse(args)?)?),
             Tool::ListWorkOrders => to_data(&work_orders::work_orders(view, &parse(args)?)?),
+            Tool::ListAlarms => to_data(&alarms::list(view, &parse(args)?)?),
+            Tool::GetAlarmHistory => to_data(&alarms::history(view, &parse(args)?)?),
+            Tool::GetAlarmSummary => to_data(&alarms::summary(view, &parse(args)?)?),
         }
     }
 }
 
 /// The envelope of an operator action or resource (not an agent tool): `name` is
 /// reported as `meta.tool`.
-fn finish(name: &str, started: Instant, attempts: u32, result: ToolResult) -> Envelope {
+pub(crate) fn finish(name: &str, started: Instant, attempts: u32, result: ToolResult) -> Envelope {
     let tool: String = name.chars().take(40).collect();
     let meta = Meta::timed(new_call_id(), &tool, started, attempts);
     match result {

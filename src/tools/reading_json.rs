@@ -10,7 +10,7 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::defs::{Quality, Reading, ReadingSource, UnitMode, Value};
+use super::defs::{Quality, Reading, ReadingAlarm, ReadingSource, UnitMode, Value};
 use super::json;
 use crate::driver::Sample;
 use crate::driver::{RawValue, scaled};
@@ -281,6 +281,7 @@ pub(crate) fn reading(
     mode: UnitMode,
     source: ReadingSource,
     stamps: &mut Stamps,
+    alarm: Option<ReadingAlarm>,
 ) -> Reading {
     let mode = unit_mode(sensor, mode);
     let j = judge(sensor, sample, mode);
@@ -301,6 +302,7 @@ pub(crate) fn reading(
         device_id: sensor.device.to_string(),
         range: sensor.range,
         in_range: j.in_range,
+        alarm,
     }
 }
 
@@ -308,6 +310,8 @@ pub(crate) fn reading(
 /// test holds them equal), from the sensor's fixed parts (`parts`, from
 /// [`ReadingJson::of`]) and what the sample says, without building a `Reading` per
 /// sensor of a batch.
+// The hot path of a batch: every part passed as it is, nothing gathered per sensor.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn write_reading(
     out: &mut String,
     parts: &ReadingJson,
@@ -316,6 +320,7 @@ pub(crate) fn write_reading(
     mode: UnitMode,
     source: ReadingSource,
     stamps: &mut Stamps,
+    alarm: Option<&ReadingAlarm>,
 ) {
     let mode = unit_mode(sensor, mode);
     let j = judge(sensor, sample, mode);
@@ -339,6 +344,11 @@ pub(crate) fn write_reading(
     match j.in_range {
         None => out.push_str("null"),
         Some(b) => json::boolean(out, b),
+    }
+    // Rare and small: serde writes it, as it writes it in a `Reading`.
+    if let Some(a) = alarm.and_then(|a| serde_json::to_string(a).ok()) {
+        out.push_str(",\"alarm\":");
+        out.push_str(&a);
     }
     out.push('}');
 }
@@ -401,7 +411,14 @@ mod tests {
             cached in any::<bool>(),
             ms in 0i64..4_000_000_000_000,
             age in -5_000i64..5_000,
+            alarm in proptest::option::of((0usize..4, any::<bool>())),
         ) {
+            use crate::store::alarm_journal::AlarmState::*;
+            let alarm = alarm.map(|(n, named)| ReadingAlarm {
+                state: [Normal, ActiveUnacknowledged, ActiveAcknowledged, ReturnedUnacknowledged][n],
+                alarm_id: named.then(|| "A_B_001.HI".to_string()),
+                priority: named.then_some(crate::registry::AlarmPriority::Critical),
+            });
             let range = range.map(|(min, max)| NormalRange { min, max });
             let s = Sensor::for_tests(source, &unit, range);
             let at = DateTime::<Utc>::from_timestamp_millis(ms).unwrap();
@@ -410,10 +427,10 @@ mod tests {
             let source = [ReadingSource::Cache, ReadingSource::Live, ReadingSource::Hub][usize::from(cached) + usize::from(raw && cached)];
             let now = at + chrono::Duration::milliseconds(age);
             let mut stamps = Stamps { now, last: None, middle: None };
-            let expected = serde_json::to_string(&reading(&s, &sample, mode, source, &mut stamps)).unwrap();
+            let expected = serde_json::to_string(&reading(&s, &sample, mode, source, &mut stamps, alarm.clone())).unwrap();
             let mut written = String::new();
             let mut stamps = Stamps { now, last: None, middle: None };
-            write_reading(&mut written, &ReadingJson::of(&s), &s, &sample, mode, source, &mut stamps);
+            write_reading(&mut written, &ReadingJson::of(&s), &s, &sample, mode, source, &mut stamps, alarm.as_ref());
             prop_assert_eq!(written, expected);
         }
 
@@ -442,9 +459,9 @@ mod tests {
                 let source = if cached { ReadingSource::Cache } else { ReadingSource::Live };
                 let mode = UnitMode::Normalized;
                 let mut fresh = Stamps { now, last: None, middle: None };
-                let expected = serde_json::to_string(&reading(&s, &sample, mode, source, &mut fresh)).unwrap();
+                let expected = serde_json::to_string(&reading(&s, &sample, mode, source, &mut fresh, None)).unwrap();
                 let mut written = String::new();
-                write_reading(&mut written, &parts, &s, &sample, mode, source, &mut shared);
+                write_reading(&mut written, &parts, &s, &sample, mode, source, &mut shared, None);
                 prop_assert_eq!(written, expected);
             }
         }

@@ -88,7 +88,8 @@ pub(crate) async fn get_one(inner: &View, args: GetSensorReadingArgs, attempts: 
     let mut stamps = Stamps::new();
     match read.results.pop() {
         Some(Ok((sample, from))) => {
-            to_data(&reading(sensor, &sample, mode, source(from, sensor), &mut stamps))
+            let alarm = super::alarms::reading_alarm(inner, sensor);
+            to_data(&reading(sensor, &sample, mode, source(from, sensor), &mut stamps, alarm))
         }
         Some(Err(e)) => {
             Err(offer_cached(device_error(&e, registry.device_of(sensor), sensor), reader.cache(), sensor))
@@ -231,9 +232,12 @@ fn write_readings(
         if n > 0 {
             out.push(',');
         }
+        let alarm = super::alarms::reading_alarm(inner, s);
         match inner.reading_json.get(s.place.sensor) {
-            Some(parts) => write_reading(&mut out, parts, s, sample, mode, source, stamps),
-            None => write_reading(&mut out, &ReadingJson::of(s), s, sample, mode, source, stamps),
+            Some(parts) => write_reading(&mut out, parts, s, sample, mode, source, stamps, alarm.as_ref()),
+            None => {
+                write_reading(&mut out, &ReadingJson::of(s), s, sample, mode, source, stamps, alarm.as_ref())
+            }
         }
     }
     out.push_str("],\"failed\":");

@@ -124,7 +124,9 @@ pub(crate) async fn create(inner: &View, caller: &Caller, args: CreateWorkOrderA
     };
     let evidence = sample.and_then(|s| {
         let mut stamps = super::reading_json::Stamps::new();
-        let reading = super::reading_json::reading(sensor, &s, UnitMode::Normalized, source, &mut stamps);
+        let alarm = super::alarms::reading_alarm(inner, sensor);
+        let reading =
+            super::reading_json::reading(sensor, &s, UnitMode::Normalized, source, &mut stamps, alarm);
         serde_json::to_value(reading).ok()
     });
     let draft = model::WorkOrder {

@@ -301,6 +301,39 @@ async fn act_on_work_order(
     envelope_response(&e)
 }
 
+async fn list_alarms(
+    State(st): State<AppState>,
+    Extension(c): Extension<Caller>,
+    Params(q): Params,
+) -> Response {
+    answer(&st, &c, Tool::ListAlarms, query_args(q)).await
+}
+
+/// `POST /v1/alarms/{alarm_id}/{action}`: an operator's act on an alarm; the body (JSON,
+/// optional) holds `comment`, `duration_s` (shelve) and `event_id` (acknowledge).
+async fn act_on_alarm(
+    State(st): State<AppState>,
+    Extension(c): Extension<Caller>,
+    Path((id, action)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let parsed = if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(crate::tools::AlarmActBody::default())
+    } else {
+        serde_json::from_slice::<crate::tools::AlarmActBody>(&body)
+    };
+    match parsed {
+        Ok(b) => envelope_response(&st.tools.act_on_alarm(&c, &id, &action, b).await),
+        Err(_) => refusal(ToolError::invalid(
+            "body",
+            None,
+            "a JSON object with comment (text), duration_s and event_id (integers), each optional",
+            "The request body is not an alarm act.",
+            "Send e.g. {\"comment\": \"seen\"}, or {\"comment\": \"known cause\", \"duration_s\": 3600} to shelve.",
+        )),
+    }
+}
+
 /// `POST /v1/devices/{id}/probe`: an operator's probe of the device, at once.
 async fn probe_device(
     State(st): State<AppState>,
@@ -481,6 +514,8 @@ fn handler(endpoint: Endpoint, on: MethodFilter) -> MethodRouter<AppState> {
         Endpoint::WorkOrders => routing::on(on, list_work_orders),
         Endpoint::WorkOrder => routing::on(on, get_work_order),
         Endpoint::ActOnWorkOrder => routing::on(on, act_on_work_order),
+        Endpoint::Alarms => routing::on(on, list_alarms),
+        Endpoint::ActOnAlarm => routing::on(on, act_on_alarm),
         Endpoint::Devices => routing::on(on, devices),
         Endpoint::Device => routing::on(on, device),
         Endpoint::ProbeDevice => routing::on(on, probe_device),

@@ -203,6 +203,27 @@ fn operations(r: &Route) -> Vec<(String, OperationBuilder)> {
             one(envelope_responses(op, &output(Tool::GetWorkOrder)))
         }
         Endpoint::ActOnWorkOrder => one(envelope_responses(decide_operation(), &output(Tool::GetWorkOrder))),
+        Endpoint::Alarms => {
+            let op = alarms(
+                "get_alarms",
+                "The configured alarms and their state, as list_alarms (query parameters are its arguments)",
+            );
+            let op = query_params(
+                op,
+                &[
+                    ("state", false),
+                    ("priority", false),
+                    ("plant", false),
+                    ("zone", false),
+                    ("sensor_id", false),
+                    ("limit", false),
+                    ("cursor", false),
+                ],
+                "list_alarms",
+            );
+            one(envelope_responses(op, &output(Tool::ListAlarms)))
+        }
+        Endpoint::ActOnAlarm => one(envelope_responses(alarm_act_operation(), "envelope")),
         Endpoint::Index => one(service("index", "What is served here")),
         Endpoint::OpenApi => one(service("openapi", "This document")),
         Endpoint::Healthz => one(service("healthz", "The process is alive")),
@@ -288,6 +309,42 @@ fn decide_operation() -> OperationBuilder {
                 "application/json",
                 Content::new(Some(
                     ObjectBuilder::new().property("note", ObjectBuilder::new().schema_type(Type::String)).build(),
+                )),
+            )
+            .build(),
+    ))
+}
+
+fn alarms(id: &str, summary: &str) -> OperationBuilder {
+    OperationBuilder::new().tag("alarms").operation_id(Some(id)).summary(Some(summary))
+}
+
+/// An operator's act on an alarm.
+fn alarm_act_operation() -> OperationBuilder {
+    let integer = || ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0));
+    alarms(
+        "act_on_alarm",
+        "An operator's act: acknowledge, shelve, unshelve, out_of_service or in_service (operator token); answers {alarm} as it is after the act",
+    )
+    .parameter(string_param("alarm_id", ParameterIn::Path, true, "Alarm ID, SENSOR_ID.NAME, e.g. B_OVEN2_001.HI"))
+    .parameter(string_param(
+        "action",
+        ParameterIn::Path,
+        true,
+        "acknowledge, shelve, unshelve, out_of_service or in_service",
+    ))
+    .request_body(Some(
+        RequestBodyBuilder::new()
+            .required(Some(Required::False))
+            .content(
+                "application/json",
+                Content::new(Some(
+                    ObjectBuilder::new()
+                        .property("comment", ObjectBuilder::new().schema_type(Type::String).max_length(Some(500)))
+                        .property("duration_s", integer().maximum(Some(604_800)))
+                        .property("event_id", integer())
+                        .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::FreeForm(false)))
+                        .build(),
                 )),
             )
             .build(),

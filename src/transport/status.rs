@@ -14,9 +14,10 @@ pub fn status_of(e: &Envelope) -> StatusCode {
 pub fn status_of_code(code: ErrorCode) -> StatusCode {
     match code {
         ErrorCode::InvalidArgument => StatusCode::BAD_REQUEST,
-        ErrorCode::SensorNotFound | ErrorCode::DeviceNotFound | ErrorCode::WorkOrderNotFound => {
-            StatusCode::NOT_FOUND
-        }
+        ErrorCode::SensorNotFound
+        | ErrorCode::DeviceNotFound
+        | ErrorCode::WorkOrderNotFound
+        | ErrorCode::AlarmNotFound => StatusCode::NOT_FOUND,
         ErrorCode::IdempotencyConflict | ErrorCode::InvalidState => StatusCode::CONFLICT,
         ErrorCode::RateLimited | ErrorCode::RetryLimitReached => StatusCode::TOO_MANY_REQUESTS,
         ErrorCode::DeviceTimeout

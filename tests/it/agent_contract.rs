@@ -125,7 +125,7 @@ async fn the_binary_over_mcp_publishes_plain_schemas_and_answers_as_documented()
     // The input schemas say each parameter's one type: no "null", no non-standard format.
     let list = mcp.request(2, "tools/list", json!({})).await;
     let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("{list}"));
-    assert_eq!(tools.len(), 8);
+    assert_eq!(tools.len(), 11);
     let mut found = Vec::new();
     for t in tools {
         unusual(&t["inputSchema"], t["name"].as_str().unwrap(), &mut found);

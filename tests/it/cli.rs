@@ -176,7 +176,10 @@ fn tools_prints_the_served_definitions() {
             "get_device_status",
             "create_work_order",
             "get_work_order",
-            "list_work_orders"
+            "list_work_orders",
+            "list_alarms",
+            "get_alarm_history",
+            "get_alarm_summary"
         ]
     );
     for key in ["description", "inputSchema", "outputSchema", "annotations"] {

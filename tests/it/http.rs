@@ -82,7 +82,10 @@ async fn definitions_and_resource_routes() {
             "get_device_status",
             "create_work_order",
             "get_work_order",
-            "list_work_orders"
+            "list_work_orders",
+            "list_alarms",
+            "get_alarm_history",
+            "get_alarm_summary"
         ]
     );
 

@@ -1,6 +1,7 @@
 //! Integration tests: one binary, modules per area.
 
 mod agent_contract;
+mod alarms;
 mod chaos;
 mod cli;
 mod console;

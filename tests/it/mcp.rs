@@ -108,7 +108,7 @@ async fn exercise(mcp: &mut McpChild, meta: Value) {
     };
     let list = mcp.request(json!(10), "tools/list", with(json!({}))).await;
     let tools = list["result"]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 8, "{list}");
+    assert_eq!(tools.len(), 11);
     for t in tools {
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
         assert_eq!(t["outputSchema"]["type"], "object", "{t}");
@@ -318,7 +318,7 @@ async fn http_session_answers_are_complete_at_once() {
     let r = in_session(&mut c, &sid, json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
     assert_eq!(r.status, 202);
     let r = in_session(&mut c, &sid, json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await;
-    assert_eq!(one_event(&r)["result"]["tools"].as_array().map(Vec::len), Some(8));
+    assert_eq!(one_event(&r)["result"]["tools"].as_array().map(Vec::len), Some(11));
     // Each answer arrives whole: a body of known length ending with its event, so nothing
     // waits on a timer (the old session streams took 40 ms per call, the client's delayed
     // ACK). `one_event` checks that shape; the time per call is measured by

@@ -280,7 +280,7 @@ async fn http_answers_malformed_messages_with_json_rpc_errors() {
     )
     .await;
     assert_eq!((status, &v["id"]), (200, &json!(32)), "{v}");
-    assert_eq!(v["result"]["tools"].as_array().map(Vec::len), Some(8));
+    assert_eq!(v["result"]["tools"].as_array().map(Vec::len), Some(11));
 }
 
 #[tokio::test]
