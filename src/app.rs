@@ -118,14 +118,15 @@ pub fn absolute(dir: &Path) -> PathBuf {
 /// The history and work-order stores of `dir`, or who holds them.
 pub fn open_stores(config: &Config, dir: &Path) -> Result<crate::service::Stores, StartError> {
     let held = |e: &str| e.contains("in use by another fieldgate process");
-    let history = HistoryStore::open_in(dir).map_err(|e| {
-        let e = e.to_string();
+    // A store held by another process names it; any other failure is the store's own.
+    let refused = |e: String| {
         if held(&e) {
             StartError::Held { dir: dir.to_path_buf(), owner: owner_of(dir) }
         } else {
             StartError::Store(e)
         }
-    })?;
+    };
+    let history = HistoryStore::open_in(dir).map_err(|e| refused(e.to_string()))?;
     let orders = WorkOrderStore::open_in(dir).map_err(|e| match e {
         WorkOrderError::Refused(m) if held(&m) => {
             StartError::Held { dir: dir.to_path_buf(), owner: owner_of(dir) }
@@ -154,14 +155,9 @@ pub fn open_stores(config: &Config, dir: &Path) -> Result<crate::service::Stores
     };
     // The alarm journal is read whole at start (every instance): one that does not read is
     // refused here, with the file named, not found out later.
-    let alarms = AlarmJournal::open_in(dir).and_then(|j| j.instances().map(|_| j)).map_err(|e| {
-        let e = e.to_string();
-        if held(&e) {
-            StartError::Held { dir: dir.to_path_buf(), owner: owner_of(dir) }
-        } else {
-            StartError::Store(e)
-        }
-    })?;
+    let alarms = AlarmJournal::open_in(dir)
+        .and_then(|j| j.instances().map(|_| j))
+        .map_err(|e| refused(e.to_string()))?;
     Ok(crate::service::Stores {
         history: Some(Arc::new(history)),
         work_orders: Some(Arc::new(orders)),

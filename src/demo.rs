@@ -209,8 +209,9 @@ impl Demo {
         } else {
             "(acknowledging is an operator's act: start the demo with FIELDGATE_TOKEN_SHIFT_LEAD=operator:<16+ characters>, then)\n  FIELDGATE_CLI_TOKEN=THAT_TOKEN "
         };
+        let lister = if self.tokens { "FIELDGATE_CLI_TOKEN=YOUR_TOKEN " } else { "" };
         out.push_str(&format!(
-            "\nRaise an alarm (docs/alarms.md): drive boiler B-1's feed water to 91 degC, past its HI and HIHI limits, and back:\n  curl -X PUT {control}/sensors/B_BOILER_001 -H 'content-type: application/json' -d '{{\"wave\":\"constant\",\"value\":91}}'\n  fieldgate alarms list --state not_normal --url {base}\n  {operator}fieldgate alarms ack B_BOILER_001.HIHI --comment 'seen, checking the feed pump' --url {base}\n  curl -X PUT {control}/sensors/B_BOILER_001 -H 'content-type: application/json' -d '{{\"wave\":\"sine\",\"mean\":82,\"amplitude\":3,\"period_s\":180}}'\n"
+            "\nRaise an alarm (docs/alarms.md): drive boiler B-1's feed water to 91 degC, past its HI and HIHI limits, and back:\n  curl -X PUT {control}/sensors/B_BOILER_001 -H 'content-type: application/json' -d '{{\"wave\":\"constant\",\"value\":91}}'\n  {lister}fieldgate alarms list --state not_normal --url {base}\n  {operator}fieldgate alarms ack B_BOILER_001.HIHI --comment 'seen, checking the feed pump' --url {base}\n  curl -X PUT {control}/sensors/B_BOILER_001 -H 'content-type: application/json' -d '{{\"wave\":\"sine\",\"mean\":82,\"amplitude\":3,\"period_s\":180}}'\n"
         ));
         out
     }

@@ -141,7 +141,7 @@ impl Core {
         fleet: bool,
     ) -> Core {
         let alarms = stores.alarms.and_then(|journal| match Alarms::new(&registry, journal) {
-            Ok(a) => Some(Arc::new(a)),
+            Ok(a) => Some(Arc::new(a.keeping(config.alarms.journal_days))),
             Err(error) => {
                 tracing::error!(%error, "alarms: the journal cannot be read; no alarm is evaluated");
                 None

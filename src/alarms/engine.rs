@@ -23,8 +23,11 @@ use super::limit::{LimitState, Transition, Value};
 use crate::driver::{RawValue, Sample, SampleQuality, normalize};
 use crate::metrics::Sheet;
 use crate::reading::feed::Batch;
-use crate::registry::{AlarmDef, Registry, Sensor, SensorSource};
+use crate::registry::{AlarmDef, OpcUaMode, Registry, Sensor, SensorSource};
 use crate::store::alarm_journal::{Act, AlarmJournal, AlarmState, Instance, JournalError};
+
+/// How often transitions older than `[alarms] journal_days` are removed.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Transitions kept for a journal that cannot write, at most.
 pub const MAX_UNSAVED: usize = 10_000;
@@ -58,8 +61,17 @@ pub struct Alarms {
     instances: Mutex<Vec<Instance>>,
     /// Per entry: out of service (not evaluated), as its instance says.
     out_of_service: Vec<AtomicBool>,
+    /// Per entry: an operator changed its service; the evaluation starts again from normal.
+    resync: Vec<AtomicBool>,
+    /// Entries whose sensor's value holds until it changes (a subscribed OPC UA device):
+    /// their delays end on the clock too.
+    held: Vec<usize>,
+    /// The journal failed its last write (its warning is said once per failure).
+    journal_failing: AtomicBool,
     /// Samples the engine's queue had no room for.
     pub lost: Arc<AtomicU64>,
+    /// How long the journal keeps a transition.
+    keep: Duration,
     counters: Counters,
 }
 
@@ -88,6 +100,17 @@ impl Alarms {
         let instances: Vec<Instance> =
             entries.iter().map(|e| stored.remove(&e.id).unwrap_or_else(|| Instance::normal(&e.id))).collect();
         let out_of_service = instances.iter().map(|i| AtomicBool::new(i.out_of_service)).collect();
+        let resync = instances.iter().map(|_| AtomicBool::new(false)).collect();
+        let held = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| {
+                registry.sensors().get(e.sensor).is_some_and(|s| {
+                    registry.device_of(s).opcua.as_ref().is_some_and(|o| o.mode == OpcUaMode::Subscribe)
+                })
+            })
+            .map(|(i, _)| i)
+            .collect();
         let by_id = entries.iter().enumerate().map(|(i, e)| (e.id.clone(), i)).collect();
         Ok(Alarms {
             entries,
@@ -96,9 +119,19 @@ impl Alarms {
             journal,
             instances: Mutex::new(instances),
             out_of_service,
+            resync,
+            held,
+            journal_failing: AtomicBool::new(false),
             lost: Arc::default(),
+            keep: Duration::from_secs(365 * 86_400),
             counters: Counters::default(),
         })
+    }
+
+    /// The journal keeps transitions for `days` (`[alarms] journal_days`).
+    pub fn keeping(mut self, days: u64) -> Alarms {
+        self.keep = Duration::from_secs(days.saturating_mul(86_400));
+        self
     }
 
     pub fn entries(&self) -> &[Entry] {
@@ -164,6 +197,9 @@ impl Alarms {
         let i = self.index_of(alarm_id).ok_or_else(|| ActError::NotFound(alarm_id.to_string()))?;
         let mut instances = self.instances.lock();
         if let Some(now) = self.journal.act(alarm_id, act, at_ms, by, comment)? {
+            if matches!(act, Act::OutOfService | Act::InService) {
+                self.resync[i].store(true, Ordering::Relaxed);
+            }
             self.out_of_service[i].store(now.out_of_service, Ordering::Relaxed);
             instances[i] = now;
         }
@@ -181,10 +217,17 @@ impl Alarms {
                         instances[*i] = now;
                     }
                     acts.pop_front();
+                    if self.journal_failing.swap(false, Ordering::Relaxed) {
+                        tracing::info!(
+                            "alarm journal: writing again; the transitions that waited are written"
+                        );
+                    }
                 }
                 Err(error) => {
                     self.counters.journal_failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(%error, waiting = acts.len(), "alarm journal: transitions wait to be written");
+                    if !self.journal_failing.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(%error, waiting = acts.len(), "alarm journal: transitions wait to be written (said once until it writes again)");
+                    }
                     return;
                 }
             }
@@ -212,6 +255,29 @@ impl Alarms {
         self.instances.lock().iter().map(|i| LimitState::restored(i.state.is_active())).collect()
     }
 
+    /// What the journal is told of entry `i`'s transition `t`, and when.
+    fn act_of(&self, i: usize, t: Transition) -> (usize, Act, i64) {
+        match t {
+            Transition::Activated { at_ms, value } => {
+                (i, Act::Activate { value: kept(value), priority: self.entries[i].def.priority }, at_ms)
+            }
+            Transition::Cleared { at_ms, value } => (i, Act::Clear { value: kept(value) }, at_ms),
+        }
+    }
+
+    /// The delays of held values (subscribed sensors) that ended by `now_ms`.
+    fn held_delays(&self, states: &mut [LimitState], now_ms: i64) -> Vec<(usize, Act, i64)> {
+        let mut out = Vec::new();
+        for &i in &self.held {
+            if self.out_of_service[i].load(Ordering::Relaxed) || self.resync[i].load(Ordering::Relaxed) {
+                continue;
+            }
+            out.extend(states[i].on_time(&self.entries[i].def, now_ms).map(|t| self.act_of(i, t)));
+        }
+        self.counters.transitions.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+
     /// `batch` evaluated: the transitions it made, in order.
     fn evaluate(
         &self,
@@ -228,26 +294,16 @@ impl Alarms {
             let t = sample.at.timestamp_millis();
             for &i in watching {
                 self.counters.evaluated.fetch_add(1, Ordering::Relaxed);
+                if self.resync[i].swap(false, Ordering::Relaxed) {
+                    states[i] = LimitState::restored(false);
+                }
                 if self.out_of_service[i].load(Ordering::Relaxed) {
                     states[i] = LimitState::restored(false);
                     continue;
                 }
-                let kept = |v: Value| match v {
-                    Value::Number(x) => Some(x),
-                    Value::Bool(b) => Some(f64::from(u8::from(b))),
-                    Value::Other => None,
-                };
-                match states[i].on_sample(&self.entries[i].def, t, value, good) {
-                    Some(Transition::Activated { at_ms, value }) => out.push((
-                        i,
-                        Act::Activate { value: kept(value), priority: self.entries[i].def.priority },
-                        at_ms,
-                    )),
-                    Some(Transition::Cleared { at_ms, value }) => {
-                        out.push((i, Act::Clear { value: kept(value) }, at_ms))
-                    }
-                    None => {}
-                }
+                out.extend(
+                    states[i].on_sample(&self.entries[i].def, t, value, good).map(|t| self.act_of(i, t)),
+                );
             }
         }
         self.counters.transitions.fetch_add(out.len() as u64, Ordering::Relaxed);
@@ -261,6 +317,8 @@ impl Alarms {
         let mut unsaved: VecDeque<(usize, Act, i64)> = VecDeque::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut prune = tokio::time::interval(PRUNE_EVERY);
+        prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 batch = feed.recv() => {
@@ -268,9 +326,19 @@ impl Alarms {
                     unsaved.extend(self.evaluate(&registry, &mut states, &batch));
                 }
                 _ = tick.tick() => {
-                    let me = self.clone();
                     let now = chrono::Utc::now().timestamp_millis();
+                    unsaved.extend(self.held_delays(&mut states, now));
+                    let me = self.clone();
                     let _ = tokio::task::spawn_blocking(move || me.unshelve_ended(now)).await;
+                }
+                _ = prune.tick() => {
+                    let me = self.clone();
+                    let keep = i64::try_from(self.keep.as_millis()).unwrap_or(i64::MAX);
+                    let cutoff = chrono::Utc::now().timestamp_millis().saturating_sub(keep);
+                    let pruned = tokio::task::spawn_blocking(move || me.journal.prune_before(cutoff)).await;
+                    if let Ok(Err(error)) = pruned {
+                        tracing::warn!(%error, "alarm journal: old transitions not removed (tried again in an hour)");
+                    }
                 }
             }
             if !unsaved.is_empty() {
@@ -323,6 +391,15 @@ impl Alarms {
             "Transitions dropped because more than 10,000 waited for the journal.",
             load(&c.unsaved_dropped),
         );
+    }
+}
+
+/// A value as the journal keeps it (a boolean as 0 or 1).
+fn kept(v: Value) -> Option<f64> {
+    match v {
+        Value::Number(x) => Some(x),
+        Value::Bool(b) => Some(f64::from(u8::from(b))),
+        Value::Other => None,
     }
 }
 

@@ -61,8 +61,9 @@ async fn run(alarms: &Arc<Alarms>, registry: &Arc<Registry>, batches: Vec<Batch>
 async fn the_engine_journals_the_exact_transitions_in_engineering_units_and_a_restart_keeps_them() {
     let dir = tempfile::tempdir().unwrap();
     let registry = Arc::new(registry());
-    let alarms =
-        Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::open_in(dir.path()).unwrap())).unwrap());
+    let alarms = Arc::new(
+        Alarms::new(&registry, Arc::new(AlarmJournal::open_in(dir.path()).unwrap())).unwrap().keeping(3650),
+    );
     assert_eq!(alarms.entries()[0].id, "T_ZONE1_001.HI");
     // 1010 tenths is 101.0 degC: beyond 100 from t=10, activating at t=15; 97.9 from t=40
     // clears at t=43. Bad quality at t=20 forgets nothing of the state.
@@ -81,8 +82,9 @@ async fn the_engine_journals_the_exact_transitions_in_engineering_units_and_a_re
     run(&alarms, &registry, (60..70).map(|t| batch(t, 1010, SampleQuality::Good)).collect()).await;
     let event = alarms.instances()[0].event_id;
     drop(alarms);
-    let alarms =
-        Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::open_in(dir.path()).unwrap())).unwrap());
+    let alarms = Arc::new(
+        Alarms::new(&registry, Arc::new(AlarmJournal::open_in(dir.path()).unwrap())).unwrap().keeping(3650),
+    );
     assert_eq!(
         (alarms.instances()[0].state, alarms.instances()[0].event_id),
         (AlarmState::ActiveUnacknowledged, event)
@@ -94,7 +96,8 @@ async fn the_engine_journals_the_exact_transitions_in_engineering_units_and_a_re
 #[tokio::test]
 async fn operators_act_through_the_engine_and_out_of_service_is_not_evaluated() {
     let registry = Arc::new(registry());
-    let alarms = Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::in_memory().unwrap())).unwrap());
+    let alarms =
+        Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::in_memory().unwrap())).unwrap().keeping(3650));
     assert!(matches!(
         alarms.operate("T_ZONE1_001.LO", &Act::Unshelve, 0, None, None),
         Err(ActError::NotFound(_))
@@ -120,4 +123,38 @@ async fn operators_act_through_the_engine_and_out_of_service_is_not_evaluated() 
     assert_eq!(alarms.instances()[0].shelved_until_ms, None);
     let last = alarms.journal().events(0, i64::MAX, None, 100).unwrap().pop().unwrap();
     assert_eq!((last.kind, last.by), (EventKind::Unshelved, None));
+}
+
+/// Out of service and straight back, with no sample between, while the value stays beyond
+/// the limit: a new event after the on-delay (the evaluation starts again from normal).
+#[tokio::test]
+async fn back_in_service_at_once_beyond_the_limit_activates_again() {
+    let registry = Arc::new(registry());
+    let alarms =
+        Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::in_memory().unwrap())).unwrap().keeping(3650));
+    let (tx, rx) = mpsc::channel(64);
+    let engine = tokio::spawn(alarms.clone().run(registry.clone(), rx));
+    for t in 0..10 {
+        tx.send(Arc::new(batch(t, 1500, SampleQuality::Good))).await.unwrap();
+    }
+    let active = async {
+        while alarms.instances()[0].state != AlarmState::ActiveUnacknowledged
+            || alarms.counters.evaluated.load(Ordering::Relaxed) < 10
+        {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), active).await.expect("the first activation within 10 s");
+    let first = alarms.instances()[0].clone();
+    alarms.operate("T_ZONE1_001.HI", &Act::OutOfService, ms(10), Some("op"), Some("wrong")).unwrap();
+    alarms.operate("T_ZONE1_001.HI", &Act::InService, ms(10), Some("op"), None).unwrap();
+    assert_eq!(alarms.instances()[0].state, AlarmState::Normal);
+    for t in 11..20 {
+        tx.send(Arc::new(batch(t, 1500, SampleQuality::Good))).await.unwrap();
+    }
+    drop(tx);
+    tokio::time::timeout(Duration::from_secs(10), engine).await.unwrap().unwrap();
+    let i = &alarms.instances()[0];
+    assert_eq!((i.state, i.activated_ms), (AlarmState::ActiveUnacknowledged, Some(ms(16))), "from t=11, 5 s");
+    assert!(i.event_id > first.event_id);
 }

@@ -32,19 +32,20 @@ pub enum Transition {
 }
 
 /// One alarm's condition between samples.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LimitState {
     pub active: bool,
     /// Since when (sample time, ms) the value has been on the other side, while a delay
-    /// is being counted.
+    /// is being counted, and the last sample's value then.
     pending_since: Option<i64>,
+    pending_value: Option<Value>,
     last_ms: Option<i64>,
 }
 
 impl LimitState {
     /// A state that is active (or not) with no delay counted: as restored at start.
     pub fn restored(active: bool) -> LimitState {
-        LimitState { active, pending_since: None, last_ms: None }
+        LimitState { active, pending_since: None, pending_value: None, last_ms: None }
     }
 
     /// The sample at `t_ms` applied: a transition, if it made one.
@@ -54,26 +55,43 @@ impl LimitState {
         }
         self.last_ms = Some(t_ms);
         let side = if good { side(def, value, self.active) } else { None };
-        let Some(toward_other) = side else {
+        if side != Some(true) {
             self.pending_since = None;
-            return None;
-        };
-        if !toward_other {
-            self.pending_since = None;
+            self.pending_value = None;
             return None;
         }
+        self.pending_value = Some(value);
         let since = *self.pending_since.get_or_insert(t_ms);
         let delay = if self.active { def.off_delay } else { def.on_delay };
         if t_ms.saturating_sub(since) < i64::try_from(delay.as_millis()).unwrap_or(i64::MAX) {
             return None;
         }
+        Some(self.flip(t_ms, value))
+    }
+
+    /// For a sensor whose last value holds until the next change (an OPC UA subscription
+    /// sends changes only): a delay being counted ends at its time, `now_ms`, without
+    /// another sample; the transition is stamped when the delay ended.
+    pub fn on_time(&mut self, def: &AlarmDef, now_ms: i64) -> Option<Transition> {
+        let (since, value) = (self.pending_since?, self.pending_value?);
+        let delay = if self.active { def.off_delay } else { def.on_delay };
+        let at = since.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+        if now_ms < at {
+            return None;
+        }
+        self.last_ms = Some(at);
+        Some(self.flip(at, value))
+    }
+
+    fn flip(&mut self, at_ms: i64, value: Value) -> Transition {
         self.pending_since = None;
+        self.pending_value = None;
         self.active = !self.active;
-        Some(if self.active {
-            Transition::Activated { at_ms: t_ms, value }
+        if self.active {
+            Transition::Activated { at_ms, value }
         } else {
-            Transition::Cleared { at_ms: t_ms, value }
-        })
+            Transition::Cleared { at_ms, value }
+        }
     }
 }
 

@@ -71,6 +71,12 @@ fn request(cmd: &AlarmCommand) -> Result<Request, String> {
     })?;
     let id =
         cmd.id.clone().ok_or_else(|| format!("{} needs an alarm ID, e.g. B_BOILER_001.HI", cmd.action))?;
+    // Sent as a path segment: only the alarm ID grammar's characters, so that no ID
+    // typed can reach another route or act.
+    let grammar = regex::Regex::new(crate::tools::defs::ALARM_ID_PATTERN).map_err(|e| e.to_string())?;
+    if !grammar.is_match(&id) {
+        return Err(format!("{id:?} is not an alarm ID: SENSOR_ID.NAME in upper case, e.g. B_BOILER_001.HI"));
+    }
     let duration_s = match &cmd.duration {
         Some(d) => Some(seconds(d).ok_or_else(|| format!("--duration {d:?}: use e.g. 30m, 2h or 3600"))?),
         None if act == "shelve" => return Err("shelve needs --duration (e.g. 2h) and --comment (why)".into()),

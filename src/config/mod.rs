@@ -41,6 +41,7 @@ pub struct Config {
     pub breaker: BreakerConfig,
     pub history: HistoryConfig,
     pub work_orders: WorkOrdersConfig,
+    pub alarms: AlarmsConfig,
     /// The Sparkplug B edge node (`mqtt.rs`).
     pub mqtt: mqtt::MqttConfig,
     /// The fleet hub, a Sparkplug B host application (`hub.rs`; `fieldgate hub`).
@@ -154,6 +155,13 @@ pub struct HistoryConfig {
     pub postgres_ca_file: Option<std::path::PathBuf>,
 }
 
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlarmsConfig {
+    /// Alarm journal entries (transitions) older than this many days are removed, once an
+    /// hour; each alarm's current state is kept whatever its age.
+    pub journal_days: u64,
+}
+
 /// Where history is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HistoryBackend {
@@ -232,6 +240,7 @@ impl Default for Config {
                 postgres_url_env: "FIELDGATE_PG_URL".into(),
                 postgres_ca_file: None,
             },
+            alarms: AlarmsConfig { journal_days: 365 },
             work_orders: WorkOrdersConfig {
                 pending_ttl_hours: 72,
                 auto_approve: Vec::new(),

@@ -48,7 +48,7 @@ const NESTED: [(&str, &str); 2] = [("server", "tls"), ("server", "oauth")];
 type Section = fn(&Table<'_, '_>, &mut Config);
 
 /// The sections of the configuration and the function reading each.
-const SECTIONS: [(&str, Section); 10] = [
+const SECTIONS: [(&str, Section); 11] = [
     ("devices", devices),
     ("server", server),
     ("auth", auth),
@@ -57,6 +57,7 @@ const SECTIONS: [(&str, Section); 10] = [
     ("breaker", breaker),
     ("history", history),
     ("work_orders", work_orders),
+    ("alarms", alarms),
     ("mqtt", mqtt),
     ("hub", hub),
 ];
@@ -178,6 +179,10 @@ fn history(s: &Table<'_, '_>, c: &mut Config) {
             Ok(_) => c.history.postgres_url_env = v.to_string(),
         }
     }
+}
+
+fn alarms(s: &Table<'_, '_>, c: &mut Config) {
+    set(&mut c.alarms.journal_days, s.int("journal_days", 1..=3650).map(|v| v as u64));
 }
 
 fn work_orders(s: &Table<'_, '_>, c: &mut Config) {

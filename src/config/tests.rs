@@ -109,7 +109,7 @@ fn reports_every_problem_with_lines() {
             "environment variable FIELDGATE_CALLS_DEADLINE_MS: `deadline_ms` in [calls]: must be an integer, found a string",
             "environment variable FIELDGATE_SEVER_LISTEN: not a configuration key: the name must be \
              FIELDGATE_<SECTION>_<KEY> with SECTION one of DEVICES, SERVER, AUTH, STORAGE, CALLS, BREAKER, \
-             HISTORY, WORK_ORDERS, MQTT, HUB",
+             HISTORY, WORK_ORDERS, ALARMS, MQTT, HUB",
         ]
     );
 }

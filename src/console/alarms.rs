@@ -12,7 +12,7 @@ use super::view::layout;
 use super::viewer::Viewer;
 use super::{Console, ConsoleError, page};
 use crate::tools::ToolError;
-use crate::tools::defs::{AlarmInfo, AlarmStateFilter, ListAlarmsArgs};
+use crate::tools::defs::{AlarmInfo, AlarmState, AlarmStateFilter, ListAlarmsArgs};
 
 /// The filters offered: what stands, what waits for an operator, then the rest.
 const FILTERS: [(&str, Option<AlarmStateFilter>); 6] = [
@@ -51,8 +51,16 @@ pub async fn alarms(
         )
         .into());
     };
-    let list =
+    let mut list =
         c.tools.list_alarms(&ListAlarmsArgs { state: filter, limit: Some(1000), ..Default::default() })?;
+    // What stands first: active and unacknowledged, active, returned, normal; then by ID.
+    let rank = |a: &AlarmInfo| match a.state {
+        AlarmState::ActiveUnacknowledged => 0,
+        AlarmState::ActiveAcknowledged => 1,
+        AlarmState::ReturnedUnacknowledged => 2,
+        AlarmState::Normal => 3,
+    };
+    list.alarms.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.alarm_id.cmp(&b.alarm_id)));
     let n = &list.counts;
     let body = html! {
         h1 { "Alarms" }

@@ -154,7 +154,7 @@ impl Console {
         }
         if !session.caller.is_operator() {
             return Err(ConsoleError::Refused(format!(
-                "Only an operator can change a work order's state; you are signed in as {} with an agent token.",
+                "Only an operator can decide a work order or act on an alarm; you are signed in as {} with an agent token.",
                 session.caller.id
             )));
         }

@@ -207,6 +207,8 @@ fn db<E: std::fmt::Display>(e: E) -> JournalError {
 
 pub struct AlarmJournal {
     db: Db,
+    /// `alarms.last_event` beside a file-backed journal: the highest event ID ever given.
+    marker: Option<std::path::PathBuf>,
 }
 
 /// What `act` does to `was`: the instance after it, or `None` when it changes nothing
@@ -280,10 +282,46 @@ fn apply(was: &Instance, act: &Act, at_ms: i64, by: Option<&str>) -> Result<Opti
 
 impl AlarmJournal {
     /// Opens (or creates) `alarms.redb` in a data directory.
+    /// A journal with fewer events than its marker says were given (a file emptied or
+    /// replaced) is refused: event IDs would be given twice.
     pub fn open_in(dir: &Path) -> Result<AlarmJournal, JournalError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| JournalError::Db(format!("{}: {}", dir.display(), e.kind())))?;
-        AlarmJournal::with_db(Db::open_file("alarms", &dir.join("alarms.redb")).map_err(JournalError::Db)?)
+        let path = dir.join("alarms.redb");
+        let journal = AlarmJournal::with_db(Db::open_file("alarms", &path).map_err(JournalError::Db)?)?;
+        let marker = dir.join("alarms.last_event");
+        let given = read_marker(&marker)?;
+        let held = journal.last_event()?;
+        if given > held {
+            return Err(JournalError::Db(format!(
+                "{} holds alarm events up to {held} but {} says {given} was given: the journal was replaced, emptied or damaged; restore it from a backup, or move both files aside to start a new journal (event IDs would then be given again)",
+                path.display(),
+                marker.display()
+            )));
+        }
+        let journal = AlarmJournal { marker: Some(marker), ..journal };
+        if held > given {
+            journal.mark_given(held);
+        }
+        Ok(journal)
+    }
+
+    /// The highest event ID given (0 before the first).
+    fn last_event(&self) -> Result<u64, JournalError> {
+        self.db.read(|d| {
+            let tx = d.begin_read().map_err(db)?;
+            let meta = tx.open_table(META).map_err(db)?;
+            Ok(meta.get("next_event").map_err(db)?.map_or(1, |v| v.value()).saturating_sub(1))
+        })
+    }
+
+    /// Records durably that event `id` was given (after its commit: the marker may lag
+    /// the journal after a crash, never lead it).
+    fn mark_given(&self, id: u64) {
+        let Some(path) = &self.marker else { return };
+        if let Err(error) = super::db::write_durably(path, id.to_string().as_bytes()) {
+            tracing::error!(file = %path.display(), error = %error.kind(), "cannot record the highest alarm event ID given");
+        }
     }
 
     pub fn in_memory() -> Result<AlarmJournal, JournalError> {
@@ -300,7 +338,7 @@ impl AlarmJournal {
             tx.open_table(META).map_err(self::db)?;
             tx.commit().map_err(self::db)
         })?;
-        Ok(AlarmJournal { db })
+        Ok(AlarmJournal { db, marker: None })
     }
 
     pub fn problem(&self) -> Option<Problem> {
@@ -353,6 +391,15 @@ impl AlarmJournal {
         })
     }
 
+    /// Removes the transitions from before `cutoff_ms` (the instances stay as they are).
+    pub fn prune_before(&self, cutoff_ms: i64) -> Result<(), JournalError> {
+        self.db.write(|d| {
+            let tx = d.begin_write().map_err(db)?;
+            tx.open_table(EVENTS).map_err(db)?.retain_in(..(cutoff_ms, 0u64), |_, _| false).map_err(db)?;
+            tx.commit().map_err(db)
+        })
+    }
+
     /// Applies `act` to the alarm at `at_ms` (by `by`, with `comment`): the instance
     /// after it, journaled, or `None` when it changes nothing.
     pub fn act(
@@ -363,65 +410,89 @@ impl AlarmJournal {
         by: Option<&str>,
         comment: Option<&str>,
     ) -> Result<Option<Instance>, JournalError> {
-        self.db.write(|d| {
-            let tx = d.begin_write().map_err(db)?;
-            let done = {
-                let mut instances = tx.open_table(INSTANCES).map_err(db)?;
-                let was: Instance = match instances.get(alarm_id).map_err(db)? {
-                    Some(v) => serde_json::from_slice(v.value()).map_err(|_| JournalError::Corrupt)?,
-                    None => Instance::new(alarm_id, at_ms),
+        self.db
+            .write(|d| {
+                let tx = d.begin_write().map_err(db)?;
+                let done = {
+                    let mut instances = tx.open_table(INSTANCES).map_err(db)?;
+                    let was: Instance = match instances.get(alarm_id).map_err(db)? {
+                        Some(v) => serde_json::from_slice(v.value()).map_err(|_| JournalError::Corrupt)?,
+                        None => Instance::new(alarm_id, at_ms),
+                    };
+                    let refused = |refusal| JournalError::Refused { alarm_id: alarm_id.to_string(), refusal };
+                    let Some(mut now) = apply(&was, act, at_ms, by).map_err(refused)? else {
+                        return Ok(None);
+                    };
+                    let mut meta = tx.open_table(META).map_err(db)?;
+                    let seq = meta.get("next_seq").map_err(db)?.map_or(1, |v| v.value());
+                    meta.insert("next_seq", seq + 1).map_err(db)?;
+                    let (kind, value, until_ms) = match act {
+                        Act::Activate { value, .. } => {
+                            let id = meta.get("next_event").map_err(db)?.map_or(1, |v| v.value());
+                            meta.insert("next_event", id + 1).map_err(db)?;
+                            now.event_id = id;
+                            (EventKind::Activated, *value, None)
+                        }
+                        Act::Clear { value } => (EventKind::Cleared, *value, None),
+                        Act::Acknowledge { .. } => (EventKind::Acknowledged, None, None),
+                        Act::Shelve { until_ms } => (EventKind::Shelved, None, Some(*until_ms)),
+                        Act::Unshelve => (EventKind::Unshelved, None, None),
+                        Act::OutOfService => (EventKind::OutOfService, None, None),
+                        Act::InService => (EventKind::InService, None, None),
+                    };
+                    let e = Event {
+                        seq,
+                        alarm_id: alarm_id.to_string(),
+                        event_id: now.event_id,
+                        kind,
+                        at_ms,
+                        value,
+                        by: by.map(str::to_string),
+                        comment: comment.map(str::to_string),
+                        until_ms,
+                        priority: match act {
+                            Act::Activate { priority, .. } => Some(*priority),
+                            _ => None,
+                        },
+                        activated_ms: match kind {
+                            EventKind::Activated => Some(at_ms),
+                            EventKind::Cleared | EventKind::Acknowledged => was.activated_ms,
+                            EventKind::OutOfService => was.activated_ms.filter(|_| was.state.is_active()),
+                            _ => None,
+                        },
+                        shelved: kind == EventKind::Activated && was.shelved_until_ms.is_some(),
+                    };
+                    instances.insert(alarm_id, json(&now).as_slice()).map_err(db)?;
+                    tx.open_table(EVENTS)
+                        .map_err(db)?
+                        .insert((at_ms, seq), json(&e).as_slice())
+                        .map_err(db)?;
+                    now
                 };
-                let refused = |refusal| JournalError::Refused { alarm_id: alarm_id.to_string(), refusal };
-                let Some(mut now) = apply(&was, act, at_ms, by).map_err(refused)? else {
-                    return Ok(None);
-                };
-                let mut meta = tx.open_table(META).map_err(db)?;
-                let seq = meta.get("next_seq").map_err(db)?.map_or(1, |v| v.value());
-                meta.insert("next_seq", seq + 1).map_err(db)?;
-                let (kind, value, until_ms) = match act {
-                    Act::Activate { value, .. } => {
-                        let id = meta.get("next_event").map_err(db)?.map_or(1, |v| v.value());
-                        meta.insert("next_event", id + 1).map_err(db)?;
-                        now.event_id = id;
-                        (EventKind::Activated, *value, None)
-                    }
-                    Act::Clear { value } => (EventKind::Cleared, *value, None),
-                    Act::Acknowledge { .. } => (EventKind::Acknowledged, None, None),
-                    Act::Shelve { until_ms } => (EventKind::Shelved, None, Some(*until_ms)),
-                    Act::Unshelve => (EventKind::Unshelved, None, None),
-                    Act::OutOfService => (EventKind::OutOfService, None, None),
-                    Act::InService => (EventKind::InService, None, None),
-                };
-                let e = Event {
-                    seq,
-                    alarm_id: alarm_id.to_string(),
-                    event_id: now.event_id,
-                    kind,
-                    at_ms,
-                    value,
-                    by: by.map(str::to_string),
-                    comment: comment.map(str::to_string),
-                    until_ms,
-                    priority: match act {
-                        Act::Activate { priority, .. } => Some(*priority),
-                        _ => None,
-                    },
-                    activated_ms: match kind {
-                        EventKind::Activated => Some(at_ms),
-                        EventKind::Cleared | EventKind::Acknowledged => was.activated_ms,
-                        EventKind::OutOfService => was.activated_ms.filter(|_| was.state.is_active()),
-                        _ => None,
-                    },
-                    shelved: kind == EventKind::Activated && was.shelved_until_ms.is_some(),
-                };
-                instances.insert(alarm_id, json(&now).as_slice()).map_err(db)?;
-                tx.open_table(EVENTS).map_err(db)?.insert((at_ms, seq), json(&e).as_slice()).map_err(db)?;
-                now
-            };
-            tx.commit().map_err(db)?;
-            Ok(Some(done))
-        })
+                tx.commit().map_err(db)?;
+                Ok(Some(done))
+            })
+            .inspect(|done| {
+                if let (Act::Activate { .. }, Some(i)) = (act, done) {
+                    self.mark_given(i.event_id);
+                }
+            })
     }
+}
+
+/// The highest event ID a marker file says was given (0 when there is none).
+fn read_marker(path: &Path) -> Result<u64, JournalError> {
+    if let Err(e) = std::fs::symlink_metadata(path)
+        && e.kind() == std::io::ErrorKind::NotFound
+    {
+        return Ok(0);
+    }
+    // Only a regular file of bounded size (a link to /dev/zero never ends).
+    let text = crate::toml_reader::read_text_file(path)
+        .map_err(|why| JournalError::Db(format!("{} cannot be read: {why}", path.display())))?;
+    text.trim().parse().map_err(|_| {
+        JournalError::Db(format!("{} does not hold an event number; restore it or remove it", path.display()))
+    })
 }
 
 /// Our own types as JSON (serializing them cannot fail).

@@ -71,6 +71,40 @@ fn events_come_by_time_in_pages() {
     assert_eq!(j.events(2_100, 2_600, None, 100).unwrap().len(), 1, "to is exclusive: {times:?}");
 }
 
+/// A journal emptied (a 0-byte file, as one helper's walk made it) would give event IDs
+/// again: the marker beside it refuses it.
+#[test]
+fn an_emptied_journal_is_refused_not_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let j = AlarmJournal::open_in(dir.path()).unwrap();
+        activate(&j, HI, 1_000, 1.0);
+        activate(&j, "A_B_001.HI", 2_000, 1.0);
+    }
+    assert_eq!(std::fs::read_to_string(dir.path().join("alarms.last_event")).unwrap(), "2");
+    std::fs::write(dir.path().join("alarms.redb"), b"").unwrap();
+    let refused = AlarmJournal::open_in(dir.path()).err().expect("refused");
+    assert!(refused.to_string().contains("alarms.last_event says 2 was given"), "{refused}");
+    // Both moved aside: a new journal.
+    std::fs::remove_file(dir.path().join("alarms.redb")).unwrap();
+    std::fs::remove_file(dir.path().join("alarms.last_event")).unwrap();
+    assert!(AlarmJournal::open_in(dir.path()).is_ok());
+}
+
+#[test]
+fn pruning_removes_old_transitions_and_keeps_every_instance() {
+    let j = AlarmJournal::in_memory().unwrap();
+    activate(&j, HI, 1_000, 1.0);
+    clear(&j, HI, 2_000);
+    activate(&j, HI, 3_000, 1.0);
+    j.prune_before(2_500).unwrap();
+    let left: Vec<i64> = j.events(0, i64::MAX, None, 10).unwrap().iter().map(|e| e.at_ms).collect();
+    assert_eq!(left, [3_000]);
+    let i = j.instances().unwrap();
+    assert_eq!((i.len(), i[0].state, i[0].event_id), (1, AlarmState::ActiveUnacknowledged, 2));
+    assert_eq!(activate(&j, "A_B_001.HI", 4_000, 1.0).unwrap().event_id, 3, "event IDs go on");
+}
+
 #[test]
 fn shelving_and_out_of_service_are_operator_acts_beside_the_state() {
     let j = AlarmJournal::in_memory().unwrap();

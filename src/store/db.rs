@@ -12,6 +12,7 @@
 //! a damaged file is refused with its path and what to do, never half-trusted.
 
 use parking_lot::{Mutex, RwLock};
+use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -264,4 +265,17 @@ const RECOVERED: u64 = 1 << 20;
 pub fn disk_space(path: &Path) -> Option<(u64, u64)> {
     let s = rustix::fs::statvfs(path).ok()?;
     Some((s.f_bavail.saturating_mul(s.f_frsize), s.f_blocks.saturating_mul(s.f_frsize)))
+}
+
+/// Replaces `path` with `bytes` so that a crash leaves either the old or the new content.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }

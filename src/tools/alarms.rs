@@ -115,6 +115,13 @@ impl super::ToolService {
     }
 }
 
+/// Where a page of `list_alarms` ended: the last alarm ID shown (a cursor is an object:
+/// the codec flattens it beside the query's fingerprint).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ListCursor {
+    a: String,
+}
+
 /// `list_alarms`, typed.
 pub(crate) fn list(view: &View, args: &ListAlarmsArgs) -> Result<ListAlarmsData, ToolError> {
     let registry = &view.core.registry;
@@ -128,7 +135,7 @@ pub(crate) fn list(view: &View, args: &ListAlarmsArgs) -> Result<ListAlarmsData,
             .unwrap_or_default(),
     );
     let after: Option<String> = match &args.cursor {
-        Some(c) => Some(super::cursor::decode(c, f, &PAGING)?),
+        Some(c) => Some(super::cursor::decode::<ListCursor>(c, f, &PAGING)?.a),
         None => None,
     };
     let instances = alarms.instances();
@@ -161,7 +168,11 @@ pub(crate) fn list(view: &View, args: &ListAlarmsArgs) -> Result<ListAlarmsData,
         .collect();
     let more = page.len() > limit;
     page.truncate(limit);
-    let next_cursor = if more { page.last().map(|(e, _)| super::cursor::encode(&e.id, f)) } else { None };
+    let next_cursor = if more {
+        page.last().map(|(e, _)| super::cursor::encode(ListCursor { a: e.id.clone() }, f))
+    } else {
+        None
+    };
     Ok(ListAlarmsData {
         alarms: page.into_iter().map(|(e, i)| info(view, e, i)).collect(),
         total,

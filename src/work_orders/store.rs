@@ -6,7 +6,6 @@
 //! number), `outbox` (number → delivery state). Every change is one write transaction with
 //! `Durability::Immediate` (redb's default): when a call answers, the change is on disk.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -195,7 +194,7 @@ impl WorkOrderStore {
     /// may lag the store after a crash, never lead it).
     fn mark_issued(&self, id: &str) {
         let Some(path) = &self.marker else { return };
-        if let Err(error) = write_durably(path, id.as_bytes()) {
+        if let Err(error) = crate::store::db::write_durably(path, id.as_bytes()) {
             tracing::error!(file = %path.display(), error = %error.kind(), "cannot record the highest work order ID issued");
             self.db.note("the work-order ID marker cannot be written");
         }
@@ -492,19 +491,6 @@ fn read_marker(path: &Path) -> Result<u64, WorkOrderError> {
         }),
         Err(why) => Err(WorkOrderError::Refused(format!("{} cannot be read: {why}", path.display()))),
     }
-}
-
-/// Replaces `path` with `bytes` so that a crash leaves either the old or the new content.
-fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

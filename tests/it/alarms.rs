@@ -75,6 +75,21 @@ async fn an_alarm_comes_is_acknowledged_shelved_and_clears_and_a_killed_process_
     let _log = served.drain_stderr();
     let addr = served.addr;
     assert_eq!(alarm(addr, "B_BOILER_001.HIHI").await["state"], "normal");
+    // Paging: two at a time, every configured alarm once (a cursor of the first page was
+    // once refused as not issued here).
+    let (mut seen, mut cursor) = (Vec::new(), Value::Null);
+    for _ in 0..10 {
+        let page = tool(addr, "list_alarms", json!({ "limit": 2, "cursor": cursor })).await;
+        seen.extend(
+            page["alarms"].as_array().unwrap().iter().map(|a| a["alarm_id"].as_str().unwrap().to_string()),
+        );
+        cursor = page["next_cursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
 
     // 91 degC: past HI (84.5, 5 s) and HIHI (90, 2 s).
     sim.set_wave("B_BOILER_001", Wave::Constant { value: 91.0 });

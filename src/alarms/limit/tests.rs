@@ -129,6 +129,32 @@ fn bad_quality_holds_the_state_and_forgets_the_delay() {
     assert_eq!(s.on_sample(&def, 12_000, Value::Number(0.0), true), None);
 }
 
+/// A subscription sends a change once: the held value's delay ends on the clock, stamped
+/// when it ended; a change back before then forgets it.
+#[test]
+fn a_held_value_ends_its_delay_on_the_clock() {
+    let def = high(100.0, 2.0, 5, 3);
+    let mut s = LimitState::default();
+    assert_eq!(s.on_time(&def, 50_000), None, "nothing pending");
+    assert_eq!(s.on_sample(&def, 10_000, Value::Number(101.0), true), None);
+    assert_eq!(s.on_time(&def, 14_999), None);
+    assert_eq!(
+        s.on_time(&def, 16_200),
+        Some(Transition::Activated { at_ms: 15_000, value: Value::Number(101.0) })
+    );
+    assert_eq!(s.on_time(&def, 30_000), None, "once");
+    assert_eq!(s.on_sample(&def, 40_000, Value::Number(97.9), true), None);
+    assert_eq!(s.on_sample(&def, 41_000, Value::Number(99.0), true), None, "back inside the deadband");
+    assert_eq!(s.on_time(&def, 60_000), None, "the delay was forgotten");
+    assert_eq!(s.on_sample(&def, 61_000, Value::Number(97.0), true), None);
+    assert_eq!(
+        s.on_time(&def, 64_000),
+        Some(Transition::Cleared { at_ms: 64_000, value: Value::Number(97.0) })
+    );
+    // A sample before the clock's transition time is not taken after it.
+    assert_eq!(s.on_sample(&def, 63_500, Value::Number(101.0), true), None);
+}
+
 proptest! {
     /// Transitions alternate (activated, cleared, activated, ...), and an alarm activates no
     /// more often than the value crosses its limit upward.
