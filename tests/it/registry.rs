@@ -447,3 +447,15 @@ limit = 3.0
         assert!(p.contains(want), "{want:?} in:\n{p}");
     }
 }
+
+/// An alarm on a text sensor (no alarm can read text) and a blank message are refused,
+/// as a helper's walk found them accepted.
+#[test]
+fn an_alarm_on_a_text_sensor_and_a_blank_message_are_refused() {
+    let text = with_sensor(
+        "table = \"holding\"\naddress = 10\ntype = \"string\"\nlength = 8\n[[sensors.alarms]]\nname = \"HI\"\ntype = \"high\"\nlimit = 1.0\npriority = \"low\"\nmessage = \" \"\n",
+    );
+    let p = problems(&[("t.toml", &text)]);
+    assert!(p.iter().any(|p| p.contains("no alarm watches text")), "{p:?}");
+    assert!(p.iter().any(|p| p.contains("`message`") && p.contains("1 to 200 characters")), "{p:?}");
+}

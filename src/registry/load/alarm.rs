@@ -9,9 +9,17 @@ use crate::toml_reader::Table;
 /// A delay is at most a day.
 const MAX_DELAY_S: i64 = 86_400;
 
-/// The sensor's alarms; `boolean`: whether the sensor reads a boolean (`None` when its type
-/// could not be read: the type's own problem is reported).
-pub(super) fn read_alarms(s: &Table<'_, '_>, boolean: Option<bool>) -> Vec<AlarmDef> {
+/// What a Modbus sensor reads, for the kinds of alarm it can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reads {
+    Boolean,
+    Number,
+    Text,
+}
+
+/// The sensor's alarms; `reads`: what the sensor reads (`None` for an OPC UA node, whose
+/// type is the server's, or when its type could not be read: that problem is reported).
+pub(super) fn read_alarms(s: &Table<'_, '_>, reads: Option<Reads>) -> Vec<AlarmDef> {
     let mut names = HashSet::new();
     let mut out = Vec::new();
     for a in s.tables("alarms") {
@@ -31,8 +39,14 @@ pub(super) fn read_alarms(s: &Table<'_, '_>, boolean: Option<bool>) -> Vec<Alarm
         let normal = a.bool("normal");
         match kind {
             Some(AlarmKind::OffNormal) => {
-                if boolean == Some(false) {
-                    a.problem("type", "off_normal watches a boolean sensor; this sensor reads a number");
+                match reads {
+                    Some(Reads::Number) => {
+                        a.problem("type", "off_normal watches a boolean sensor; this sensor reads a number")
+                    }
+                    Some(Reads::Text) => {
+                        a.problem("type", "off_normal watches a boolean sensor; this sensor reads text")
+                    }
+                    _ => {}
                 }
                 if a.has("limit") {
                     a.problem("limit", "an off_normal alarm has no limit (it watches `normal`)");
@@ -42,11 +56,13 @@ pub(super) fn read_alarms(s: &Table<'_, '_>, boolean: Option<bool>) -> Vec<Alarm
                 }
             }
             Some(_) => {
-                if boolean == Some(true) {
-                    a.problem(
+                match reads {
+                    Some(Reads::Boolean) => a.problem(
                         "type",
                         "high and low alarms watch a number; this sensor reads a boolean (use off_normal)",
-                    );
+                    ),
+                    Some(Reads::Text) => a.problem("type", "no alarm watches text; this sensor reads text"),
+                    _ => {}
                 }
                 if !a.has("limit") {
                     a.problem("limit", "a high or low alarm needs its limit, in the sensor's units");
@@ -64,7 +80,13 @@ pub(super) fn read_alarms(s: &Table<'_, '_>, boolean: Option<bool>) -> Vec<Alarm
         let delay = |key: &'static str| Duration::from_secs(a.int(key, 0..=MAX_DELAY_S).unwrap_or(0) as u64);
         let (on_delay, off_delay) = (delay("on_delay_s"), delay("off_delay_s"));
         let priority: Option<AlarmPriority> = a.req_pick("priority");
-        let message = a.req_text("message");
+        let message = a.req_text("message").filter(|m| {
+            let n = m.trim().chars().count();
+            if !(1..=200).contains(&n) {
+                a.problem("message", format!("must be 1 to 200 characters, found {n}"));
+            }
+            (1..=200).contains(&n)
+        });
         a.finish();
         let (Some(name), Some(kind), Some(priority), Some(message)) = (name, kind, priority, message) else {
             continue;

@@ -77,11 +77,15 @@ pub(super) fn read_sensor(
 
     let source = read_source(s, protocol, device_word_order);
     // Whether it reads a boolean (unknown for an OPC UA node: its type is the server's).
-    let boolean = match &source {
-        Some(SensorSource::Modbus(p)) => Some(p.data_type == DataType::Bool),
+    let reads = match &source {
+        Some(SensorSource::Modbus(p)) => Some(match p.data_type {
+            DataType::Bool => super::alarm::Reads::Boolean,
+            DataType::String => super::alarm::Reads::Text,
+            _ => super::alarm::Reads::Number,
+        }),
         _ => None,
     };
-    let alarms = super::alarm::read_alarms(s, boolean);
+    let alarms = super::alarm::read_alarms(s, reads);
 
     Some(Sensor {
         id: id?,
