@@ -214,6 +214,10 @@ pub(crate) fn history(view: &View, args: &GetAlarmHistoryArgs) -> Result<AlarmHi
         None => None,
     };
     let alarms = engine(view)?;
+    // An alarm no device file configures (any more) is named as such, with the nearest.
+    if let Some(id) = args.alarm_id.as_deref().filter(|id| alarms.index_of(id).is_none()) {
+        return Err(alarm_not_found(&alarms, id));
+    }
     let f = super::cursor::fingerprint(
         &serde_json::to_string(&(&args.from, &args.to, &args.alarm_id, &args.sensor_id)).unwrap_or_default(),
     );

@@ -173,6 +173,14 @@ async fn an_alarm_comes_is_acknowledged_shelved_and_clears_and_a_killed_process_
             "{want:?} in {kinds:?}"
         );
     }
+    let (status, e) = post(
+        addr,
+        "/v1/tools/get_alarm_history",
+        AGENT,
+        json!({ "from": "-1h", "alarm_id": "B_BOILER_001.HX" }),
+    )
+    .await;
+    assert_eq!((status, e["error"]["code"].as_str()), (404, Some("ALARM_NOT_FOUND")), "{e}");
     let ack = history["events"].as_array().unwrap().iter().find(|e| e["kind"] == "acknowledged").unwrap();
     assert_eq!(
         (ack["by"].as_str(), ack["comment"].as_str()),
