@@ -316,6 +316,24 @@ pub struct ActBody {
     pub event_id: Option<u64>,
 }
 
+impl ActBody {
+    /// The body of an act as it came over HTTP: empty, or the JSON object.
+    pub fn from_json(body: &[u8]) -> Result<ActBody, ToolError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(ActBody::default());
+        }
+        serde_json::from_slice(body).map_err(|_| {
+            ToolError::invalid(
+                "body",
+                None,
+                "a JSON object with comment (text), duration_s and event_id (integers), each optional",
+                "The request body is not an alarm act.",
+                "Send e.g. {\"comment\": \"seen\"}, or {\"comment\": \"known cause\", \"duration_s\": 3600} to shelve.",
+            )
+        })
+    }
+}
+
 /// The acts, as named on every wire.
 pub const ACTIONS: [&str; 5] = ["acknowledge", "shelve", "unshelve", "out_of_service", "in_service"];
 

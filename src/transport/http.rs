@@ -317,20 +317,9 @@ async fn act_on_alarm(
     Path((id, action)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let parsed = if body.iter().all(u8::is_ascii_whitespace) {
-        Ok(crate::tools::AlarmActBody::default())
-    } else {
-        serde_json::from_slice::<crate::tools::AlarmActBody>(&body)
-    };
-    match parsed {
+    match crate::tools::AlarmActBody::from_json(&body) {
         Ok(b) => envelope_response(&st.tools.act_on_alarm(&c, &id, &action, b).await),
-        Err(_) => refusal(ToolError::invalid(
-            "body",
-            None,
-            "a JSON object with comment (text), duration_s and event_id (integers), each optional",
-            "The request body is not an alarm act.",
-            "Send e.g. {\"comment\": \"seen\"}, or {\"comment\": \"known cause\", \"duration_s\": 3600} to shelve.",
-        )),
+        Err(e) => refusal(e),
     }
 }
 
