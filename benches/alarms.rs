@@ -12,7 +12,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fieldgate::alarms::Alarms;
+use fieldgate::config::{AlarmsConfig, Config};
 use fieldgate::driver::{RawValue, Sample, SampleQuality};
+use fieldgate::metrics::Metrics;
+use fieldgate::reading::Reader;
 use fieldgate::reading::feed::Batch;
 use fieldgate::registry::Registry;
 use fieldgate::store::alarm_journal::AlarmJournal;
@@ -99,16 +102,18 @@ fn main() {
 
     let dir = tempfile::tempdir().expect("a temporary directory");
     let journal = Arc::new(AlarmJournal::open_in(dir.path()).expect("the journal"));
-    let alarms = Arc::new(Alarms::new(&registry, journal.clone()).expect("the alarms"));
+    let alarms =
+        Arc::new(Alarms::new(&registry, journal.clone(), &AlarmsConfig::default()).expect("the alarms"));
     let rx = queue(&batches);
     let (c0, w0) = (cpu(), Instant::now());
-    rt.block_on(alarms.clone().run(registry.clone(), rx));
+    let reader = Arc::new(Reader::new(registry.clone(), &Config::default(), &Metrics::default()));
+    rt.block_on(alarms.clone().run(reader, rx));
     let (cpu_s, wall) = (cpu() - c0, w0.elapsed().as_secs_f64());
     let transitions = journal.events(0, i64::MAX, None, usize::MAX).map(|e| e.len()).unwrap_or(0);
     let active = alarms.instances().iter().filter(|i| i.state.is_active()).count();
 
     let evaluations = samples; // one alarm per sensor
-    println!("alarms: {} configured, {samples} samples (a minute at 10,000/s)", alarms.entries().len());
+    println!("alarms: {} configured, {samples} samples (a minute at 10,000/s)", alarms.count());
     println!("  baseline (take the batches, read each value): {base_cpu:.4} s CPU, {base_wall:.4} s wall");
     println!(
         "  engine (evaluate, journal {transitions} transitions, {active} active at the end): {cpu_s:.4} s CPU, {wall:.4} s wall"

@@ -252,7 +252,7 @@ async fn start_with(
     };
     let alarms = core.alarms.clone().filter(|a| a.any()).map(|a| {
         let rx = core.feed.subscribe(ALARM_QUEUE, a.lost.clone());
-        tokio::spawn(a.run(core.registry.clone(), rx))
+        tokio::spawn(a.run(core.reader.clone(), rx))
     });
     let mut tasks = crate::poller::start(&core, shutdown.clone());
     core.feed.seal();

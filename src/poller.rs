@@ -101,7 +101,17 @@ async fn subscribe_device(
     let Some(interval) = d.poll_interval else { return };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let owned = sensors.iter().map(|s| (*s).clone()).collect();
-    let task = tokio::spawn(subscribe::run(target, owned, interval, tx, subscription.clone(), stop.clone()));
+    let alarms = core.alarms.clone().filter(|_| d.opcua.as_ref().is_some_and(|o| o.alarms));
+    let commands = alarms.as_ref().map(|a| a.attach_server(device));
+    let task = tokio::spawn(subscribe::run(
+        target,
+        owned,
+        interval,
+        tx,
+        subscription.clone(),
+        stop.clone(),
+        commands,
+    ));
     let mut recorder = Recorder::new(&core.config, &store, &counters);
     // What get_device_status shows: the device was heard from; and its sessions, lost or
     // up again, go to its breaker as reads' outcomes would (down and up in the log).
@@ -146,6 +156,11 @@ async fn subscribe_device(
                 Some(subscribe::Update::Up) => reader.observe(&d.id, Ok(())),
                 Some(subscribe::Update::Down(e)) => reader.observe(&d.id, Err(&e)),
                 Some(subscribe::Update::RoundTrip(took)) => reader.round_trip(&d.id, took),
+                Some(subscribe::Update::Event(e)) => {
+                    if let Some(a) = &alarms {
+                        a.server_event(device, e);
+                    }
+                }
                 None => break,
             },
             _ = tick.tick() => {
@@ -160,6 +175,26 @@ async fn subscribe_device(
                 }
             }
             () = stop.cancelled() => break,
+        }
+    }
+    let _ = task.await;
+}
+
+/// A polled OPC UA device with `alarms = true`: a subscription to its server's condition
+/// events only (its values are polled; its health is the polls').
+async fn follow_conditions(core: Core, device: usize, stop: CancellationToken) {
+    let d = &core.registry.devices()[device];
+    let Some(alarms) = core.alarms.clone() else { return };
+    let pki = crate::driver::opcua::security::Pki::new(core.config.storage.data_dir.join("pki"));
+    let Some(target) = crate::driver::opcua::Target::of(d, &pki) else { return };
+    let interval = d.poll_interval.unwrap_or(Duration::from_secs(1)).max(Duration::from_millis(100));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let counters = Arc::new(subscribe::Counters::default());
+    let commands = Some(alarms.attach_server(device));
+    let task = tokio::spawn(subscribe::run(target, Vec::new(), interval, tx, counters, stop, commands));
+    while let Some(update) = rx.recv().await {
+        if let subscribe::Update::Event(e) = update {
+            alarms.server_event(device, e);
         }
     }
     let _ = task.await;
@@ -299,9 +334,14 @@ async fn watch_device(core: Core, device: usize, stop: CancellationToken) {
 /// well), fieldgate's own probes of every device, and the flush task. Stop with `stop`;
 /// await the handles to be sure the last flush happened.
 pub fn start(core: &Core, stop: CancellationToken) -> Vec<JoinHandle<()>> {
-    let watchers: Vec<JoinHandle<()>> = (0..core.registry.devices().len())
+    let mut watchers: Vec<JoinHandle<()>> = (0..core.registry.devices().len())
         .map(|i| tokio::spawn(watch_device(core.clone(), i, stop.clone())))
         .collect();
+    for (i, d) in core.registry.devices().iter().enumerate() {
+        if d.opcua.as_ref().is_some_and(|o| o.alarms && o.mode == OpcUaMode::Poll) && core.alarms.is_some() {
+            watchers.push(tokio::spawn(follow_conditions(core.clone(), i, stop.clone())));
+        }
+    }
     let Some(store) = core.history.clone() else { return watchers };
     let feed = core.feed.publisher();
     let counters = Arc::new(Counters::default());

@@ -140,13 +140,14 @@ impl Core {
         repeat: Arc<RepeatGuard>,
         fleet: bool,
     ) -> Core {
-        let alarms = stores.alarms.and_then(|journal| match Alarms::new(&registry, journal) {
-            Ok(a) => Some(Arc::new(a.keeping(config.alarms.journal_days))),
-            Err(error) => {
-                tracing::error!(%error, "alarms: the journal cannot be read; no alarm is evaluated");
-                None
-            }
-        });
+        let alarms =
+            stores.alarms.and_then(|journal| match Alarms::new(&registry, journal, &config.alarms) {
+                Ok(a) => Some(Arc::new(a)),
+                Err(error) => {
+                    tracing::error!(%error, "alarms: the journal cannot be read; no alarm is evaluated");
+                    None
+                }
+            });
         let parts = Parts {
             alarms,
             registry,

@@ -19,11 +19,16 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
+use super::entry::{self, Entry, Watch};
 use super::limit::{LimitState, Transition, Value};
+pub(super) use super::table::{EVENT_QUEUE, Pending, Table};
+use crate::config::AlarmsConfig;
+use crate::driver::opcua::conditions::{Command, ServerEvent};
 use crate::driver::{RawValue, Sample, SampleQuality, normalize};
 use crate::metrics::Sheet;
+use crate::reading::Reader;
 use crate::reading::feed::Batch;
-use crate::registry::{AlarmDef, OpcUaMode, Registry, Sensor, SensorSource};
+use crate::registry::{OpcUaMode, Registry, Sensor, SensorSource};
 use crate::store::alarm_journal::{Act, AlarmJournal, AlarmState, Instance, JournalError};
 
 /// How often transitions older than `[alarms] journal_days` are removed.
@@ -32,36 +37,28 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// Transitions kept for a journal that cannot write, at most.
 pub const MAX_UNSAVED: usize = 10_000;
 
-/// One configured alarm.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    /// `SENSOR_ID.NAME`.
-    pub id: String,
-    /// The sensor's index in the registry.
-    pub sensor: usize,
-    pub def: AlarmDef,
-}
-
 #[derive(Default)]
-struct Counters {
+pub(super) struct Counters {
+    pub server_events_lost: AtomicU64,
     evaluated: AtomicU64,
     transitions: AtomicU64,
     unsaved_dropped: AtomicU64,
     journal_failures: AtomicU64,
 }
 
-/// Every configured alarm and its instance as it stands.
+/// Every alarm and its instance as it stands.
 pub struct Alarms {
-    entries: Vec<Entry>,
-    by_id: HashMap<String, usize>,
-    /// Sensor index → the entries watching it.
+    /// The alarms fixed at start (limits, communication), read without a lock.
+    fixed: Vec<Arc<Entry>>,
+    /// Sensor index → the fixed entries watching it.
     by_sensor: HashMap<usize, Vec<usize>>,
-    journal: Arc<AlarmJournal>,
-    /// Per entry; changed only with the journal written (under this lock).
-    instances: Mutex<Vec<Instance>>,
-    /// Per entry: out of service (not evaluated), as its instance says.
+    /// The fixed communication alarms.
+    comm: Vec<usize>,
+    pub(super) journal: Arc<AlarmJournal>,
+    pub(super) table: Mutex<Table>,
+    /// Per fixed entry: out of service (not evaluated), as its instance says.
     out_of_service: Vec<AtomicBool>,
-    /// Per entry: an operator changed its service; the evaluation starts again from normal.
+    /// Per fixed entry: an operator changed its service; the evaluation starts again from normal.
     resync: Vec<AtomicBool>,
     /// Entries whose sensor's value holds until it changes (a subscribed OPC UA device):
     /// their delays end on the clock too.
@@ -72,7 +69,11 @@ pub struct Alarms {
     pub lost: Arc<AtomicU64>,
     /// How long the journal keeps a transition.
     keep: Duration,
-    counters: Counters,
+    pub(super) counters: Counters,
+    /// Device → the commands of its event subscription (Alarms & Conditions).
+    pub(super) servers: Mutex<HashMap<usize, mpsc::Sender<Command>>>,
+    pub(super) server_events: mpsc::Sender<(usize, ServerEvent)>,
+    server_events_rx: Mutex<Option<mpsc::Receiver<(usize, ServerEvent)>>>,
 }
 
 /// An operator act that could not be done.
@@ -85,66 +86,94 @@ pub enum ActError {
 }
 
 impl Alarms {
-    /// The alarms of `registry`'s sensors, their instances restored from `journal`.
-    pub fn new(registry: &Registry, journal: Arc<AlarmJournal>) -> Result<Alarms, JournalError> {
-        let mut entries = Vec::new();
+    /// The alarms of `registry`'s devices, their instances restored from `journal`.
+    pub fn new(
+        registry: &Registry,
+        journal: Arc<AlarmJournal>,
+        config: &AlarmsConfig,
+    ) -> Result<Alarms, JournalError> {
+        let fixed = entry::fixed(registry, Duration::from_secs(config.comm_delay_s));
         let mut by_sensor: HashMap<usize, Vec<usize>> = HashMap::new();
-        for (i, s) in registry.sensors().iter().enumerate() {
-            for def in &s.alarms {
-                by_sensor.entry(i).or_default().push(entries.len());
-                entries.push(Entry { id: format!("{}.{}", s.id, def.name), sensor: i, def: def.clone() });
+        let mut comm = Vec::new();
+        for (i, e) in fixed.iter().enumerate() {
+            match &e.watch {
+                Watch::Limit { sensor, .. } => by_sensor.entry(*sensor).or_default().push(i),
+                Watch::Comm { .. } => comm.push(i),
+                Watch::Condition { .. } => {}
             }
         }
         let mut stored: HashMap<String, Instance> =
             journal.instances()?.into_iter().map(|i| (i.alarm_id.clone(), i)).collect();
         let instances: Vec<Instance> =
-            entries.iter().map(|e| stored.remove(&e.id).unwrap_or_else(|| Instance::normal(&e.id))).collect();
+            fixed.iter().map(|e| stored.remove(&e.id).unwrap_or_else(|| Instance::normal(&e.id))).collect();
         let out_of_service = instances.iter().map(|i| AtomicBool::new(i.out_of_service)).collect();
         let resync = instances.iter().map(|_| AtomicBool::new(false)).collect();
-        let held = entries
+        let held = fixed
             .iter()
             .enumerate()
             .filter(|(_, e)| {
-                registry.sensors().get(e.sensor).is_some_and(|s| {
-                    registry.device_of(s).opcua.as_ref().is_some_and(|o| o.mode == OpcUaMode::Subscribe)
-                })
+                matches!(e.watch, Watch::Limit { .. })
+                    && registry
+                        .devices()
+                        .get(e.device)
+                        .is_some_and(|d| d.opcua.as_ref().is_some_and(|o| o.mode == OpcUaMode::Subscribe))
             })
             .map(|(i, _)| i)
             .collect();
-        let by_id = entries.iter().enumerate().map(|(i, e)| (e.id.clone(), i)).collect();
+        let mut table = Table {
+            by_id: entry::index(&fixed),
+            entries: fixed.clone(),
+            instances,
+            conditions: HashMap::new(),
+            refreshing: HashMap::new(),
+        };
+        table.restore_conditions(registry, journal.conditions()?, &mut stored);
+        let (server_events, rx) = mpsc::channel(EVENT_QUEUE);
         Ok(Alarms {
-            entries,
-            by_id,
+            fixed,
             by_sensor,
+            comm,
             journal,
-            instances: Mutex::new(instances),
+            table: Mutex::new(table),
             out_of_service,
             resync,
             held,
             journal_failing: AtomicBool::new(false),
             lost: Arc::default(),
-            keep: Duration::from_secs(365 * 86_400),
+            keep: Duration::from_secs(config.journal_days.saturating_mul(86_400)),
             counters: Counters::default(),
+            servers: Mutex::default(),
+            server_events,
+            server_events_rx: Mutex::new(Some(rx)),
         })
     }
 
-    /// The journal keeps transitions for `days` (`[alarms] journal_days`).
-    pub fn keeping(mut self, days: u64) -> Alarms {
-        self.keep = Duration::from_secs(days.saturating_mul(86_400));
-        self
+    /// Every alarm with its instance now: the fixed ones in their order, then the servers'.
+    pub fn listing(&self) -> Vec<(Arc<Entry>, Instance)> {
+        let t = self.table.lock();
+        t.entries.iter().cloned().zip(t.instances.iter().cloned()).collect()
     }
 
-    pub fn entries(&self) -> &[Entry] {
-        &self.entries
+    /// An alarm and its instance now.
+    pub fn get(&self, alarm_id: &str) -> Option<(Arc<Entry>, Instance)> {
+        let t = self.table.lock();
+        let i = *t.by_id.get(alarm_id)?;
+        Some((t.entries[i].clone(), t.instances[i].clone()))
     }
 
-    pub fn index_of(&self, alarm_id: &str) -> Option<usize> {
-        self.by_id.get(alarm_id).copied()
-    }
-
-    /// Every alarm's instance now, in the order of [`Alarms::entries`].
+    /// Every alarm's instance now, in the order of [`Alarms::listing`].
     pub fn instances(&self) -> Vec<Instance> {
-        self.instances.lock().clone()
+        self.table.lock().instances.clone()
+    }
+
+    /// Every alarm's ID.
+    pub fn ids(&self) -> Vec<String> {
+        self.table.lock().entries.iter().map(|e| e.id.clone()).collect()
+    }
+
+    /// How many alarms there are.
+    pub fn count(&self) -> usize {
+        self.table.lock().entries.len()
     }
 
     pub fn journal(&self) -> &AlarmJournal {
@@ -161,7 +190,8 @@ impl Alarms {
     /// `Some((entry, None))`: the first of its alarms, none standing.
     pub fn of_sensor(&self, sensor: usize) -> Option<(&Entry, Option<Instance>)> {
         let watching = self.by_sensor.get(&sensor)?;
-        let instances = self.instances.lock();
+        let table = self.table.lock();
+        let instances = &table.instances;
         let rank = |i: &Instance| match i.state {
             AlarmState::ActiveUnacknowledged => 3,
             AlarmState::ActiveAcknowledged => 2,
@@ -172,16 +202,16 @@ impl Alarms {
             .iter()
             .map(|&e| (e, &instances[e]))
             .filter(|(_, i)| rank(i) > 0 && i.shelved_until_ms.is_none() && !i.out_of_service)
-            .max_by_key(|(e, i)| (rank(i), self.entries[*e].def.priority));
+            .max_by_key(|(e, i)| (rank(i), self.fixed[*e].priority));
         match worst {
-            Some((e, i)) => Some((&self.entries[e], Some(i.clone()))),
-            None => Some((&self.entries[watching[0]], None)),
+            Some((e, i)) => Some((&self.fixed[e], Some(i.clone()))),
+            None => Some((&self.fixed[watching[0]], None)),
         }
     }
 
     /// Whether any alarm watches a sensor (the feed is taken only then).
     pub fn any(&self) -> bool {
-        !self.entries.is_empty()
+        !self.fixed.is_empty()
     }
 
     /// An operator's act on an alarm, journaled before it returns (blocking: call it off
@@ -194,27 +224,33 @@ impl Alarms {
         by: Option<&str>,
         comment: Option<&str>,
     ) -> Result<Instance, ActError> {
-        let i = self.index_of(alarm_id).ok_or_else(|| ActError::NotFound(alarm_id.to_string()))?;
-        let mut instances = self.instances.lock();
+        let mut t = self.table.lock();
+        let i = *t.by_id.get(alarm_id).ok_or_else(|| ActError::NotFound(alarm_id.to_string()))?;
         if let Some(now) = self.journal.act(alarm_id, act, at_ms, by, comment)? {
-            if matches!(act, Act::OutOfService | Act::InService) {
-                self.resync[i].store(true, Ordering::Relaxed);
+            if i < self.fixed.len() {
+                if matches!(act, Act::OutOfService | Act::InService) {
+                    self.resync[i].store(true, Ordering::Relaxed);
+                }
+                self.out_of_service[i].store(now.out_of_service, Ordering::Relaxed);
             }
-            self.out_of_service[i].store(now.out_of_service, Ordering::Relaxed);
-            instances[i] = now;
+            t.instances[i] = now;
         }
-        Ok(instances[i].clone())
+        Ok(t.instances[i].clone())
     }
 
     /// Writes `acts` in order, as far as the journal takes them; what it does not take
     /// stays at the front of `acts`.
-    fn commit(&self, acts: &mut VecDeque<(usize, Act, i64)>) {
-        let mut instances = self.instances.lock();
-        while let Some((i, act, at)) = acts.front() {
-            match self.journal.act(&self.entries[*i].id, act, *at, None, None) {
+    pub(super) fn commit(&self, acts: &mut VecDeque<Pending>) {
+        let mut t = self.table.lock();
+        while let Some((i, act, at, note)) = acts.front() {
+            match self.journal.act(&t.entries[*i].id, act, *at, None, *note) {
+                // An act its state no longer allows (a server's repeat): nothing to write.
+                Err(JournalError::Refused { .. }) => {
+                    acts.pop_front();
+                }
                 Ok(now) => {
                     if let Some(now) = now {
-                        instances[*i] = now;
+                        t.instances[*i] = now;
                     }
                     acts.pop_front();
                     if self.journal_failing.swap(false, Ordering::Relaxed) {
@@ -237,8 +273,9 @@ impl Alarms {
     /// Shelvings whose time ended, undone (by fieldgate).
     fn unshelve_ended(&self, now_ms: i64) {
         let ended: Vec<String> = self
-            .instances
+            .table
             .lock()
+            .instances
             .iter()
             .filter(|i| i.shelved_until_ms.is_some_and(|u| u <= now_ms))
             .map(|i| i.alarm_id.clone())
@@ -252,39 +289,80 @@ impl Alarms {
 
     /// The evaluation's state, each alarm as its instance stands.
     fn states(&self) -> Vec<LimitState> {
-        self.instances.lock().iter().map(|i| LimitState::restored(i.state.is_active())).collect()
+        let t = self.table.lock();
+        t.instances[..self.fixed.len()].iter().map(|i| LimitState::restored(i.state.is_active())).collect()
     }
 
     /// What the journal is told of entry `i`'s transition `t`, and when.
-    fn act_of(&self, i: usize, t: Transition) -> (usize, Act, i64) {
+    fn act_of(&self, i: usize, t: Transition) -> Pending {
         match t {
             Transition::Activated { at_ms, value } => {
-                (i, Act::Activate { value: kept(value), priority: self.entries[i].def.priority }, at_ms)
+                (i, Act::Activate { value: kept(value), priority: self.fixed[i].priority }, at_ms, None)
             }
-            Transition::Cleared { at_ms, value } => (i, Act::Clear { value: kept(value) }, at_ms),
+            Transition::Cleared { at_ms, value } => (i, Act::Clear { value: kept(value) }, at_ms, None),
         }
     }
 
     /// The delays of held values (subscribed sensors) that ended by `now_ms`.
-    fn held_delays(&self, states: &mut [LimitState], now_ms: i64) -> Vec<(usize, Act, i64)> {
+    fn held_delays(&self, states: &mut [LimitState], now_ms: i64) -> Vec<Pending> {
         let mut out = Vec::new();
         for &i in &self.held {
             if self.out_of_service[i].load(Ordering::Relaxed) || self.resync[i].load(Ordering::Relaxed) {
                 continue;
             }
-            out.extend(states[i].on_time(&self.entries[i].def, now_ms).map(|t| self.act_of(i, t)));
+            let Some(def) = self.fixed[i].def() else { continue };
+            out.extend(states[i].on_time(def, now_ms).map(|t| self.act_of(i, t)));
+        }
+        self.counters.transitions.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+
+    /// The communication alarms' transitions by now: active once a device has failed for
+    /// its delay (stamped when the delay ended), cleared at its next answer (stamped then).
+    /// A device not read yet since start holds its alarm as it was.
+    fn comm_changes(&self, reader: &Reader, registry: &Registry, states: &mut [LimitState]) -> Vec<Pending> {
+        let mut out = Vec::new();
+        for &i in &self.comm {
+            if self.resync[i].swap(false, Ordering::Relaxed) || self.out_of_service[i].load(Ordering::Relaxed)
+            {
+                states[i] = LimitState::restored(false);
+                if self.out_of_service[i].load(Ordering::Relaxed) {
+                    continue;
+                }
+            }
+            let Watch::Comm { after } = self.fixed[i].watch else { continue };
+            let Some(guard) = registry.devices().get(self.fixed[i].device).and_then(|d| reader.guard(&d.id))
+            else {
+                continue;
+            };
+            match (states[i].active, guard.health.failing_since()) {
+                (false, Some((since, failed))) if failed >= after => {
+                    states[i] = LimitState::restored(true);
+                    let at = since.timestamp_millis().saturating_add(millis(after));
+                    out.push((i, Act::Activate { value: None, priority: self.fixed[i].priority }, at, None));
+                }
+                (true, None) => {
+                    if let Some(answered) = guard.health.last_success() {
+                        states[i] = LimitState::restored(false);
+                        // Not before its activation (a clock set back between them).
+                        let activated = self.table.lock().instances[i].activated_ms.unwrap_or(i64::MIN);
+                        out.push((
+                            i,
+                            Act::Clear { value: None },
+                            answered.timestamp_millis().max(activated),
+                            None,
+                        ));
+                    }
+                }
+                _ => {}
+            }
         }
         self.counters.transitions.fetch_add(out.len() as u64, Ordering::Relaxed);
         out
     }
 
     /// `batch` evaluated: the transitions it made, in order.
-    fn evaluate(
-        &self,
-        registry: &Registry,
-        states: &mut [LimitState],
-        batch: &Batch,
-    ) -> Vec<(usize, Act, i64)> {
+    fn evaluate(&self, registry: &Registry, states: &mut [LimitState], batch: &Batch) -> Vec<Pending> {
         let mut out = Vec::new();
         for (s, sample) in &batch.samples {
             let Some(watching) = self.by_sensor.get(s) else { continue };
@@ -301,9 +379,8 @@ impl Alarms {
                     states[i] = LimitState::restored(false);
                     continue;
                 }
-                out.extend(
-                    states[i].on_sample(&self.entries[i].def, t, value, good).map(|t| self.act_of(i, t)),
-                );
+                let Some(def) = self.fixed[i].def() else { continue };
+                out.extend(states[i].on_sample(def, t, value, good).map(|t| self.act_of(i, t)));
             }
         }
         self.counters.transitions.fetch_add(out.len() as u64, Ordering::Relaxed);
@@ -312,9 +389,11 @@ impl Alarms {
 
     /// Evaluates every batch of `feed` until it ends (the producers stopped), ending
     /// shelvings on time; run by one task.
-    pub async fn run(self: Arc<Self>, registry: Arc<Registry>, mut feed: mpsc::Receiver<Arc<Batch>>) {
+    pub async fn run(self: Arc<Self>, reader: Arc<Reader>, mut feed: mpsc::Receiver<Arc<Batch>>) {
+        let registry = reader.registry().clone();
+        let mut server_events = self.server_events_rx.lock().take();
         let mut states = self.states();
-        let mut unsaved: VecDeque<(usize, Act, i64)> = VecDeque::new();
+        let mut unsaved: VecDeque<Pending> = VecDeque::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut prune = tokio::time::interval(PRUNE_EVERY);
@@ -325,9 +404,20 @@ impl Alarms {
                     let Some(batch) = batch else { break };
                     unsaved.extend(self.evaluate(&registry, &mut states, &batch));
                 }
+                Some(first) = next_event(&mut server_events) => {
+                    let mut batch = vec![first];
+                    while let Some(rx) = server_events.as_mut() && batch.len() < 1000 {
+                        let Ok(more) = rx.try_recv() else { break };
+                        batch.push(more);
+                    }
+                    let (me, reg) = (self.clone(), registry.clone());
+                    let acts = tokio::task::spawn_blocking(move || me.on_server_events(&reg, batch)).await;
+                    unsaved.extend(acts.unwrap_or_default());
+                }
                 _ = tick.tick() => {
                     let now = chrono::Utc::now().timestamp_millis();
                     unsaved.extend(self.held_delays(&mut states, now));
+                    unsaved.extend(self.comm_changes(&reader, &registry, &mut states));
                     let me = self.clone();
                     let _ = tokio::task::spawn_blocking(move || me.unshelve_ended(now)).await;
                 }
@@ -367,8 +457,15 @@ impl Alarms {
     pub fn report(&self, s: &mut Sheet<'_>) {
         let c = &self.counters;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        s.gauge("fieldgate_alarms_configured", "Limit alarms configured.", self.entries.len() as i64);
-        let active = self.instances.lock().iter().filter(|i| i.state.is_active()).count();
+        let (configured, active) = {
+            let t = self.table.lock();
+            (t.entries.len(), t.instances.iter().filter(|i| i.state.is_active()).count())
+        };
+        s.gauge(
+            "fieldgate_alarms_configured",
+            "Alarms configured (limits, communication, server conditions).",
+            configured as i64,
+        );
         s.gauge("fieldgate_alarms_active", "Alarms active now.", active as i64);
         s.counter(
             "fieldgate_alarm_evaluations",
@@ -387,11 +484,28 @@ impl Alarms {
             load(&c.journal_failures),
         );
         s.counter(
+            "fieldgate_alarm_server_events_lost",
+            "OPC UA condition events the alarm engine's queue had no room for.",
+            load(&c.server_events_lost),
+        );
+        s.counter(
             "fieldgate_alarm_transitions_dropped",
             "Transitions dropped because more than 10,000 waited for the journal.",
             load(&c.unsaved_dropped),
         );
     }
+}
+
+/// The next server event, or never once there is no channel.
+async fn next_event<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// A value as the journal keeps it (a boolean as 0 or 1).

@@ -31,6 +31,15 @@ priority = "high"
 message = "too hot"
 "#;
 
+fn config() -> AlarmsConfig {
+    AlarmsConfig { journal_days: 3650, comm_delay_s: 60 }
+}
+
+fn reader(registry: &Arc<Registry>) -> Arc<Reader> {
+    let config = crate::config::Config::default();
+    Arc::new(Reader::new(registry.clone(), &config, &crate::metrics::Metrics::default()))
+}
+
 fn registry() -> Registry {
     Registry::from_texts(&[("t.toml".to_string(), DEVICE.to_string())]).unwrap()
 }
@@ -52,7 +61,7 @@ async fn run(alarms: &Arc<Alarms>, registry: &Arc<Registry>, batches: Vec<Batch>
         tx.send(Arc::new(b)).await.unwrap();
     }
     drop(tx);
-    tokio::time::timeout(Duration::from_secs(10), alarms.clone().run(registry.clone(), rx))
+    tokio::time::timeout(Duration::from_secs(10), alarms.clone().run(reader(registry), rx))
         .await
         .expect("the engine ends with its feed");
 }
@@ -62,9 +71,9 @@ async fn the_engine_journals_the_exact_transitions_in_engineering_units_and_a_re
     let dir = tempfile::tempdir().unwrap();
     let registry = Arc::new(registry());
     let alarms = Arc::new(
-        Alarms::new(&registry, Arc::new(AlarmJournal::open_in(dir.path()).unwrap())).unwrap().keeping(3650),
+        Alarms::new(&registry, Arc::new(AlarmJournal::open_in(dir.path()).unwrap()), &config()).unwrap(),
     );
-    assert_eq!(alarms.entries()[0].id, "T_ZONE1_001.HI");
+    assert_eq!(alarms.ids()[0], "T_ZONE1_001.HI");
     // 1010 tenths is 101.0 degC: beyond 100 from t=10, activating at t=15; 97.9 from t=40
     // clears at t=43. Bad quality at t=20 forgets nothing of the state.
     let mut batches: Vec<Batch> =
@@ -83,7 +92,7 @@ async fn the_engine_journals_the_exact_transitions_in_engineering_units_and_a_re
     let event = alarms.instances()[0].event_id;
     drop(alarms);
     let alarms = Arc::new(
-        Alarms::new(&registry, Arc::new(AlarmJournal::open_in(dir.path()).unwrap())).unwrap().keeping(3650),
+        Alarms::new(&registry, Arc::new(AlarmJournal::open_in(dir.path()).unwrap()), &config()).unwrap(),
     );
     assert_eq!(
         (alarms.instances()[0].state, alarms.instances()[0].event_id),
@@ -97,7 +106,7 @@ async fn the_engine_journals_the_exact_transitions_in_engineering_units_and_a_re
 async fn operators_act_through_the_engine_and_out_of_service_is_not_evaluated() {
     let registry = Arc::new(registry());
     let alarms =
-        Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::in_memory().unwrap())).unwrap().keeping(3650));
+        Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::in_memory().unwrap()), &config()).unwrap());
     assert!(matches!(
         alarms.operate("T_ZONE1_001.LO", &Act::Unshelve, 0, None, None),
         Err(ActError::NotFound(_))
@@ -131,9 +140,9 @@ async fn operators_act_through_the_engine_and_out_of_service_is_not_evaluated() 
 async fn back_in_service_at_once_beyond_the_limit_activates_again() {
     let registry = Arc::new(registry());
     let alarms =
-        Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::in_memory().unwrap())).unwrap().keeping(3650));
+        Arc::new(Alarms::new(&registry, Arc::new(AlarmJournal::in_memory().unwrap()), &config()).unwrap());
     let (tx, rx) = mpsc::channel(64);
-    let engine = tokio::spawn(alarms.clone().run(registry.clone(), rx));
+    let engine = tokio::spawn(alarms.clone().run(reader(&registry), rx));
     for t in 0..10 {
         tx.send(Arc::new(batch(t, 1500, SampleQuality::Good))).await.unwrap();
     }
@@ -157,4 +166,69 @@ async fn back_in_service_at_once_beyond_the_limit_activates_again() {
     let i = &alarms.instances()[0];
     assert_eq!((i.state, i.activated_ms), (AlarmState::ActiveUnacknowledged, Some(ms(16))), "from t=11, 5 s");
     assert!(i.event_id > first.event_id);
+}
+
+/// Waits (in paused time) until `done` holds, at most a minute of it.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let wait = async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), wait).await.unwrap_or_else(|_| panic!("waited for {what}"));
+}
+
+/// A device silent for `comm_delay_s` is its communication alarm, stamped when the delay
+/// ended; its next answer clears it. After a restart, a device not read yet holds it.
+#[tokio::test(start_paused = true)]
+async fn a_silent_device_raises_its_communication_alarm_and_its_answer_clears_it() {
+    let registry = Arc::new(registry());
+    let journal = Arc::new(AlarmJournal::in_memory().unwrap());
+    let cfg = AlarmsConfig { journal_days: 3650, comm_delay_s: 5 };
+    let alarms = Arc::new(Alarms::new(&registry, journal.clone(), &cfg).unwrap());
+    assert_eq!(alarms.ids(), ["T_ZONE1_001.HI", "t-plc.COMM"]);
+    let (entry, _) = alarms.get("t-plc.COMM").unwrap();
+    assert_eq!((entry.sensor(), entry.kind(), entry.priority), (None, "communication", AlarmPriority::High));
+    let reader = reader(&registry);
+    let device: crate::ids::DeviceId = "t-plc".parse().unwrap();
+    let comm = || alarms.get("t-plc.COMM").unwrap().1;
+
+    let (tx, rx) = mpsc::channel(4);
+    let engine = tokio::spawn(alarms.clone().run(reader.clone(), rx));
+    reader.observe(&device, Err(&crate::driver::DriverError::Timeout));
+    let failed_at = reader.guard(&device).unwrap().health.failing_since().unwrap().0.timestamp_millis();
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert_eq!(comm().state, AlarmState::Normal, "not before its 5 s");
+    until("the communication alarm", || comm().state == AlarmState::ActiveUnacknowledged).await;
+    assert_eq!(comm().activated_ms, Some(failed_at + 5000));
+
+    reader.observe(&device, Ok(()));
+    until("the answer to clear it", || comm().state == AlarmState::ReturnedUnacknowledged).await;
+    let events = journal.events(0, i64::MAX, None, 10).unwrap();
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Activated, EventKind::Cleared]);
+
+    // Failing again; a restart with a reader that has not read the device yet holds it.
+    reader.observe(&device, Err(&crate::driver::DriverError::Timeout));
+    until("the second activation", || comm().state == AlarmState::ActiveUnacknowledged).await;
+    let event = comm().event_id;
+    drop(tx);
+    engine.await.unwrap();
+    let alarms = Arc::new(Alarms::new(&registry, journal.clone(), &cfg).unwrap());
+    let (tx, rx) = mpsc::channel(4);
+    let fresh = self::reader(&registry);
+    let engine = tokio::spawn(alarms.clone().run(fresh.clone(), rx));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let held = alarms.get("t-plc.COMM").unwrap().1;
+    assert_eq!((held.state, held.event_id), (AlarmState::ActiveUnacknowledged, event), "held, not cleared");
+    fresh.observe(&device, Err(&crate::driver::DriverError::Timeout));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(journal.events(0, i64::MAX, None, 10).unwrap().len(), 3, "no second activation");
+    drop(tx);
+    engine.await.unwrap();
+
+    // comm_delay_s = 0: no communication alarm.
+    let none =
+        Alarms::new(&registry, journal, &AlarmsConfig { journal_days: 3650, comm_delay_s: 0 }).unwrap();
+    assert_eq!(none.ids(), ["T_ZONE1_001.HI"]);
 }

@@ -4,8 +4,12 @@
 //! operator's act (`engine.rs`), and the alarm-management figures over a journal
 //! (`summary.rs`).
 
+pub mod conditions;
 pub mod engine;
+pub mod entry;
 pub mod limit;
 pub mod summary;
+mod table;
 
-pub use engine::{ActError, Alarms, Entry};
+pub use engine::{ActError, Alarms};
+pub use entry::{Entry, Watch};

@@ -160,6 +160,15 @@ pub struct AlarmsConfig {
     /// Alarm journal entries (transitions) older than this many days are removed, once an
     /// hour; each alarm's current state is kept whatever its age.
     pub journal_days: u64,
+    /// A device with alarms that has answered nothing for this long is its communication
+    /// alarm (`DEVICE_ID.COMM`); 0: no communication alarms.
+    pub comm_delay_s: u64,
+}
+
+impl Default for AlarmsConfig {
+    fn default() -> Self {
+        AlarmsConfig { journal_days: 365, comm_delay_s: 60 }
+    }
 }
 
 /// Where history is kept.
@@ -240,7 +249,7 @@ impl Default for Config {
                 postgres_url_env: "FIELDGATE_PG_URL".into(),
                 postgres_ca_file: None,
             },
-            alarms: AlarmsConfig { journal_days: 365 },
+            alarms: AlarmsConfig::default(),
             work_orders: WorkOrdersConfig {
                 pending_ttl_hours: 72,
                 auto_approve: Vec::new(),

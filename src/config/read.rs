@@ -183,6 +183,7 @@ fn history(s: &Table<'_, '_>, c: &mut Config) {
 
 fn alarms(s: &Table<'_, '_>, c: &mut Config) {
     set(&mut c.alarms.journal_days, s.int("journal_days", 1..=3650).map(|v| v as u64));
+    set(&mut c.alarms.comm_delay_s, s.int("comm_delay_s", 0..=86_400).map(|v| v as u64));
 }
 
 fn work_orders(s: &Table<'_, '_>, c: &mut Config) {

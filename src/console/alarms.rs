@@ -96,7 +96,10 @@ fn card(viewer: &Viewer, a: &AlarmInfo) -> Markup {
                 @if let Some(u) = &a.shelved_until { " · shelved until " (u) }
                 @if a.out_of_service { " · out of service" } }
             p { strong { (a.priority.name()) } " · " (a.message) " · "
-                a href={ "/console/sensors/" (a.sensor_id) } { (a.sensor_id) } }
+                @match &a.sensor_id {
+                    Some(s) => a href={ "/console/sensors/" (s) } { (s) },
+                    None => a href={ "/console/devices/" (a.device_id) } { (a.device_id) },
+                } }
             p.muted {
                 (a.kind.replace('_', " "))
                 @if let Some(l) = a.limit { " at " (l) " " (a.unit) }

@@ -187,6 +187,10 @@ impl Reader {
         self.drivers.fleet()
     }
 
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
     pub fn has_driver(&self, device: &DeviceId) -> bool {
         self.drivers.get(device).is_some()
     }

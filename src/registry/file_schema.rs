@@ -78,6 +78,9 @@ pub struct OpcUa {
     #[schemars(regex(pattern = "^[A-Z0-9_]+$"))]
     pub password_env: Option<String>,
     pub mode: Option<OpcUaMode>,
+    /// Follow the server's own conditions (OPC UA Alarms & Conditions) as alarms
+    /// (docs/alarms.md). Default false.
+    pub alarms: Option<bool>,
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -145,6 +145,8 @@ pub struct OpcUaSettings {
     pub username_env: Option<String>,
     pub password_env: Option<String>,
     pub mode: OpcUaMode,
+    /// Follow the server's own conditions (Alarms & Conditions) as alarms.
+    pub alarms: bool,
 }
 
 #[derive(

@@ -10,7 +10,8 @@
 //!
 //! Tables: `instances` (alarm ID → the instance, JSON), `events` ((time, sequence number)
 //! → the transition, JSON; a range of time is a range of keys), `meta` (`next_event`,
-//! `next_seq`).
+//! `next_seq`), `conditions` (alarm ID → the OPC UA server's condition it follows, JSON:
+//! what lists it again at start, before its server is reached).
 
 use std::path::Path;
 
@@ -23,6 +24,7 @@ use crate::registry::AlarmPriority;
 const INSTANCES: TableDefinition<&str, &[u8]> = TableDefinition::new("instances");
 const EVENTS: TableDefinition<(i64, u64), &[u8]> = TableDefinition::new("events");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const CONDITIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("conditions");
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, schemars::JsonSchema,
@@ -116,6 +118,20 @@ impl Instance {
             out_of_service: false,
         }
     }
+}
+
+/// An OPC UA server's condition followed as an alarm.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConditionRecord {
+    pub alarm_id: String,
+    /// The device's ID.
+    pub device: String,
+    /// The condition's NodeId, as text.
+    pub node: String,
+    /// The sensor it is about, if one is configured.
+    pub sensor: Option<String>,
+    pub message: String,
+    pub priority: AlarmPriority,
 }
 
 /// One transition.
@@ -336,6 +352,7 @@ impl AlarmJournal {
             tx.open_table(INSTANCES).map_err(self::db)?;
             tx.open_table(EVENTS).map_err(self::db)?;
             tx.open_table(META).map_err(self::db)?;
+            tx.open_table(CONDITIONS).map_err(self::db)?;
             tx.commit().map_err(self::db)
         })?;
         Ok(AlarmJournal { db, marker: None })
@@ -356,6 +373,32 @@ impl AlarmJournal {
                 out.push(serde_json::from_slice(v.value()).map_err(|_| JournalError::Corrupt)?);
             }
             Ok(out)
+        })
+    }
+
+    /// Every server condition followed, by alarm ID.
+    pub fn conditions(&self) -> Result<Vec<ConditionRecord>, JournalError> {
+        self.db.read(|d| {
+            let tx = d.begin_read().map_err(db)?;
+            let t = tx.open_table(CONDITIONS).map_err(db)?;
+            let mut out = Vec::new();
+            for item in t.iter().map_err(db)? {
+                let (_, v) = item.map_err(db)?;
+                out.push(serde_json::from_slice(v.value()).map_err(|_| JournalError::Corrupt)?);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Records (or renews) a server condition followed.
+    pub fn keep_condition(&self, record: &ConditionRecord) -> Result<(), JournalError> {
+        self.db.write(|d| {
+            let tx = d.begin_write().map_err(db)?;
+            tx.open_table(CONDITIONS)
+                .map_err(db)?
+                .insert(record.alarm_id.as_str(), json(record).as_slice())
+                .map_err(db)?;
+            tx.commit().map_err(db)
         })
     }
 

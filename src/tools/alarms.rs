@@ -15,9 +15,10 @@ use super::defs::{
 use super::envelope::{ErrorCode, ToolError, cut};
 use super::validate::registered_sensor;
 use super::{Caller, ToolResult, View, to_data, when};
+use crate::alarms::conditions::ServerAckError;
 use crate::alarms::summary::{self, Options};
-use crate::alarms::{ActError, Alarms, Entry};
-use crate::registry::AlarmKind;
+use crate::alarms::{ActError, Alarms, Entry, Watch};
+use crate::driver::opcua::conditions::AckFailed;
 use crate::store::alarm_journal::{Act, AlarmState, Event, Instance, JournalError, Refusal};
 
 /// The longest an alarm may be shelved (7 days): shelving is for a known, passing cause.
@@ -50,17 +51,18 @@ fn rfc3339(ms: i64) -> Option<String> {
 
 /// An alarm and its instance as the contract shows them.
 fn info(view: &View, entry: &Entry, i: &Instance) -> AlarmInfo {
-    let unit = view.core.registry.sensors().get(entry.sensor).map(|s| s.unit.clone()).unwrap_or_default();
-    let d = &entry.def;
+    let registry = &view.core.registry;
+    let sensor = entry.sensor().and_then(|s| registry.sensors().get(s));
     AlarmInfo {
         alarm_id: entry.id.clone(),
-        sensor_id: entry.id.split('.').next().unwrap_or_default().to_string(),
-        kind: d.kind.name().to_string(),
-        priority: d.priority,
-        message: d.message.clone(),
-        limit: (d.kind != AlarmKind::OffNormal).then_some(d.limit),
-        deadband: d.deadband,
-        unit,
+        sensor_id: sensor.map(|s| s.id.to_string()),
+        device_id: registry.devices().get(entry.device).map(|d| d.id.to_string()).unwrap_or_default(),
+        kind: entry.kind().to_string(),
+        priority: entry.priority,
+        message: entry.message.clone(),
+        limit: entry.limit(),
+        deadband: entry.deadband(),
+        unit: sensor.map(|s| s.unit.clone()).unwrap_or_default(),
         state: i.state,
         event_id: i.event_id,
         since: (i.event_id > 0 || i.out_of_service).then(|| rfc3339(i.since_ms)).flatten(),
@@ -102,7 +104,7 @@ pub(crate) fn reading_alarm(view: &View, sensor: &crate::registry::Sensor) -> Op
     }
     Some(match standing {
         Some(i) => {
-            ReadingAlarm { state: i.state, alarm_id: Some(i.alarm_id), priority: Some(entry.def.priority) }
+            ReadingAlarm { state: i.state, alarm_id: Some(i.alarm_id), priority: Some(entry.priority) }
         }
         None => ReadingAlarm { state: AlarmState::Normal, alarm_id: None, priority: None },
     })
@@ -138,24 +140,24 @@ pub(crate) fn list(view: &View, args: &ListAlarmsArgs) -> Result<ListAlarmsData,
         Some(c) => Some(super::cursor::decode::<ListCursor>(c, f, &PAGING)?.a),
         None => None,
     };
-    let instances = alarms.instances();
-    let mut counts = AlarmCounts { configured: instances.len(), ..AlarmCounts::default() };
-    for i in &instances {
+    let listing = alarms.listing();
+    let mut counts = AlarmCounts { configured: listing.len(), ..AlarmCounts::default() };
+    for (_, i) in &listing {
         counts.active += usize::from(i.state.is_active());
         counts.unacknowledged += usize::from(i.state.is_unacknowledged());
         counts.shelved += usize::from(i.shelved_until_ms.is_some());
         counts.out_of_service += usize::from(i.out_of_service);
     }
-    let mut matching: Vec<(&Entry, &Instance)> = alarms
-        .entries()
+    let mut matching: Vec<(&Entry, &Instance)> = listing
         .iter()
-        .zip(&instances)
+        .map(|(e, i)| (e.as_ref(), i))
         .filter(|(e, i)| {
-            let s = registry.sensors().get(e.sensor);
+            let s = e.sensor().and_then(|s| registry.sensors().get(s));
+            let d = registry.devices().get(e.device);
             args.state.is_none_or(|f| matches(f, i))
-                && args.priority.is_none_or(|p| e.def.priority == p)
-                && args.plant.as_deref().is_none_or(|p| s.is_some_and(|s| s.id.plant() == p))
-                && args.zone.as_deref().is_none_or(|z| s.is_some_and(|s| s.id.zone() == z))
+                && args.priority.is_none_or(|p| e.priority == p)
+                && args.plant.as_deref().is_none_or(|p| d.is_some_and(|d| d.plant == p))
+                && args.zone.as_deref().is_none_or(|z| d.is_some_and(|d| d.zone == z))
                 && sensor.as_ref().is_none_or(|id| s.is_some_and(|s| &s.id == id))
         })
         .collect();
@@ -215,7 +217,7 @@ pub(crate) fn history(view: &View, args: &GetAlarmHistoryArgs) -> Result<AlarmHi
     };
     let alarms = engine(view)?;
     // An alarm no device file configures (any more) is named as such, with the nearest.
-    if let Some(id) = args.alarm_id.as_deref().filter(|id| alarms.index_of(id).is_none()) {
+    if let Some(id) = args.alarm_id.as_deref().filter(|id| alarms.get(id).is_none()) {
         return Err(alarm_not_found(&alarms, id));
     }
     let f = super::cursor::fingerprint(
@@ -290,7 +292,8 @@ pub(crate) fn summary(view: &View, args: &GetAlarmSummaryArgs) -> Result<AlarmSu
             "Ask for a shorter or more recent range.",
         ));
     }
-    let standing = summary::standing_at(to, &alarms.instances(), &later);
+    let instances: Vec<Instance> = alarms.listing().into_iter().map(|(_, i)| i).collect();
+    let standing = summary::standing_at(to, &instances, &later);
     let o = Options {
         top: args.top.map_or(10, |t| t as usize),
         flood_threshold: args.flood_threshold.map_or(10, |t| t as usize),
@@ -299,7 +302,7 @@ pub(crate) fn summary(view: &View, args: &GetAlarmSummaryArgs) -> Result<AlarmSu
     Ok(AlarmSummaryData {
         from: rfc3339(from).unwrap_or_default(),
         to: rfc3339(to).unwrap_or_default(),
-        alarms_configured: alarms.entries().len(),
+        alarms_configured: alarms.count(),
         figures: summary::summarize(&events, &standing, from, to, o),
     })
 }
@@ -338,13 +341,15 @@ impl ActBody {
 pub const ACTIONS: [&str; 5] = ["acknowledge", "shelve", "unshelve", "out_of_service", "in_service"];
 
 fn alarm_not_found(alarms: &Alarms, id: &str) -> ToolError {
-    let ids: Vec<&str> = alarms.entries().iter().map(|e| e.id.as_str()).collect();
+    let ids = alarms.ids();
     let mut e = ToolError::new(
         ErrorCode::AlarmNotFound,
         format!("No alarm {} is configured.", cut(id)),
         "Call list_alarms to see the configured alarms.",
     )
-    .with_suggestions(crate::suggest::closest(id, ids).map(str::to_string).into_iter().collect());
+    .with_suggestions(
+        crate::suggest::closest(id, ids.iter().map(String::as_str)).map(str::to_string).into_iter().collect(),
+    );
     e.parameter = Some("alarm_id".into());
     e.received = Some(cut(id));
     e
@@ -368,6 +373,27 @@ fn refused(id: &str, r: Refusal) -> ToolError {
     ToolError::new(ErrorCode::InvalidState, message, hint)
 }
 
+/// A server that did not take an acknowledgement of its condition.
+fn server_refused(id: &str, e: AckFailed) -> ToolError {
+    match e {
+        AckFailed::Stale => ToolError::new(
+            ErrorCode::InvalidState,
+            format!("The OPC UA server has a newer event of alarm {id} (or it was acknowledged there)."),
+            "Look at the alarm again and acknowledge what you see.",
+        ),
+        AckFailed::Unavailable => ToolError::new(
+            ErrorCode::DeviceUnavailable,
+            format!("The OPC UA server of alarm {id} cannot be reached now; the alarm is not acknowledged."),
+            "Try again when the device answers (get_device_status shows it).",
+        ),
+        AckFailed::Other(code) => ToolError::new(
+            ErrorCode::DeviceRejected,
+            format!("The OPC UA server refused to acknowledge alarm {id} ({code})."),
+            "Acknowledge it on the server's own console, or ask its administrator.",
+        ),
+    }
+}
+
 /// An operator's act on an alarm, journaled before it answers with the alarm as it is
 /// then. Only the operator role may.
 pub(crate) async fn act(
@@ -385,7 +411,7 @@ pub(crate) async fn act(
         ));
     }
     let alarms = engine(view)?;
-    let Some(index) = alarms.index_of(alarm_id) else { return Err(alarm_not_found(&alarms, alarm_id)) };
+    let Some((entry, _)) = alarms.get(alarm_id) else { return Err(alarm_not_found(&alarms, alarm_id)) };
     if let Some(c) = body.comment.as_deref() {
         super::validate::text::check("comment", c)?;
         if c.chars().count() > COMMENT_CHARS {
@@ -440,12 +466,20 @@ pub(crate) async fn act(
             ));
         }
     };
-    let (id, by, comment) = (alarm_id.to_string(), caller.id.clone(), comment.map(str::to_string));
-    let engine = alarms.clone();
-    let done =
+    let done = if let (Act::Acknowledge { event_id }, Watch::Condition { .. }) = (&what, &entry.watch) {
+        // A server's condition is acknowledged on its server first.
+        match alarms.acknowledge_on_server(alarm_id, *event_id, &caller.id, comment).await {
+            Ok(i) => Ok(i),
+            Err(ServerAckError::Act(e)) => Err(e),
+            Err(ServerAckError::Server(e)) => return Err(server_refused(alarm_id, e)),
+        }
+    } else {
+        let (id, by, comment) = (alarm_id.to_string(), caller.id.clone(), comment.map(str::to_string));
+        let engine = alarms.clone();
         tokio::task::spawn_blocking(move || engine.operate(&id, &what, now, Some(&by), comment.as_deref()))
             .await
-            .map_err(|_| ToolError::internal())?;
+            .map_err(|_| ToolError::internal())?
+    };
     let instance = match done {
         Ok(i) => i,
         Err(ActError::NotFound(id)) => return Err(alarm_not_found(&alarms, &id)),
@@ -463,5 +497,5 @@ pub(crate) async fn act(
         outcome = "success",
         "alarm acted on"
     );
-    to_data(&super::defs::AlarmData { alarm: info(view, &alarms.entries()[index], &instance) })
+    to_data(&super::defs::AlarmData { alarm: info(view, &entry, &instance) })
 }

@@ -88,7 +88,7 @@ async fn an_alarm_comes_is_acknowledged_shelved_and_clears_and_a_killed_process_
             break;
         }
     }
-    assert_eq!(seen.len(), 6, "{seen:?}");
+    assert_eq!(seen.len(), 9, "six limit alarms and three devices' communication alarms: {seen:?}");
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
 
     // 91 degC: past HI (84.5, 5 s) and HIHI (90, 2 s).
@@ -231,5 +231,47 @@ async fn an_alarm_comes_is_acknowledged_shelved_and_clears_and_a_killed_process_
         history["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "activated").count();
     assert_eq!(activations, 2, "{history}");
     assert_eq!(alarm(again.addr, "B_BOILER_001.HIHI").await["event_id"], before["event_id"]);
+    sim.shutdown().await;
+}
+
+/// A device that stops answering raises its communication alarm after `comm_delay_s`; it
+/// lists under the device (no sensor), and clears when the device answers again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_device_that_stops_answering_is_its_communication_alarm() {
+    let sim = support::sim_for(&support::demo_dir()).await;
+    let devices = support::demo_devices_for(&sim);
+    let data = tempfile::tempdir().unwrap();
+    let mut env = env();
+    env.push(("FIELDGATE_ALARMS_COMM_DELAY_S", "1"));
+    let mut served = support::serve_binary(devices.path(), data.path(), &env).await;
+    let _log = served.drain_stderr();
+    let addr = served.addr;
+    let comm = || async move {
+        let data = tool(addr, "list_alarms", json!({ "plant": "A", "zone": "LINE1" })).await;
+        data["alarms"].as_array().unwrap().iter().find(|a| a["alarm_id"] == "a-line1-plc.COMM").cloned()
+    };
+    let first = comm().await.expect("the PLC's communication alarm is listed under its plant and zone");
+    assert_eq!(
+        (
+            first["state"].as_str(),
+            first["sensor_id"].clone(),
+            first["device_id"].as_str(),
+            first["type"].as_str()
+        ),
+        (Some("normal"), Value::Null, Some("a-line1-plc"), Some("communication"))
+    );
+    sim.set_faults("a-line1-plc", fieldgate_sim::Faults { down: true, ..Default::default() }).unwrap();
+    let active = wait_for("the communication alarm", Duration::from_secs(30), || async {
+        comm().await.filter(|a| a["state"] == "active_unacknowledged")
+    })
+    .await;
+    assert_eq!(active["priority"], "high");
+    sim.set_faults("a-line1-plc", fieldgate_sim::Faults::default()).unwrap();
+    wait_for("the answer to clear it", Duration::from_secs(30), || async {
+        comm().await.filter(|a| a["state"] == "returned_unacknowledged")
+    })
+    .await;
+    let (status, e) = post(addr, "/v1/alarms/a-line1-plc.COMM/acknowledge", OPERATOR, json!({})).await;
+    assert_eq!((status, e["data"]["alarm"]["state"].as_str()), (200, Some("normal")), "{e}");
     sim.shutdown().await;
 }

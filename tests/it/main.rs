@@ -26,6 +26,7 @@ mod modbus_queue;
 mod modbus_table;
 mod oauth;
 mod opcua;
+mod opcua_alarms;
 mod opcua_peer;
 mod pg;
 mod poller;

@@ -19,6 +19,8 @@ pub struct OpcuaPeer {
     /// The namespace index of its variables (`ns=<ns>;s=<name>`).
     pub ns: u16,
     child: tokio::process::Child,
+    /// What it printed after `listening` (e.g. `acknowledged NAME.Alarm: COMMENT`).
+    said: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     _dir: tempfile::TempDir,
 }
 
@@ -78,11 +80,30 @@ impl OpcuaPeer {
             panic!("node-opcua did not start: {}", failed.lock().unwrap());
         };
         // It goes on writing to stdout (node-opcua's own dumps): a closed pipe would kill it.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let heard = said.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(l)) = lines.next_line().await {
+                heard.lock().unwrap().push(l);
+            }
+        });
         let mut words = line.split(' ').skip(1);
         let url = words.next().unwrap().to_string();
         let ns = words.next().and_then(|w| w.strip_prefix("ns=")).and_then(|n| n.parse().ok()).unwrap();
-        OpcuaPeer { url, ns, child, _dir: dir }
+        OpcuaPeer { url, ns, child, said, _dir: dir }
+    }
+
+    /// Waits (at most 30 s) until the server has printed a line starting with `start`.
+    pub async fn said(&self, start: &str) -> String {
+        support::wait_for(&format!("node-opcua to print {start:?}"), Duration::from_secs(30), || async {
+            self.said.lock().unwrap().iter().find(|l| l.starts_with(start)).cloned()
+        })
+        .await
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.url.rsplit(':').next().and_then(|p| p.split('/').next()).and_then(|p| p.parse().ok()).unwrap()
     }
 
     /// Gives variable `name` a new value from now on: `{"type", "value", "array"?}`.

@@ -12,6 +12,7 @@
 //! A session is replaced when its event loop ends.
 
 pub mod browse;
+pub mod conditions;
 pub mod security;
 pub mod subscribe;
 

@@ -329,6 +329,7 @@ mod tests {
             username_env: user.then(|| "FG_TEST_UNSET_USER_VAR_1".into()),
             password_env: user.then(|| "FG_TEST_UNSET_PASSWORD_VAR_1".into()),
             mode: OpcUaMode::Poll,
+            alarms: false,
         }
     }
 

@@ -15,13 +15,14 @@ use std::time::Duration;
 
 use opcua::client::{MonitoredItemMap, OnSubscriptionNotificationCore};
 use opcua::types::{
-    AttributeId, DataChangeFilter, DataChangeNotification, DataChangeTrigger, DeadbandType, ExtensionObject,
-    MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters, NotificationMessage, ReadValueId,
-    TimestampsToReturn,
+    AttributeId, DataChangeFilter, DataChangeNotification, DataChangeTrigger, DeadbandType,
+    EventNotificationList, ExtensionObject, MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters,
+    NotificationMessage, ReadValueId, TimestampsToReturn,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::conditions::{self, Command, ServerEvent};
 use super::{Connection, Target, node_of, sample_of};
 use crate::driver::{DriverError, Sample};
 use crate::registry::Sensor;
@@ -38,6 +39,8 @@ pub enum Update {
     /// How long the server took to answer a read of its current time (asked every
     /// [`ROUND_TRIP_EVERY`]): a subscription's latency, where a polled device's is its reads'.
     RoundTrip(Duration),
+    /// An event of its conditions (Alarms & Conditions), when asked for.
+    Event(ServerEvent),
 }
 
 /// How often a subscribed server's round trip is measured.
@@ -57,7 +60,41 @@ pub struct Counters {
     pub heard_ms: AtomicI64,
 }
 
-/// Subscribes to `sensors` on `target` until `stop`, sending every change to `tx`.
+/// The next command, or never without a channel (or once it closed).
+async fn next_command(commands: &mut Option<mpsc::Receiver<Command>>) -> Command {
+    match commands {
+        Some(rx) => match rx.recv().await {
+            Some(c) => c,
+            None => {
+                *commands = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Does `command` on the session, within `limit`.
+async fn serve(conn: &Connection, command: Command, limit: Duration) {
+    let Command::Acknowledge { node, event_id, comment, reply } = command;
+    let Some(call) = conditions::acknowledge(&node, &event_id, &comment) else {
+        let _ = reply.send(Err(conditions::AckFailed::Other("BadNodeIdInvalid")));
+        return;
+    };
+    let answer = match tokio::time::timeout(limit, conn.session.call(vec![call])).await {
+        Ok(Ok(results)) => match results.first() {
+            Some(r) => conditions::ack_status(r.status_code),
+            None => Err(conditions::AckFailed::Other("BadUnexpectedError")),
+        },
+        Ok(Err(e)) => conditions::ack_status(e.status()),
+        Err(_) => Err(conditions::AckFailed::Unavailable),
+    };
+    let _ = reply.send(answer);
+}
+
+/// Subscribes to `sensors` on `target` until `stop`, sending every change to `tx`; with
+/// `commands`, to its conditions' events too (`ConditionRefresh` after every subscription
+/// made), doing what each command asks on the session.
 pub async fn run(
     target: Target,
     sensors: Vec<Sensor>,
@@ -65,7 +102,9 @@ pub async fn run(
     tx: mpsc::UnboundedSender<Update>,
     counters: Arc<Counters>,
     stop: CancellationToken,
+    mut commands: Option<mpsc::Receiver<Command>>,
 ) {
+    let events = commands.is_some();
     const FIRST: Duration = Duration::from_millis(250);
     const MAX: Duration = Duration::from_secs(30);
     let mut backoff = crate::backoff::Backoff::new(FIRST, MAX);
@@ -77,49 +116,52 @@ pub async fn run(
             () = stop.cancelled() => return,
         };
         let failure = match opened {
-            Ok(mut conn) => match subscribe(&conn, &sensors, interval, &tx, &counters, &target.clock).await {
-                Ok(heard) => {
-                    counters.sessions.fetch_add(1, Ordering::Relaxed);
-                    counters.live.store(true, Ordering::Relaxed);
-                    let _ = tx.send(Update::Up);
-                    if warned {
-                        tracing::info!(url = %target.url, "OPC UA subscription recreated");
-                    }
-                    backoff.reset();
-                    warned = false;
-                    let mut every = tokio::time::interval(ROUND_TRIP_EVERY);
-                    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                    let lost = loop {
-                        tokio::select! {
-                            s = conn.closed() => break format!("session lost ({})", s.sub_code().name()),
-                            () = heard.silent(interval.max(WIRE)) => {
-                                // The server stopped publishing (hung, or the library reconnected
-                                // the session without its publish requests): start afresh.
-                                let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
-                                break "no data and no keep-alive from the subscription".to_string();
-                            }
-                            () = stop.cancelled() => {
-                                // Close the session so the server frees it now, not at its timeout.
-                                let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
-                                return;
-                            }
-                            _ = every.tick() => {
-                                if let Some(took) = round_trip(&conn, target.request_timeout).await {
-                                    let _ = tx.send(Update::RoundTrip(took));
-                                }
-                            }
+            Ok(mut conn) => {
+                match subscribe(&conn, &sensors, interval, &tx, &counters, &target.clock, events).await {
+                    Ok(heard) => {
+                        counters.sessions.fetch_add(1, Ordering::Relaxed);
+                        counters.live.store(true, Ordering::Relaxed);
+                        let _ = tx.send(Update::Up);
+                        if warned {
+                            tracing::info!(url = %target.url, "OPC UA subscription recreated");
                         }
-                    };
-                    counters.live.store(false, Ordering::Relaxed);
-                    let _ = tx.send(Update::Down(DriverError::Unavailable { retry_after: None }));
-                    lost
+                        backoff.reset();
+                        warned = false;
+                        let mut every = tokio::time::interval(ROUND_TRIP_EVERY);
+                        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        let lost = loop {
+                            tokio::select! {
+                                s = conn.closed() => break format!("session lost ({})", s.sub_code().name()),
+                                () = heard.silent(interval.max(WIRE)) => {
+                                    // The server stopped publishing (hung, or the library reconnected
+                                    // the session without its publish requests): start afresh.
+                                    let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
+                                    break "no data and no keep-alive from the subscription".to_string();
+                                }
+                                () = stop.cancelled() => {
+                                    // Close the session so the server frees it now, not at its timeout.
+                                    let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
+                                    return;
+                                }
+                                _ = every.tick() => {
+                                    if let Some(took) = round_trip(&conn, target.request_timeout).await {
+                                        let _ = tx.send(Update::RoundTrip(took));
+                                    }
+                                }
+                                c = next_command(&mut commands) => serve(&conn, c, target.request_timeout).await,
+                            }
+                        };
+                        counters.live.store(false, Ordering::Relaxed);
+                        let _ = tx.send(Update::Down(DriverError::Unavailable { retry_after: None }));
+                        lost
+                    }
+                    Err(e) => {
+                        let text = e.to_string();
+                        let _ = tx.send(Update::Down(e));
+                        text
+                    }
                 }
-                Err(e) => {
-                    let text = e.to_string();
-                    let _ = tx.send(Update::Down(e));
-                    text
-                }
-            },
+            }
             Err(e) => {
                 let text = e.to_string();
                 let _ = tx.send(Update::Down(e));
@@ -130,9 +172,14 @@ pub async fn run(
             tracing::warn!(url = %target.url, error = %failure, "OPC UA subscription down; reconnecting");
             warned = true;
         }
-        tokio::select! {
-            () = tokio::time::sleep(backoff.next_wait()) => {}
-            () = stop.cancelled() => return,
+        let wait = tokio::time::sleep(backoff.next_wait());
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                () = &mut wait => break,
+                () = stop.cancelled() => return,
+                c = next_command(&mut commands) => c.unavailable(),
+            }
         }
     }
 }
@@ -203,6 +250,17 @@ impl OnSubscriptionNotificationCore for Notifications {
     fn on_subscription_notification(&mut self, message: NotificationMessage, _items: MonitoredItemMap<'_>) {
         self.heard.touch();
         for data in message.notification_data.into_iter().flatten() {
+            if data.inner_is::<EventNotificationList>() {
+                let Some(list) = data.into_inner_as::<EventNotificationList>() else { continue };
+                // Only the event item has an event filter (its client handle is not relied
+                // on: node-opcua sends 0 for the one asked).
+                for fields in list.events.into_iter().flatten() {
+                    if let Some(event) = conditions::parse(fields) {
+                        let _ = self.tx.send(Update::Event(event));
+                    }
+                }
+                continue;
+            }
             let Some(changes) = data.into_inner_as::<DataChangeNotification>() else { continue };
             for change in changes.monitored_items.into_iter().flatten() {
                 self.counters.notifications.fetch_add(1, Ordering::Relaxed);
@@ -225,6 +283,7 @@ async fn subscribe(
     tx: &mpsc::UnboundedSender<Update>,
     counters: &Arc<Counters>,
     clock: &Arc<crate::driver::clock::Clock>,
+    events: bool,
 ) -> Result<Heard, DriverError> {
     let heard = Heard {
         at: Arc::new(parking_lot::Mutex::new(tokio::time::Instant::now())),
@@ -247,7 +306,7 @@ async fn subscribe(
         .map_err(|_| DriverError::Unavailable { retry_after: None })?;
     let monitored: Vec<(usize, &Sensor, opcua::types::NodeId)> =
         sensors.iter().enumerate().filter_map(|(i, s)| Some((i, s, node_of(s)?))).collect();
-    let items: Vec<MonitoredItemCreateRequest> = monitored
+    let mut items: Vec<MonitoredItemCreateRequest> = monitored
         .iter()
         .map(|(i, s, node_id)| {
             let node_id = node_id.clone();
@@ -268,10 +327,35 @@ async fn subscribe(
             }
         })
         .collect();
+    if events {
+        items.push(conditions::event_item());
+    }
     let created = session
         .create_monitored_items(id, TimestampsToReturn::Both, items)
         .await
         .map_err(|_| DriverError::Unavailable { retry_after: None })?;
+    if events {
+        match created.get(monitored.len()).map(|c| c.result.status_code) {
+            Some(s) if s.is_good() => {
+                // The new subscription knows no condition yet: the server re-sends those it holds.
+                let refreshed = session.call(vec![conditions::refresh(id)]).await;
+                let status = match &refreshed {
+                    Ok(r) => r.first().map(|r| r.status_code),
+                    Err(e) => Some(e.status()),
+                };
+                if !status.is_some_and(|s| s.is_good()) {
+                    tracing::warn!(
+                        status = status.map_or("none", |s| s.sub_code().name()),
+                        "OPC UA server refused ConditionRefresh: conditions standing before now are not known"
+                    );
+                }
+            }
+            s => tracing::warn!(
+                status = s.map_or("none", |s| s.sub_code().name()),
+                "OPC UA server refused the event item on its Server object: no Alarms & Conditions from it"
+            ),
+        }
+    }
     for (c, (_, s, _)) in created.iter().zip(&monitored) {
         if c.result.status_code.is_bad() {
             tracing::warn!(

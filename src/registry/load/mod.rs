@@ -267,6 +267,7 @@ fn read_protocol_tables(
             username_env: None,
             password_env: None,
             mode: OpcUaMode::Poll,
+            alarms: false,
         }),
         (_, o) => o,
     };
@@ -442,5 +443,6 @@ fn read_opcua(o: &Table<'_, '_>) -> Option<OpcUaSettings> {
         username_env,
         password_env,
         mode: sub.unwrap_or(OpcUaMode::Poll),
+        alarms: o.bool("alarms").unwrap_or(false),
     })
 }

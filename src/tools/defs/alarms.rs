@@ -11,7 +11,8 @@ pub use crate::registry::AlarmPriority;
 pub use crate::store::alarm_journal::{AlarmState, EventKind as AlarmEventKind};
 
 /// Alarm IDs: the sensor's ID, a dot, the alarm's name.
-pub const ALARM_ID_PATTERN: &str = "^[A-Z][A-Z0-9]{0,7}_[A-Z][A-Z0-9]{0,15}_[0-9]{3}[.][A-Z0-9_]{1,16}$";
+pub const ALARM_ID_PATTERN: &str =
+    "^([A-Z][A-Z0-9]{0,7}_[A-Z][A-Z0-9]{0,15}_[0-9]{3}|[a-z0-9-]{1,64})[.][A-Z0-9_]{1,16}$";
 
 /// A sensor's alarm state, in its readings: its most pressing alarm (active and
 /// unacknowledged first, then active, then returned unacknowledged; among equals the
@@ -76,16 +77,21 @@ impl ListAlarmsArgs {
 /// One configured alarm and its instance now.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct AlarmInfo {
-    /// `SENSOR_ID.NAME`, e.g. "B_OVEN2_001.HI".
+    /// `SENSOR_ID.NAME`, e.g. "B_OVEN2_001.HI"; a device's own alarm is `DEVICE_ID.NAME`,
+    /// e.g. "b-oven2-opcua.COMM".
     pub alarm_id: String,
-    pub sensor_id: String,
-    /// high, high_high, low, low_low or off_normal.
+    /// The sensor it watches; null for the device's own (communication, a server condition
+    /// on no configured sensor).
+    pub sensor_id: Option<String>,
+    pub device_id: String,
+    /// high, high_high, low, low_low, off_normal (a device file's limit alarms),
+    /// communication (the device answers nothing) or condition (the OPC UA server's own).
     #[serde(rename = "type")]
     pub kind: String,
     pub priority: AlarmPriority,
     /// What the operator reads.
     pub message: String,
-    /// In the sensor's unit; null for off_normal alarms.
+    /// In the sensor's unit; null for off_normal, communication and condition alarms.
     pub limit: Option<f64>,
     pub deadband: f64,
     pub unit: String,

@@ -5,6 +5,11 @@
 // it prints `listening opc.tcp://...` once it serves, and stops when its stdin closes.
 // PEER_SECURE=1 also offers Basic256Sha256 Sign and SignAndEncrypt (its own certificate
 // made on first start in DIR/pki); PEER_PORT=N listens on port N.
+// A node may carry `alarm` (OPC UA Alarms & Conditions): {"kind": "exclusive"|"nonexclusive",
+// "highHigh"?, "high", "low", "lowLow"?} (a limit alarm) or {"kind": "offnormal", "normal": VALUE};
+// the condition is ns=N;s=NAME.Alarm, ConditionName NAME.Alarm, source and input the variable.
+// It has the optional ConfirmedState, so an acknowledged alarm stays retained (re-sent by
+// ConditionRefresh) while it is active. An acknowledgement prints `acknowledged NAME.Alarm: COMMENT`.
 const opcua = require("node-opcua");
 const path = require("path");
 
@@ -31,14 +36,25 @@ async function main() {
     allowAnonymous: true,
   });
   await server.initialize();
-  const ns = server.engine.addressSpace.getOwnNamespace();
-  const folder = ns.addFolder(server.engine.addressSpace.rootFolder.objects, { browseName: "Peer" });
+  const addressSpace = server.engine.addressSpace;
+  // Acknowledge/Confirm and ConditionRefresh bound to node-opcua's implementations.
+  addressSpace.installAlarmsAndConditionsService();
+  const ns = addressSpace.getOwnNamespace();
+  // The folder notifies events (Server -HasNotifier-> Peer): conditions of its variables reach
+  // the Server object, and ConditionRefresh finds them by this chain.
+  const folder = ns.addFolder(addressSpace.rootFolder.objects, {
+    browseName: "Peer",
+    eventNotifier: opcua.EventNotifierFlags.SubscribeToEvents,
+    notifierOf: addressSpace.rootFolder.objects.server,
+  });
   // Values JSON cannot carry: bytes from a string, a date from an ISO instant.
   const valueOf = (n) =>
     n.type === "ByteString" ? Buffer.from(n.value) : n.type === "DateTime" ? new Date(n.value) : n.value;
   for (const n of nodes) {
-    ns.addVariable({
+    const variable = ns.addVariable({
       componentOf: folder,
+      // Peer -HasEventSource-> variable: a condition source must be an event source.
+      ...(n.alarm ? { eventSourceOf: folder } : {}),
       browseName: n.name,
       nodeId: `s=${n.name}`,
       // "Null": a variable of any type whose value is the Null variant.
@@ -72,6 +88,10 @@ async function main() {
               value: valueOf(n),
             },
     });
+    if (n.alarm) {
+      const alarm = addAlarm(ns, folder, variable, n);
+      alarm.on("acknowledged", (eventId, comment) => console.log(`acknowledged ${n.name}.Alarm: ${comment.text}`));
+    }
   }
   await server.start();
   const url = server.getEndpointUrl().replace(/\/\/[^:/]+:/, "//127.0.0.1:");
@@ -96,6 +116,37 @@ async function main() {
       console.log(`set ${c.set}`);
     })
     .on("close", () => server.shutdown(0).then(() => process.exit(0)));
+}
+
+// A condition on `variable` as `n.alarm` says (the variable must have a plain value, not a
+// getter: the alarm watches its "value_changed").
+function addAlarm(ns, folder, variable, n) {
+  const a = n.alarm;
+  const common = {
+    optionals: ["ConfirmedState", "Confirm"],
+    browseName: `${n.name}.Alarm`,
+    nodeId: `s=${n.name}.Alarm`,
+    componentOf: folder,
+    conditionName: `${n.name}.Alarm`,
+    conditionSource: variable,
+    inputNode: variable,
+  };
+  if (a.kind === "offnormal") {
+    const normal = ns.addVariable({
+      componentOf: folder,
+      browseName: `${n.name}.Normal`,
+      nodeId: `s=${n.name}.Normal`,
+      dataType: n.type,
+      value: { dataType: opcua.DataType[n.type], value: a.normal },
+    });
+    return ns.instantiateOffNormalAlarm({ ...common, normalState: normal });
+  }
+  const limits = { highLimit: a.high, lowLimit: a.low };
+  if (a.highHigh !== undefined) limits.highHighLimit = a.highHigh;
+  if (a.lowLow !== undefined) limits.lowLowLimit = a.lowLow;
+  return a.kind === "nonexclusive"
+    ? ns.instantiateNonExclusiveLimitAlarm("NonExclusiveLimitAlarmType", { ...common, ...limits })
+    : ns.instantiateExclusiveLimitAlarm("ExclusiveLimitAlarmType", { ...common, ...limits });
 }
 
 main().catch((e) => {
