@@ -147,6 +147,7 @@ impl Alarms {
             }
             let r = record(&e);
             t.entries[i] = Arc::new(e);
+            self.touched();
             return Some((i, Some(r)));
         }
         if t.conditions.keys().filter(|(d, _)| *d == device).count() >= MAX_PER_DEVICE {
@@ -166,6 +167,7 @@ impl Alarms {
         t.conditions.insert((device, c.node.clone()), Served { index, event_id: c.event_id.clone() });
         t.instances.push(Instance::normal(&id));
         t.entries.push(Arc::new(e));
+        self.touched();
         Some((index, Some(r)))
     }
 

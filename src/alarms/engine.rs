@@ -74,6 +74,8 @@ pub struct Alarms {
     pub(super) servers: Mutex<HashMap<usize, mpsc::Sender<Command>>>,
     pub(super) server_events: mpsc::Sender<(usize, ServerEvent)>,
     server_events_rx: Mutex<Option<mpsc::Receiver<(usize, ServerEvent)>>>,
+    /// Counts every change of an instance or of the table (what the edge node publishes).
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// An operator act that could not be done.
@@ -145,6 +147,7 @@ impl Alarms {
             servers: Mutex::default(),
             server_events,
             server_events_rx: Mutex::new(Some(rx)),
+            changed: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -159,6 +162,16 @@ impl Alarms {
         let t = self.table.lock();
         let i = *t.by_id.get(alarm_id)?;
         Some((t.entries[i].clone(), t.instances[i].clone()))
+    }
+
+    /// Told of every change of an alarm's instance, and of every alarm added (a server's
+    /// condition seen first): then [`Alarms::listing`] has something new.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    pub(super) fn touched(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Every alarm's instance now, in the order of [`Alarms::listing`].
@@ -234,6 +247,7 @@ impl Alarms {
                 self.out_of_service[i].store(now.out_of_service, Ordering::Relaxed);
             }
             t.instances[i] = now;
+            self.touched();
         }
         Ok(t.instances[i].clone())
     }
@@ -251,6 +265,7 @@ impl Alarms {
                 Ok(now) => {
                     if let Some(now) = now {
                         t.instances[*i] = now;
+                        self.touched();
                     }
                     acts.pop_front();
                     if self.journal_failing.swap(false, Ordering::Relaxed) {

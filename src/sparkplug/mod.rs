@@ -5,6 +5,7 @@
 //! the durable store-and-forward buffer (redb), and `run.rs` the task that connects (rumqttc), sends, buffers and drains. Off unless
 //! `[mqtt] brokers` lists a URL. docs/sparkplug.md has the mapping and the guarantees.
 
+pub mod alarm;
 pub mod buffer;
 pub mod metric;
 pub mod node;

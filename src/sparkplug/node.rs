@@ -131,13 +131,25 @@ impl Edge {
 
     /// NBIRTH: `seq` starts again at 0; every device is unborn until its DBIRTH.
     pub fn nbirth(&mut self, bd_seq: u64) -> Out {
+        self.nbirth_with(bd_seq, Vec::new())
+    }
+
+    /// NBIRTH carrying node metrics of its own (`extra`: the alarms) after the two of
+    /// every birth.
+    pub fn nbirth_with(&mut self, bd_seq: u64, extra: Vec<Metric>) -> Out {
         self.seq = 0;
         self.born.iter_mut().for_each(|b| *b = false);
-        let metrics = vec![
+        let mut metrics = vec![
             Metric::new(Some(BD_SEQ), None, datatype::INT64, Some(Value::Long(bd_seq))),
             Metric::new(Some(REBIRTH), None, datatype::BOOLEAN, Some(Value::Boolean(false))),
         ];
+        metrics.extend(extra);
         self.message(Kind::NBirth, None, metrics, false)
+    }
+
+    /// NDATA of node metrics (the alarms' changes).
+    pub fn ndata(&mut self, metrics: Vec<Metric>) -> Out {
+        self.message(Kind::NData, None, metrics, true)
     }
 
     /// A message of this node. Sparkplug 3.0 wants a timestamp on every metric of a birth

@@ -106,6 +106,10 @@ pub struct Node {
     oversized: Oversized,
     /// Whether the broker was seen to take this connection's NBIRTH (`echo.rs`).
     echo: echo::Echo,
+    /// The alarms published as node metrics (`alarms.rs`), told of each change.
+    alarms: Option<Arc<crate::alarms::Alarms>>,
+    alarm_changes: Option<tokio::sync::watch::Receiver<u64>>,
+    alarm_sent: crate::sparkplug::alarm::Sent,
 }
 
 /// How often in a row a message too large to take dropped the connection, and what waits.
@@ -154,6 +158,7 @@ impl Node {
         // Sparkplug: bdSeq starts at 0 and goes up by one on every CONNECT (kept across
         // restarts, so a late will of the last process never matches this one's NBIRTH).
         let bd_seq = buffer.bd_seq().unwrap_or(255);
+        let alarms = core.alarms.clone().filter(|a| a.count() > 0);
         Node {
             core,
             cfg,
@@ -186,6 +191,9 @@ impl Node {
             commands_off_until: None,
             oversized: Oversized::default(),
             echo: echo::Echo::Off,
+            alarm_changes: alarms.as_ref().map(|a| a.changes()),
+            alarms,
+            alarm_sent: Default::default(),
         }
     }
 
@@ -480,6 +488,7 @@ impl Node {
                 let again = self.edge.silent(now);
                 self.send_data(again);
             }
+            self.send_alarms();
         }
         self.send_live();
         self.flush_due(now);
@@ -525,6 +534,7 @@ impl Node {
     }
 }
 
+mod alarms;
 mod births;
 mod commands;
 mod drain;

@@ -6,7 +6,8 @@ use super::*;
 impl Node {
     /// NBIRTH, then DBIRTH for every device that is up; data flows from here.
     pub(super) fn birth(&mut self) {
-        let nbirth = self.edge.nbirth(self.bd_seq);
+        let alarms = self.alarm_metrics();
+        let nbirth = self.edge.nbirth_with(self.bd_seq, alarms);
         let sent = nbirth.payload.clone();
         self.send(nbirth);
         self.online_at = Instant::now();

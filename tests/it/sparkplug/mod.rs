@@ -2,6 +2,7 @@
 //! read by Eclipse Tahu's decoder (`tahu.rs`), which we did not write.
 
 mod acl;
+mod alarms;
 mod broker;
 mod conformance;
 mod edge;
