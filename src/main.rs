@@ -140,7 +140,7 @@ enum Command {
     Alarms {
         /// list | ack | shelve | unshelve | out-of-service | in-service
         action: String,
-        /// The alarm, SENSOR_ID.NAME, e.g. B_BOILER_001.HI (all but list).
+        /// The alarm, SENSOR_ID.NAME or DEVICE_ID.NAME, e.g. B_BOILER_001.HI (all but list).
         id: Option<String>,
         /// Why (shelve and out-of-service need one; recorded in the journal).
         #[arg(long)]
@@ -154,6 +154,9 @@ enum Command {
         /// List: only alarms in this state (active, unacknowledged, not_normal, shelved, ...).
         #[arg(long)]
         state: Option<String>,
+        /// The data directory (default: storage.data_dir), when no service runs.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
         /// Talk to this running service, e.g. http://127.0.0.1:8080.
         #[arg(long, value_name = "URL")]
         url: Option<String>,
@@ -353,12 +356,17 @@ fn main() -> ExitCode {
             let cmd = cli::WorkOrderCommand { action, id, note, by, json };
             runtime.block_on(cli::work_orders::work_orders(target, cmd))
         }
-        Command::Alarms { action, id, comment, duration, event_id, state, url, token, json } => {
+        Command::Alarms { action, id, comment, duration, event_id, state, data_dir, url, token, json } => {
             let cmd = cli::alarms::AlarmCommand { action, id, comment, duration, event_id, state, json };
             match url {
                 Some(url) => runtime.block_on(cli::alarms::alarms_remote(&url, token, &cmd)),
                 None => match load() {
-                    Ok((c, registry)) => runtime.block_on(cli::alarms::alarms(c, registry, cmd, token)),
+                    Ok((mut c, registry)) => {
+                        if let Some(d) = data_dir {
+                            c.storage.data_dir = d;
+                        }
+                        runtime.block_on(cli::alarms::alarms(c, registry, cmd, token))
+                    }
                     Err(code) => code,
                 },
             }

@@ -75,7 +75,9 @@ fn request(cmd: &AlarmCommand) -> Result<Request, String> {
     // typed can reach another route or act.
     let grammar = regex::Regex::new(crate::tools::defs::ALARM_ID_PATTERN).map_err(|e| e.to_string())?;
     if !grammar.is_match(&id) {
-        return Err(format!("{id:?} is not an alarm ID: SENSOR_ID.NAME in upper case, e.g. B_BOILER_001.HI"));
+        return Err(format!(
+            "{id:?} is not an alarm ID: SENSOR_ID.NAME or DEVICE_ID.NAME, e.g. B_BOILER_001.HI or a-line1-plc.COMM"
+        ));
     }
     let duration_s = match &cmd.duration {
         Some(d) => Some(seconds(d).ok_or_else(|| format!("--duration {d:?}: use e.g. 30m, 2h or 3600"))?),
@@ -130,6 +132,16 @@ pub async fn alarms(
         Err(e) => return fail(2, &e),
     };
     let dir = crate::app::absolute(&config.storage.data_dir);
+    // A journal is made by the service; here one that is not there is a wrong directory.
+    if !dir.join("alarms.redb").is_file() {
+        return fail(
+            1,
+            &format!(
+                "no alarm journal in {}: name fieldgate's data directory with --data-dir, or its service with --url",
+                dir.display()
+            ),
+        );
+    }
     let stores = match crate::app::open_stores(&config, &dir) {
         Ok(s) => s,
         Err(e) => return fail(1, &e.to_string()),

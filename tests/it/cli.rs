@@ -694,3 +694,38 @@ fn call_with_a_data_dir_no_service_answers_for_says_what_to_start() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("no running fieldgate answers for") && err.contains("fieldgate hub"), "{err}");
 }
+
+/// `fieldgate alarms` without a service reads the journal of the data directory named
+/// with `--data-dir`; a directory without one is refused (nothing made there), not taken
+/// as an empty journal.
+#[test]
+fn alarms_without_a_service_read_the_named_data_directory() {
+    let here = tempfile::tempdir().unwrap();
+    let run = |args: &[&str], dir: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_fieldgate"))
+            .arg("--devices")
+            .arg(crate::support::demo_dir())
+            .args(args)
+            .arg("--data-dir")
+            .arg(dir)
+            .current_dir(here.path())
+            .env_clear()
+            // No service answers here.
+            .env("FIELDGATE_SERVER_LISTEN", crate::support::ClosedPort::new().addr().to_string())
+            .output()
+            .unwrap()
+    };
+    let empty = here.path().join("elsewhere");
+    let o = run(&["alarms", "list"], &empty);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no alarm journal") && stderr(&o).contains("--data-dir"), "{}", stderr(&o));
+    assert!(!empty.exists() && !here.path().join("data").exists(), "nothing made");
+    let data = here.path().join("data-b");
+    fieldgate::store::alarm_journal::AlarmJournal::open_in(&data).unwrap();
+    let o = run(&["alarms", "list", "--json"], &data);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["counts"]["configured"], 9, "{v}");
+    let o = run(&["alarms", "ack", "a-line1-plc.COMM"], &data);
+    assert!(stderr(&o).contains("nothing to acknowledge"), "a device's alarm ID is taken: {}", stderr(&o));
+}
