@@ -86,6 +86,13 @@ impl std::ops::Deref for Core {
     }
 }
 
+/// What a core serves: devices of its own, or a fleet of edge nodes (the hub), whose
+/// alarm table, once made, every renewed core shares.
+enum Serves {
+    Devices,
+    Fleet { alarms: Option<Arc<Alarms>> },
+}
+
 impl Core {
     /// A core over `registry` as `config` says, keeping its data in `stores`.
     pub fn new(registry: Arc<Registry>, config: Config, stores: Stores) -> Core {
@@ -95,7 +102,7 @@ impl Core {
             config.calls.repeat_failure_limit,
             std::time::Duration::from_secs(config.calls.repeat_failure_window_s),
         ));
-        Core::of(registry, config, reader, metrics, stores, repeat, false)
+        Core::of(registry, config, reader, metrics, stores, repeat, Serves::Devices)
     }
 
     /// A core whose devices are read through `drivers` (the fleet hub's, which answer
@@ -107,7 +114,7 @@ impl Core {
             config.calls.repeat_failure_limit,
             std::time::Duration::from_secs(config.calls.repeat_failure_window_s),
         ));
-        Core::of(registry, config, reader, metrics, stores, repeat, true)
+        Core::of(registry, config, reader, metrics, stores, repeat, Serves::Fleet { alarms: None })
     }
 
     /// This core over another registry, read through `drivers`: the same configuration,
@@ -127,7 +134,9 @@ impl Core {
             self.metrics.clone(),
             stores,
             self.repeat.clone(),
-            self.fleet,
+            // The hub's alarms are the edges' (none of its catalogue's): one table for
+            // every catalogue, kept as the fleet's births renew it.
+            if self.fleet { Serves::Fleet { alarms: self.alarms.clone() } } else { Serves::Devices },
         )
     }
 
@@ -138,16 +147,21 @@ impl Core {
         metrics: Arc<Metrics>,
         stores: Stores,
         repeat: Arc<RepeatGuard>,
-        fleet: bool,
+        serves: Serves,
     ) -> Core {
-        let alarms =
+        let (fleet, shared_alarms) = match serves {
+            Serves::Devices => (false, None),
+            Serves::Fleet { alarms } => (true, alarms),
+        };
+        let alarms = shared_alarms.or_else(|| {
             stores.alarms.and_then(|journal| match Alarms::new(&registry, journal, &config.alarms) {
                 Ok(a) => Some(Arc::new(a)),
                 Err(error) => {
                     tracing::error!(%error, "alarms: the journal cannot be read; no alarm is evaluated");
                     None
                 }
-            });
+            })
+        });
         let parts = Parts {
             alarms,
             registry,

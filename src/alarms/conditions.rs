@@ -203,7 +203,15 @@ impl Alarms {
                             continue;
                         }
                         let at = now.max(t.instances[i].since_ms);
-                        to_state(&mut out, i, state, (false, true), at, AlarmPriority::Low, NOT_HELD);
+                        to_state(
+                            &mut out,
+                            i,
+                            state,
+                            (false, true),
+                            at,
+                            AlarmPriority::Low,
+                            (NOT_HELD, &None, true),
+                        );
                         projected.insert(i, AlarmState::Normal);
                     }
                 }
@@ -220,7 +228,15 @@ impl Alarms {
                     let state = projected.get(&i).copied().unwrap_or(inst.state);
                     let at = c.time_ms.unwrap_or(now).min(now).max(inst.since_ms);
                     let priority = t.entries[i].priority;
-                    let after = to_state(&mut out, i, state, (c.active, c.acked), at, priority, ON_SERVER);
+                    let after = to_state(
+                        &mut out,
+                        i,
+                        state,
+                        (c.active, c.acked),
+                        at,
+                        priority,
+                        (ON_SERVER, &None, false),
+                    );
                     projected.insert(i, after);
                 }
             }
@@ -295,26 +311,27 @@ impl Alarms {
 
 /// The transitions that take an instance in `state` to (active, acknowledged); the state
 /// after them.
-fn to_state(
+pub(super) fn to_state(
     out: &mut Vec<Pending>,
     i: usize,
     state: AlarmState,
     (active, acked): (bool, bool),
     at: i64,
     priority: AlarmPriority,
-    note: &'static str,
+    (note, by, gone): (&str, &Option<String>, bool),
 ) -> AlarmState {
     use AlarmState::*;
     let mut now = state;
     if active && !now.is_active() {
-        out.push((i, Act::Activate { value: None, priority }, at, None));
+        out.push((i, Act::Activate { value: None, priority }, at, None, None));
         now = ActiveUnacknowledged;
     } else if !active && now.is_active() {
-        out.push((i, Act::Clear { value: None }, at, None));
+        // Gone from its source: the clearing says why too.
+        out.push((i, Act::Clear { value: None }, at, gone.then(|| note.to_string()), None));
         now = if now == ActiveUnacknowledged { ReturnedUnacknowledged } else { Normal };
     }
     if acked && now.is_unacknowledged() {
-        out.push((i, Act::Acknowledge { event_id: None }, at, Some(note)));
+        out.push((i, Act::Acknowledge { event_id: None }, at, Some(note.to_string()), by.clone()));
         now = if now == ActiveUnacknowledged { ActiveAcknowledged } else { Normal };
     }
     now

@@ -40,6 +40,8 @@ pub const MAX_UNSAVED: usize = 10_000;
 #[derive(Default)]
 pub(super) struct Counters {
     pub server_events_lost: AtomicU64,
+    /// Edge nodes' alarms the hub left out (an ID another's, or too many).
+    pub remote_left_out: AtomicU64,
     evaluated: AtomicU64,
     transitions: AtomicU64,
     unsaved_dropped: AtomicU64,
@@ -101,7 +103,7 @@ impl Alarms {
             match &e.watch {
                 Watch::Limit { sensor, .. } => by_sensor.entry(*sensor).or_default().push(i),
                 Watch::Comm { .. } => comm.push(i),
-                Watch::Condition { .. } => {}
+                Watch::Condition { .. } | Watch::Remote { .. } => {}
             }
         }
         let mut stored: HashMap<String, Instance> =
@@ -256,8 +258,8 @@ impl Alarms {
     /// stays at the front of `acts`.
     pub(super) fn commit(&self, acts: &mut VecDeque<Pending>) {
         let mut t = self.table.lock();
-        while let Some((i, act, at, note)) = acts.front() {
-            match self.journal.act(&t.entries[*i].id, act, *at, None, *note) {
+        while let Some((i, act, at, note, by)) = acts.front() {
+            match self.journal.act(&t.entries[*i].id, act, *at, by.as_deref(), note.as_deref()) {
                 // An act its state no longer allows (a server's repeat): nothing to write.
                 Err(JournalError::Refused { .. }) => {
                     acts.pop_front();
@@ -312,9 +314,9 @@ impl Alarms {
     fn act_of(&self, i: usize, t: Transition) -> Pending {
         match t {
             Transition::Activated { at_ms, value } => {
-                (i, Act::Activate { value: kept(value), priority: self.fixed[i].priority }, at_ms, None)
+                (i, Act::Activate { value: kept(value), priority: self.fixed[i].priority }, at_ms, None, None)
             }
-            Transition::Cleared { at_ms, value } => (i, Act::Clear { value: kept(value) }, at_ms, None),
+            Transition::Cleared { at_ms, value } => (i, Act::Clear { value: kept(value) }, at_ms, None, None),
         }
     }
 
@@ -354,7 +356,13 @@ impl Alarms {
                 (false, Some((since, failed))) if failed >= after => {
                     states[i] = LimitState::restored(true);
                     let at = since.timestamp_millis().saturating_add(millis(after));
-                    out.push((i, Act::Activate { value: None, priority: self.fixed[i].priority }, at, None));
+                    out.push((
+                        i,
+                        Act::Activate { value: None, priority: self.fixed[i].priority },
+                        at,
+                        None,
+                        None,
+                    ));
                 }
                 (true, None) => {
                     if let Some(answered) = guard.health.last_success() {
@@ -365,6 +373,7 @@ impl Alarms {
                             i,
                             Act::Clear { value: None },
                             answered.timestamp_millis().max(activated),
+                            None,
                             None,
                         ));
                     }
@@ -502,6 +511,11 @@ impl Alarms {
             "fieldgate_alarm_server_events_lost",
             "OPC UA condition events the alarm engine's queue had no room for.",
             load(&c.server_events_lost),
+        );
+        s.counter(
+            "fieldgate_alarm_remote_left_out",
+            "Edge nodes' alarms the hub left out (an ID another edge node's, or more than 100,000).",
+            load(&c.remote_left_out),
         );
         s.counter(
             "fieldgate_alarm_transitions_dropped",

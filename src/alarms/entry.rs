@@ -24,6 +24,31 @@ pub enum Watch {
     Comm { after: Duration },
     /// A condition its OPC UA server evaluates (`node`: the condition's NodeId, as text).
     Condition { sensor: Option<usize>, node: String },
+    /// An edge node's alarm as it publishes it (the fleet hub): named by the edge's IDs,
+    /// which need not be in the hub's catalogue.
+    Remote(Box<Remote>),
+}
+
+/// An edge node's alarm, as it says it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remote {
+    /// `group/node`.
+    pub edge: String,
+    pub device: String,
+    pub sensor: Option<String>,
+    pub kind: &'static str,
+    pub plant: String,
+    pub zone: String,
+    pub limit: Option<f64>,
+    pub unit: String,
+}
+
+/// The kinds an edge's alarm may say it is (anything else is `remote`).
+const KINDS: [&str; 7] = ["high", "high_high", "low", "low_low", "off_normal", "communication", "condition"];
+
+/// An edge's `type` property as a kind.
+pub fn kind_of(text: &str) -> &'static str {
+    KINDS.iter().find(|k| **k == text).copied().unwrap_or("remote")
 }
 
 /// One alarm.
@@ -45,8 +70,33 @@ impl Entry {
         match &self.watch {
             Watch::Limit { sensor, .. } => Some(*sensor),
             Watch::Condition { sensor, .. } => *sensor,
-            Watch::Comm { .. } => None,
+            Watch::Comm { .. } | Watch::Remote { .. } => None,
         }
+    }
+
+    /// The ID of the sensor it belongs to, if any.
+    pub fn sensor_id(&self, registry: &Registry) -> Option<String> {
+        match &self.watch {
+            Watch::Remote(r) => r.sensor.clone(),
+            _ => self.sensor().and_then(|s| registry.sensors().get(s)).map(|s| s.id.to_string()),
+        }
+    }
+
+    /// The ID of its device.
+    pub fn device_id(&self, registry: &Registry) -> String {
+        match &self.watch {
+            Watch::Remote(r) => r.device.clone(),
+            _ => registry.devices().get(self.device).map(|d| d.id.to_string()).unwrap_or_default(),
+        }
+    }
+
+    /// Its plant and zone: its device's (an edge's alarm: as the edge says).
+    pub fn plant_zone(&self, registry: &Registry) -> Option<(String, String)> {
+        if let Watch::Remote(r) = &self.watch {
+            return Some((r.plant.clone(), r.zone.clone()));
+        }
+        let device = registry.devices().get(self.device)?;
+        Some((device.plant.clone(), device.zone.clone()))
     }
 
     /// high, high_high, low, low_low, off_normal, communication or condition.
@@ -55,6 +105,7 @@ impl Entry {
             Watch::Limit { def, .. } => def.kind.name(),
             Watch::Comm { .. } => "communication",
             Watch::Condition { .. } => "condition",
+            Watch::Remote(r) => r.kind,
         }
     }
 
@@ -62,7 +113,20 @@ impl Entry {
     pub fn limit(&self) -> Option<f64> {
         match &self.watch {
             Watch::Limit { def, .. } if def.kind != AlarmKind::OffNormal => Some(def.limit),
+            Watch::Remote(r) => r.limit,
             _ => None,
+        }
+    }
+
+    /// Its sensor's unit ("" for none).
+    pub fn unit(&self, registry: &Registry) -> String {
+        match &self.watch {
+            Watch::Remote(r) => r.unit.clone(),
+            _ => self
+                .sensor()
+                .and_then(|s| registry.sensors().get(s))
+                .map(|s| s.unit.clone())
+                .unwrap_or_default(),
         }
     }
 

@@ -8,8 +8,9 @@ pub mod conditions;
 pub mod engine;
 pub mod entry;
 pub mod limit;
+pub mod remote;
 pub mod summary;
 mod table;
 
 pub use engine::{ActError, Alarms};
-pub use entry::{Entry, Watch};
+pub use entry::{Entry, Remote, Watch};

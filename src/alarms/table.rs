@@ -12,8 +12,8 @@ use crate::store::alarm_journal::{Act, ConditionRecord, Instance};
 /// Server events waiting for the engine, at most (beyond: counted and dropped).
 pub const EVENT_QUEUE: usize = 4096;
 
-/// A transition waiting for the journal: the entry, what, when, and a comment.
-pub type Pending = (usize, Act, i64, Option<&'static str>);
+/// A transition waiting for the journal: the entry, what, when, a comment and by whom.
+pub type Pending = (usize, Act, i64, Option<String>, Option<String>);
 
 /// Every alarm and its instance, as they stand.
 pub struct Table {

@@ -61,6 +61,9 @@ pub(super) struct Host {
     updates: Vec<Update>,
     /// Log lines the broker's clients can cause at will, one a minute per kind.
     throttle: crate::logs::Throttle,
+    /// The edge nodes' alarm metrics, and what they said since last journaled (in order).
+    alarm_aliases: super::alarms::AlarmAliases,
+    alarm_news: Vec<(String, bool, Vec<crate::alarms::remote::RemoteAlarm>)>,
 }
 
 impl Host {
@@ -96,6 +99,8 @@ impl Host {
             last_rebuild: None,
             updates: Vec::new(),
             throttle: crate::logs::Throttle::default(),
+            alarm_aliases: Default::default(),
+            alarm_news: Vec::new(),
         }
     }
 
@@ -117,8 +122,26 @@ impl Host {
                 },
                 _ = tick.tick() => self.on_tick(),
             }
+            if !self.alarm_news.is_empty() {
+                self.journal_alarms().await;
+            }
         }
         self.leave().await;
+    }
+
+    /// What the edge nodes said of their alarms, journaled in the order it came (off the
+    /// async threads; the next message waits for it).
+    async fn journal_alarms(&mut self) {
+        let news = std::mem::take(&mut self.alarm_news);
+        let Some(alarms) = self.tools.core().alarms.clone() else { return };
+        let done = tokio::task::spawn_blocking(move || {
+            for (edge, birth, list) in news {
+                alarms.on_remote(&edge, birth, list);
+            }
+        });
+        if done.await.is_err() {
+            tracing::error!("hub: the edges' alarms could not be journaled");
+        }
     }
 
     fn state_payload(online: bool, ts: u64) -> Vec<u8> {
@@ -237,8 +260,16 @@ impl Host {
                 match decoded {
                     Ok(p) => {
                         let refused = fleet.strangers().births_refused;
+                        let edge = format!("{group}/{node}");
+                        let alarms =
+                            if device.is_none() { self.alarm_aliases.read(&edge, kind, &p) } else { None };
                         let changed =
                             fleet.on_message(From { group, node, kind, device }, p, clock, &mut self.updates);
+                        if let Some((birth, list)) = alarms
+                            && fleet.strangers().births_refused == refused
+                        {
+                            self.alarm_news.push((edge, birth, list));
+                        }
                         self.dirty |= changed.catalogue;
                         if fleet.strangers().births_refused > refused
                             && let Some(skipped) = self.throttle.allow("births refused")

@@ -13,7 +13,7 @@ use crate::registry::Registry;
 use crate::spb::payload::{Metric, PropertySet, PropertyValue, Value, datatype};
 use crate::store::alarm_journal::Instance;
 
-pub const PREFIX: &str = "Alarms/";
+pub use crate::spb::ALARM_PREFIX as PREFIX;
 /// Aliases of alarm metrics start here (sensors' are 1..=n).
 pub const ALIAS_BASE: u64 = 1 << 32;
 
@@ -43,11 +43,19 @@ pub fn metric(registry: &Registry, index: usize, entry: &Entry, i: &Instance, bi
     p.push("priority", PropertyValue::string(entry.priority.name()));
     p.push("type", PropertyValue::string(entry.kind()));
     p.push("message", PropertyValue::string(&entry.message));
-    if let Some(d) = registry.devices().get(entry.device) {
-        p.push("device", PropertyValue::string(d.id.as_str()));
+    p.push("device", PropertyValue::string(&entry.device_id(registry)));
+    if let Some((plant, zone)) = entry.plant_zone(registry) {
+        p.push("plant", PropertyValue::string(&plant));
+        p.push("zone", PropertyValue::string(&zone));
     }
     if let Some(s) = entry.sensor().and_then(|s| registry.sensors().get(s)) {
         p.push("sensor", PropertyValue::string(s.id.as_str()));
+        if !s.unit.is_empty() {
+            p.push("unit", PropertyValue::string(&s.unit));
+        }
+    }
+    if let Some(limit) = entry.limit() {
+        p.push("limit", PropertyValue::double(limit));
     }
     p.push("eventId", PropertyValue::long(i.event_id));
     if let Some(t) = i.activated_ms {

@@ -5,5 +5,10 @@
 //! Nothing here knows a sensor, a device file or a tool.
 
 pub mod link;
+
+/// The name of an alarm's node metric is this and its alarm ID (fieldgate's convention,
+/// docs/sparkplug.md "Alarms"): the edge node writes them, the hub reads them.
+pub const ALARM_PREFIX: &str = "Alarms/";
+
 pub mod payload;
 pub mod topic;

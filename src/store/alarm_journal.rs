@@ -376,6 +376,18 @@ impl AlarmJournal {
         })
     }
 
+    /// One alarm's instance, if it has one.
+    pub fn instance(&self, alarm_id: &str) -> Result<Option<Instance>, JournalError> {
+        self.db.read(|d| {
+            let tx = d.begin_read().map_err(db)?;
+            let t = tx.open_table(INSTANCES).map_err(db)?;
+            match t.get(alarm_id).map_err(db)? {
+                Some(v) => serde_json::from_slice(v.value()).map(Some).map_err(|_| JournalError::Corrupt),
+                None => Ok(None),
+            }
+        })
+    }
+
     /// Every server condition followed, by alarm ID.
     pub fn conditions(&self) -> Result<Vec<ConditionRecord>, JournalError> {
         self.db.read(|d| {

@@ -52,17 +52,16 @@ fn rfc3339(ms: i64) -> Option<String> {
 /// An alarm and its instance as the contract shows them.
 fn info(view: &View, entry: &Entry, i: &Instance) -> AlarmInfo {
     let registry = &view.core.registry;
-    let sensor = entry.sensor().and_then(|s| registry.sensors().get(s));
     AlarmInfo {
         alarm_id: entry.id.clone(),
-        sensor_id: sensor.map(|s| s.id.to_string()),
-        device_id: registry.devices().get(entry.device).map(|d| d.id.to_string()).unwrap_or_default(),
+        sensor_id: entry.sensor_id(registry),
+        device_id: entry.device_id(registry),
         kind: entry.kind().to_string(),
         priority: entry.priority,
         message: entry.message.clone(),
         limit: entry.limit(),
         deadband: entry.deadband(),
-        unit: sensor.map(|s| s.unit.clone()).unwrap_or_default(),
+        unit: entry.unit(registry),
         state: i.state,
         event_id: i.event_id,
         since: (i.event_id > 0 || i.out_of_service).then(|| rfc3339(i.since_ms)).flatten(),
@@ -152,13 +151,12 @@ pub(crate) fn list(view: &View, args: &ListAlarmsArgs) -> Result<ListAlarmsData,
         .iter()
         .map(|(e, i)| (e.as_ref(), i))
         .filter(|(e, i)| {
-            let s = e.sensor().and_then(|s| registry.sensors().get(s));
-            let d = registry.devices().get(e.device);
+            let place = e.plant_zone(registry);
             args.state.is_none_or(|f| matches(f, i))
                 && args.priority.is_none_or(|p| e.priority == p)
-                && args.plant.as_deref().is_none_or(|p| d.is_some_and(|d| d.plant == p))
-                && args.zone.as_deref().is_none_or(|z| d.is_some_and(|d| d.zone == z))
-                && sensor.as_ref().is_none_or(|id| s.is_some_and(|s| &s.id == id))
+                && args.plant.as_deref().is_none_or(|p| place.as_ref().is_some_and(|(x, _)| x == p))
+                && args.zone.as_deref().is_none_or(|z| place.as_ref().is_some_and(|(_, x)| x == z))
+                && sensor.as_ref().is_none_or(|id| e.sensor_id(registry).as_deref() == Some(id.as_str()))
         })
         .collect();
     matching.sort_by(|a, b| a.0.id.cmp(&b.0.id));
@@ -466,6 +464,14 @@ pub(crate) async fn act(
             ));
         }
     };
+    if let Watch::Remote(r) = &entry.watch {
+        let edge = &r.edge;
+        return Err(ToolError::new(
+            ErrorCode::InvalidState,
+            format!("Alarm {alarm_id} is evaluated on edge node {edge}; the hub lists it, and acts on none."),
+            "Act on it where it is evaluated: its edge's console, HTTP API or command line.",
+        ));
+    }
     let done = if let (Act::Acknowledge { event_id }, Watch::Condition { .. }) = (&what, &entry.watch) {
         // A server's condition is acknowledged on its server first.
         match alarms.acknowledge_on_server(alarm_id, *event_id, &caller.id, comment).await {

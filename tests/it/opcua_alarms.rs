@@ -122,7 +122,11 @@ async fn a_servers_conditions_are_followed_acknowledged_on_it_and_restored() {
         .collect();
     assert_eq!(
         kinds,
-        [("activated", ""), ("cleared", ""), ("acknowledged", "no longer held by the server")],
+        [
+            ("activated", ""),
+            ("cleared", "no longer held by the server"),
+            ("acknowledged", "no longer held by the server")
+        ],
         "{h}"
     );
 

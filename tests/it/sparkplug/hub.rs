@@ -15,7 +15,7 @@ use crate::support::{self, tool_over_http as call};
 const T: Duration = Duration::from_secs(30);
 
 /// The demo's device files of one plant (`a-…` or `b-…`), pointed at the simulator.
-fn plant_files(all: &Path, prefix: &str) -> tempfile::TempDir {
+pub fn plant_files(all: &Path, prefix: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for f in std::fs::read_dir(all).unwrap() {
         let f = f.unwrap();
@@ -82,7 +82,7 @@ fn online(raw: &[u8]) -> Option<bool> {
     serde_json::from_slice::<Value>(raw).ok()?.get("online")?.as_bool()
 }
 
-fn edge_env<'a>(brokers: &'a str, group: &'a str, node: &'a str) -> Vec<(&'static str, &'a str)> {
+pub fn edge_env<'a>(brokers: &'a str, group: &'a str, node: &'a str) -> Vec<(&'static str, &'a str)> {
     vec![
         ("FIELDGATE_MQTT_BROKERS", brokers),
         ("FIELDGATE_MQTT_GROUP_ID", group),

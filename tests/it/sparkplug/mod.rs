@@ -9,6 +9,7 @@ mod edge;
 mod external_decoder;
 mod hostile;
 mod hub;
+mod hub_alarms;
 mod links;
 mod metrics_text;
 mod outage;

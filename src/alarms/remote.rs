@@ -1,0 +1,168 @@
+//! The fleet hub's alarms: each edge node's alarms as it publishes them (the node metrics
+//! `Alarms/<ALARM_ID>` of docs/sparkplug.md), followed as the hub sees them and journaled
+//! in the hub's own journal, so the same tools list them, tell their history and count
+//! their figures over the fleet.
+//!
+//! - An alarm is known from the first birth or data that carries it, by the edge's alarm
+//!   ID (the first edge node to publish an ID keeps it; another's alarm of the same ID is
+//!   left out and counted).
+//! - Each state published is reached by the journal's transitions (activated, cleared,
+//!   acknowledged: "acknowledged on the edge", by whom the edge says). Event IDs are the
+//!   hub's own.
+//! - A birth carries all of an edge node's alarms: one of that node it no longer carries
+//!   returns to normal ("no longer published by the edge").
+//! - While an edge node is offline its alarms hold as last published.
+//! - Operators act on an alarm where it is evaluated, on its edge: the hub refuses acts.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::Alarms;
+use super::conditions::to_state;
+use super::entry::{Entry, Remote, Watch, kind_of};
+use super::table::Table;
+use crate::registry::AlarmPriority;
+use crate::store::alarm_journal::{AlarmState, Instance};
+
+/// Alarms the hub follows, at most (beyond: left out and counted).
+pub const MAX_REMOTE: usize = 100_000;
+
+const ON_EDGE: &str = "acknowledged on the edge";
+const NOT_PUBLISHED: &str = "no longer published by the edge";
+
+/// An alarm as an edge node published it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteAlarm {
+    /// The edge's alarm ID.
+    pub id: String,
+    pub state: AlarmState,
+    /// When its state last changed (ms), if said.
+    pub time_ms: Option<i64>,
+    pub priority: AlarmPriority,
+    /// The edge's `type`.
+    pub kind: String,
+    pub message: String,
+    pub device: String,
+    pub sensor: Option<String>,
+    pub plant: String,
+    pub zone: String,
+    /// In the sensor's unit (limit alarms).
+    pub limit: Option<f64>,
+    pub unit: String,
+    pub acknowledged_by: Option<String>,
+}
+
+/// Whether a state is active, and acknowledged.
+fn flags(state: AlarmState) -> (bool, bool) {
+    match state {
+        AlarmState::ActiveUnacknowledged => (true, false),
+        AlarmState::ActiveAcknowledged => (true, true),
+        AlarmState::ReturnedUnacknowledged => (false, false),
+        AlarmState::Normal => (false, true),
+    }
+}
+
+impl Alarms {
+    /// The entry of edge node `edge`'s alarm `a`, made or renewed; `None` when its ID is
+    /// another's or the hub follows as many as it takes.
+    fn remote_entry(&self, t: &mut Table, edge: &str, a: &RemoteAlarm) -> Option<usize> {
+        let entry = Entry {
+            id: a.id.clone(),
+            device: usize::MAX,
+            watch: Watch::Remote(Box::new(Remote {
+                edge: edge.to_string(),
+                device: a.device.clone(),
+                sensor: a.sensor.clone(),
+                kind: kind_of(&a.kind),
+                plant: a.plant.clone(),
+                zone: a.zone.clone(),
+                limit: a.limit,
+                unit: a.unit.clone(),
+            })),
+            priority: a.priority,
+            message: a.message.clone(),
+        };
+        if let Some(&i) = t.by_id.get(&a.id) {
+            if !matches!(&t.entries[i].watch, Watch::Remote(r) if r.edge == edge) {
+                return None;
+            }
+            if *t.entries[i] != entry {
+                t.entries[i] = Arc::new(entry);
+                self.touched();
+            }
+            return Some(i);
+        }
+        if t.entries.len() >= MAX_REMOTE {
+            return None;
+        }
+        // Known before (the hub restarted): its instance as the journal holds it.
+        let instance = match self.journal.instance(&a.id) {
+            Ok(Some(i)) => i,
+            _ => Instance::normal(&a.id),
+        };
+        let i = t.entries.len();
+        t.by_id.insert(a.id.clone(), i);
+        t.instances.push(instance);
+        t.entries.push(Arc::new(entry));
+        self.touched();
+        Some(i)
+    }
+
+    /// Edge node `edge`'s alarms as it published them (`birth`: every one of them),
+    /// journaled (blocking: call it off the async threads, in the order they came).
+    pub fn on_remote(&self, edge: &str, birth: bool, alarms: Vec<RemoteAlarm>) {
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut out = Vec::new();
+        {
+            let mut t = self.table.lock();
+            let mut seen = HashSet::new();
+            for a in &alarms {
+                let Some(i) = self.remote_entry(&mut t, edge, a) else {
+                    self.counters.remote_left_out.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                seen.insert(i);
+                let was = &t.instances[i];
+                if was.out_of_service {
+                    continue;
+                }
+                let at = a.time_ms.unwrap_or(now).min(now).max(was.since_ms);
+                let by = a.acknowledged_by.clone();
+                to_state(&mut out, i, was.state, flags(a.state), at, a.priority, (ON_EDGE, &by, false));
+            }
+            if birth {
+                for (i, e) in t.entries.iter().enumerate() {
+                    let theirs = matches!(&e.watch, Watch::Remote(r) if r.edge == edge);
+                    if theirs && !seen.contains(&i) && !t.instances[i].out_of_service {
+                        let at = now.max(t.instances[i].since_ms);
+                        let state = t.instances[i].state;
+                        to_state(
+                            &mut out,
+                            i,
+                            state,
+                            (false, true),
+                            at,
+                            e.priority,
+                            (NOT_PUBLISHED, &None, true),
+                        );
+                    }
+                }
+            }
+        }
+        let mut pending = out.into();
+        self.commit(&mut pending);
+        if !pending.is_empty() {
+            // The edge's next birth says the states again.
+            tracing::warn!(
+                waiting = pending.len(),
+                edge,
+                "alarm journal: an edge's alarm transitions are not written"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "remote_tests.rs"]
+mod tests;
