@@ -186,6 +186,8 @@ impl Alarms {
         let mut projected: HashMap<usize, AlarmState> = HashMap::new();
         for (device, event) in batch {
             match event {
+                // The subscription refreshes on its own; nothing to follow here.
+                ServerEvent::Overflow => {}
                 ServerEvent::RefreshStart => {
                     t.refreshing.insert(device, HashSet::new());
                 }

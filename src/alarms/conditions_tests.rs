@@ -97,6 +97,7 @@ fn a_conditions_events_are_journaled_and_a_refresh_without_it_returns_it_to_norm
     apply(&a, vec![ServerEvent::RefreshStart, temp(true, false, 1), ServerEvent::RefreshEnd]);
     let (_, i) = a.get("T_UA_001.HOT").unwrap();
     assert_eq!(i.state, AlarmState::ActiveUnacknowledged);
+    assert_eq!(a.counters.transitions.load(Ordering::Relaxed), 1, "a server's transitions are counted too");
     // The same state again (a second refresh) changes nothing; acknowledged on the server
     // and back inside in one batch: both written, in order.
     apply(&a, vec![temp(true, false, 1), temp(true, true, 2), temp(false, true, 3)]);

@@ -43,7 +43,7 @@ pub(super) struct Counters {
     /// Edge nodes' alarms the hub left out (an ID another's, or too many).
     pub remote_left_out: AtomicU64,
     evaluated: AtomicU64,
-    transitions: AtomicU64,
+    pub transitions: AtomicU64,
     unsaved_dropped: AtomicU64,
     journal_failures: AtomicU64,
 }
@@ -268,6 +268,9 @@ impl Alarms {
                     if let Some(now) = now {
                         t.instances[*i] = now;
                         self.touched();
+                        if matches!(act, Act::Activate { .. } | Act::Clear { .. }) {
+                            self.counters.transitions.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     acts.pop_front();
                     if self.journal_failing.swap(false, Ordering::Relaxed) {
@@ -330,7 +333,6 @@ impl Alarms {
             let Some(def) = self.fixed[i].def() else { continue };
             out.extend(states[i].on_time(def, now_ms).map(|t| self.act_of(i, t)));
         }
-        self.counters.transitions.fetch_add(out.len() as u64, Ordering::Relaxed);
         out
     }
 
@@ -381,7 +383,6 @@ impl Alarms {
                 _ => {}
             }
         }
-        self.counters.transitions.fetch_add(out.len() as u64, Ordering::Relaxed);
         out
     }
 
@@ -407,7 +408,6 @@ impl Alarms {
                 out.extend(states[i].on_sample(def, t, value, good).map(|t| self.act_of(i, t)));
             }
         }
-        self.counters.transitions.fetch_add(out.len() as u64, Ordering::Relaxed);
         out
     }
 

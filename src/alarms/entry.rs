@@ -171,7 +171,10 @@ pub fn fixed(registry: &Registry, comm_after: Duration) -> Vec<Arc<Entry>> {
                 device: d,
                 watch: Watch::Comm { after: comm_after },
                 priority: AlarmPriority::High,
-                message: format!("{}: the device does not answer; its alarms cannot see", device.id),
+                message: format!(
+                    "Device {}: communication failure (its alarms cannot see while it lasts)",
+                    device.id
+                ),
             }));
         }
     }

@@ -224,7 +224,8 @@ pub fn summarize(events: &[Event], standing: &[(String, i64)], from: i64, to: i6
     stale.sort_by(|a, b| b.active_for_s.cmp(&a.active_for_s).then_with(|| a.alarm_id.cmp(&b.alarm_id)));
     let mut waits: Vec<i64> = events
         .iter()
-        .filter(|e| e.kind == EventKind::Acknowledged)
+        // A person's acknowledgements: not those a server made by itself (no one named).
+        .filter(|e| e.kind == EventKind::Acknowledged && e.by.is_some())
         .filter_map(|e| e.activated_ms.map(|a| (e.at_ms - a).max(0)))
         .collect();
     waits.sort_unstable();

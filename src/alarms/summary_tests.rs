@@ -47,15 +47,19 @@ fn shift() -> Vec<Event> {
     shelved.shelved = true;
     shelved.priority = Some(High);
     out.push(shelved);
-    let mut ack = |id: &str, at: i64, activated: i64| {
+    let mut ack = |id: &str, at: i64, activated: i64, by: Option<&str>| {
         let mut e = event(0, id, EventKind::Acknowledged, at);
         e.activated_ms = Some(activated);
+        e.by = by.map(str::to_string);
         out.push(e);
     };
-    ack("X_L1_001.HI", T0 + 7 * MIN, T0 + 5 * MIN);
-    ack("X_L1_001.HI", T0 + 75 * MIN, T0 + 65 * MIN);
+    let op = Some("op");
+    ack("X_L1_001.HI", T0 + 7 * MIN, T0 + 5 * MIN, op);
+    ack("X_L1_001.HI", T0 + 75 * MIN, T0 + 65 * MIN, op);
     // Activated before the shift, acknowledged in it.
-    ack("X_L0_001.HI", T0 + MIN, T0 - MIN);
+    ack("X_L0_001.HI", T0 + MIN, T0 - MIN, op);
+    // A server's own acknowledgement (no one named) is no one's time to acknowledge.
+    ack("X_L1_001.HI", T0 + 66 * MIN, T0 + 65 * MIN, None);
     out.sort_by_key(|e| e.at_ms);
     out
 }

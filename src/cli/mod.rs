@@ -111,7 +111,11 @@ fn envelope_data(v: &Value) -> Result<Value, (u8, String)> {
                 "FORBIDDEN" if message.contains("operator") => " This needs an operator token: pass it with --token or FIELDGATE_CLI_TOKEN.".to_string(),
                 _ => e["hint"].as_str().map(|h| format!(" {h}")).unwrap_or_default(),
             };
-            Err((2, format!("{message} ({code}).{hint}")))
+            let near: Vec<&str> =
+                e["suggestions"].as_array().into_iter().flatten().filter_map(Value::as_str).take(3).collect();
+            let near =
+                if near.is_empty() { String::new() } else { format!(" Did you mean {}?", near.join(", ")) };
+            Err((2, format!("{message} ({code}).{near}{hint}")))
         }
         _ => Err((1, "unexpected answer: not an envelope".into())),
     }

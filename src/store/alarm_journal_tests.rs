@@ -82,6 +82,13 @@ fn an_emptied_journal_is_refused_not_started_again() {
         activate(&j, "A_B_001.HI", 2_000, 1.0);
     }
     assert_eq!(std::fs::read_to_string(dir.path().join("alarms.last_event")).unwrap(), "2");
+    // A damaged journal: the hint names both files (moving the journal alone would not start).
+    std::fs::write(dir.path().join("alarms.redb"), vec![0x5a; 64 * 1024]).unwrap();
+    let damaged = AlarmJournal::open_in(dir.path()).err().expect("refused");
+    assert!(
+        damaged.to_string().contains("is damaged") && damaged.to_string().contains("alarms.last_event aside"),
+        "{damaged}"
+    );
     std::fs::write(dir.path().join("alarms.redb"), b"").unwrap();
     let refused = AlarmJournal::open_in(dir.path()).err().expect("refused");
     assert!(refused.to_string().contains("alarms.last_event says 2 was given"), "{refused}");

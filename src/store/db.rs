@@ -88,6 +88,16 @@ pub fn open_checked(path: &Path) -> Result<Database, String> {
 
 fn damaged(path: &Path, why: &str) -> String {
     let why: String = why.chars().take(120).collect();
+    let events = path.with_extension("last_event");
+    if events.exists() {
+        // The alarm journal: an empty one beside its marker is refused (event IDs must not
+        // be given twice), so moving the journal alone would not start.
+        return format!(
+            "{} is damaged ({why}); restore it from a backup, or move it and {} aside to start a new journal (event IDs then start again at 1)",
+            path.display(),
+            events.display()
+        );
+    }
     let marker = path.with_extension("last_id");
     if marker.exists() {
         // The work-order store: an empty store beside its marker is refused (IDs must not

@@ -728,4 +728,6 @@ fn alarms_without_a_service_read_the_named_data_directory() {
     assert_eq!(v["counts"]["configured"], 9, "{v}");
     let o = run(&["alarms", "ack", "a-line1-plc.COMM"], &data);
     assert!(stderr(&o).contains("nothing to acknowledge"), "a device's alarm ID is taken: {}", stderr(&o));
+    let o = run(&["alarms", "ack", "a-line1-plc.COM"], &data);
+    assert!(stderr(&o).contains("Did you mean a-line1-plc.COMM?"), "the nearest is said: {}", stderr(&o));
 }

@@ -69,6 +69,9 @@ pub enum ServerEvent {
     RefreshStart,
     /// The refresh ended: a condition not re-sent is no longer retained.
     RefreshEnd,
+    /// The server's queue of events for this item overflowed: events were lost, a refresh
+    /// must say the conditions again.
+    Overflow,
     Condition(ConditionEvent),
 }
 
@@ -137,6 +140,9 @@ pub fn parse(list: EventFieldList) -> Option<ServerEvent> {
     }
     if event_type == ObjectTypeId::RefreshEndEventType {
         return Some(ServerEvent::RefreshEnd);
+    }
+    if event_type == ObjectTypeId::EventQueueOverflowEventType {
+        return Some(ServerEvent::Overflow);
     }
     let condition = node(7)?;
     if node(11).is_some() {
@@ -278,6 +284,10 @@ mod tests {
         assert_eq!(
             parse(fields(ObjectTypeId::RefreshEndEventType, None, false, false)),
             Some(ServerEvent::RefreshEnd)
+        );
+        assert_eq!(
+            parse(fields(ObjectTypeId::EventQueueOverflowEventType, None, false, false)),
+            Some(ServerEvent::Overflow)
         );
         // An audit event (no ConditionId), a branch, a disabled condition, nothing at all.
         assert_eq!(parse(fields(ObjectTypeId::AuditConditionAcknowledgeEventType, None, true, true)), None);

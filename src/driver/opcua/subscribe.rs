@@ -129,6 +129,7 @@ pub async fn run(
                         warned = false;
                         let mut every = tokio::time::interval(ROUND_TRIP_EVERY);
                         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        let mut overflowed = false;
                         let lost = loop {
                             tokio::select! {
                                 s = conn.closed() => break format!("session lost ({})", s.sub_code().name()),
@@ -149,6 +150,13 @@ pub async fn run(
                                     }
                                 }
                                 c = next_command(&mut commands) => serve(&conn, c, target.request_timeout).await,
+                                () = heard.overflowed.notified() => {
+                                    if !overflowed {
+                                        tracing::warn!(url = %target.url, "OPC UA server's event queue overflowed (events lost): its conditions are refreshed (said once per session)");
+                                        overflowed = true;
+                                    }
+                                    refresh(&conn, heard.subscription).await;
+                                }
                             }
                         };
                         counters.live.store(false, Ordering::Relaxed);
@@ -213,6 +221,10 @@ struct Heard {
     at: Arc<parking_lot::Mutex<tokio::time::Instant>>,
     keep_alive: Duration,
     counters: Arc<Counters>,
+    /// The subscription's ID on the server.
+    subscription: u32,
+    /// The server's event queue overflowed: the conditions must be refreshed.
+    overflowed: Arc<tokio::sync::Notify>,
 }
 
 impl Heard {
@@ -255,8 +267,12 @@ impl OnSubscriptionNotificationCore for Notifications {
                 // Only the event item has an event filter (its client handle is not relied
                 // on: node-opcua sends 0 for the one asked).
                 for fields in list.events.into_iter().flatten() {
-                    if let Some(event) = conditions::parse(fields) {
-                        let _ = self.tx.send(Update::Event(event));
+                    match conditions::parse(fields) {
+                        Some(ServerEvent::Overflow) => self.heard.overflowed.notify_one(),
+                        Some(event) => {
+                            let _ = self.tx.send(Update::Event(event));
+                        }
+                        None => {}
                     }
                 }
                 continue;
@@ -289,6 +305,8 @@ async fn subscribe(
         at: Arc::new(parking_lot::Mutex::new(tokio::time::Instant::now())),
         keep_alive: interval * KEEP_ALIVE_COUNT,
         counters: counters.clone(),
+        subscription: 0,
+        overflowed: Arc::default(),
     };
     let callback = Notifications {
         tx: tx.clone(),
@@ -338,17 +356,7 @@ async fn subscribe(
         match created.get(monitored.len()).map(|c| c.result.status_code) {
             Some(s) if s.is_good() => {
                 // The new subscription knows no condition yet: the server re-sends those it holds.
-                let refreshed = session.call(vec![conditions::refresh(id)]).await;
-                let status = match &refreshed {
-                    Ok(r) => r.first().map(|r| r.status_code),
-                    Err(e) => Some(e.status()),
-                };
-                if !status.is_some_and(|s| s.is_good()) {
-                    tracing::warn!(
-                        status = status.map_or("none", |s| s.sub_code().name()),
-                        "OPC UA server refused ConditionRefresh: conditions standing before now are not known"
-                    );
-                }
+                refresh(conn, id).await;
             }
             s => tracing::warn!(
                 status = s.map_or("none", |s| s.sub_code().name()),
@@ -368,12 +376,28 @@ async fn subscribe(
     // The server may have revised the publishing interval and keep-alive count: expect its
     // own keep-alive, not the one asked for.
     let mut heard = heard;
+    heard.subscription = id;
     if let Some(sub) = session.subscription_state().lock().get(id) {
         heard.keep_alive =
             heard.keep_alive.max(sub.publishing_interval() * sub.max_keep_alive_count().max(1));
     }
     heard.touch();
     Ok(heard)
+}
+
+/// `ConditionRefresh` of subscription `id`: the server re-sends every condition it holds.
+async fn refresh(conn: &Connection, id: u32) {
+    let refreshed = conn.session.call(vec![conditions::refresh(id)]).await;
+    let status = match &refreshed {
+        Ok(r) => r.first().map(|r| r.status_code),
+        Err(e) => Some(e.status()),
+    };
+    if !status.is_some_and(|s| s.is_good()) {
+        tracing::warn!(
+            status = status.map_or("none", |s| s.sub_code().name()),
+            "OPC UA server refused ConditionRefresh: conditions standing before now are not known"
+        );
+    }
 }
 
 /// The sensor's deadband as an absolute data-change filter (none: every change).
