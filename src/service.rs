@@ -220,7 +220,7 @@ impl Core {
                 );
             }
         });
-        if let Some(a) = self.alarms.clone().filter(|a| a.any()) {
+        if let Some(a) = self.alarms.clone().filter(|a| a.any() || self.fleet) {
             self.metrics.collect("alarms", move |s| a.report(s));
         }
         let (history, orders) = (self.history.clone(), self.work_orders.clone());

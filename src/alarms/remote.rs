@@ -21,14 +21,15 @@ use std::sync::atomic::Ordering;
 use super::Alarms;
 use super::conditions::to_state;
 use super::entry::{Entry, Remote, Watch, kind_of};
-use super::table::Table;
+use super::table::{Pending, Table};
 use crate::registry::AlarmPriority;
-use crate::store::alarm_journal::{AlarmState, Instance};
+use crate::store::alarm_journal::{Act, AlarmState, Instance};
 
 /// Alarms the hub follows, at most (beyond: left out and counted).
 pub const MAX_REMOTE: usize = 100_000;
 
 const ON_EDGE: &str = "acknowledged on the edge";
+const ON_EDGE_ACT: &str = "on the edge";
 const NOT_PUBLISHED: &str = "no longer published by the edge";
 
 /// An alarm as an edge node published it.
@@ -51,6 +52,11 @@ pub struct RemoteAlarm {
     pub limit: Option<f64>,
     pub unit: String,
     pub acknowledged_by: Option<String>,
+    /// When its current (or last) event activated on the edge (ms).
+    pub activated_ms: Option<i64>,
+    /// Shelved on the edge until then (ms).
+    pub shelved_until_ms: Option<i64>,
+    pub out_of_service: bool,
 }
 
 /// Whether a state is active, and acknowledged.
@@ -123,18 +129,31 @@ impl Alarms {
                     continue;
                 };
                 seen.insert(i);
-                let was = &t.instances[i];
-                if was.out_of_service {
-                    continue;
-                }
-                let at = a.time_ms.unwrap_or(now).min(now).max(was.since_ms);
-                let by = a.acknowledged_by.clone();
-                to_state(&mut out, i, was.state, flags(a.state), at, a.priority, (ON_EDGE, &by, false));
+                follow(&mut out, i, &t.instances[i], a, now);
             }
             if birth {
                 for (i, e) in t.entries.iter().enumerate() {
                     let theirs = matches!(&e.watch, Watch::Remote(r) if r.edge == edge);
-                    if theirs && !seen.contains(&i) && !t.instances[i].out_of_service {
+                    if theirs && !seen.contains(&i) {
+                        let was = &t.instances[i];
+                        if was.out_of_service {
+                            out.push((
+                                i,
+                                Act::InService,
+                                now.max(was.since_ms),
+                                Some(NOT_PUBLISHED.into()),
+                                None,
+                            ));
+                        }
+                        if was.shelved_until_ms.is_some() {
+                            out.push((
+                                i,
+                                Act::Unshelve,
+                                now.max(was.since_ms),
+                                Some(NOT_PUBLISHED.into()),
+                                None,
+                            ));
+                        }
                         let at = now.max(t.instances[i].since_ms);
                         let state = t.instances[i].state;
                         to_state(
@@ -161,6 +180,53 @@ impl Alarms {
             );
         }
     }
+}
+
+/// The journal's transitions that take instance `was` (entry `i`) to what the edge
+/// published: its service and shelving first, then its event (one the hub did not see,
+/// activated later than the hub's, ends the hub's and begins anew), then its state.
+fn follow(out: &mut Vec<Pending>, i: usize, was: &Instance, a: &RemoteAlarm, now: i64) {
+    let on_edge = || Some(ON_EDGE_ACT.to_string());
+    let at = a.time_ms.unwrap_or(now).min(now).max(was.since_ms);
+    match (was.out_of_service, a.out_of_service) {
+        (false, true) => {
+            out.push((i, Act::OutOfService, at, on_edge(), None));
+            return;
+        }
+        (true, true) => return,
+        (true, false) => out.push((i, Act::InService, at, on_edge(), None)),
+        (false, false) => {}
+    }
+    match (was.shelved_until_ms, a.shelved_until_ms) {
+        (w, Some(u)) if w != Some(u) => out.push((i, Act::Shelve { until_ms: u }, at, on_edge(), None)),
+        (Some(_), None) => out.push((i, Act::Unshelve, at, on_edge(), None)),
+        _ => {}
+    }
+    let mut state = if was.out_of_service { AlarmState::Normal } else { was.state };
+    let (active, acked) = flags(a.state);
+    let unseen = match (a.activated_ms, was.activated_ms) {
+        (Some(theirs), Some(ours)) => theirs > ours,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    if a.state != AlarmState::Normal && (unseen || state == AlarmState::Normal) {
+        let began = a.activated_ms.unwrap_or(at).min(now).max(was.since_ms);
+        if state.is_active() {
+            out.push((i, Act::Clear { value: None }, began, None, None));
+        }
+        out.push((i, Act::Activate { value: None, priority: a.priority }, began, None, None));
+        state = AlarmState::ActiveUnacknowledged;
+    }
+    let by = a.acknowledged_by.clone();
+    to_state(
+        out,
+        i,
+        state,
+        (active, acked),
+        at.max(a.activated_ms.unwrap_or(at).min(now)),
+        a.priority,
+        (ON_EDGE, &by, false),
+    );
 }
 
 #[cfg(test)]

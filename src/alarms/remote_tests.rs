@@ -18,6 +18,9 @@ fn remote(id: &str, state: AlarmState, by: Option<&str>) -> RemoteAlarm {
         limit: Some(90.0),
         unit: "degC".into(),
         acknowledged_by: by.map(str::to_string),
+        activated_ms: None,
+        shelved_until_ms: None,
+        out_of_service: false,
     }
 }
 
@@ -68,4 +71,64 @@ fn an_edges_alarms_are_followed_journaled_and_a_birth_without_one_returns_it_to_
     again.on_remote("plant/gw1", true, vec![remote(id, AlarmState::ActiveUnacknowledged, None)]);
     let i = again.get(id).unwrap().1;
     assert_eq!((i.state, i.event_id), (AlarmState::ActiveUnacknowledged, event), "no second activation");
+}
+
+/// A hub that starts after the edge, or misses a new event while away, still has each
+/// event: activated when the edge says, and the state reached from there; the edge's
+/// shelving and service are the hub's too.
+#[test]
+fn a_late_hub_takes_each_event_as_the_edge_says_and_its_shelving_and_service() {
+    let journal = Arc::new(AlarmJournal::in_memory().unwrap());
+    let a = hub(&journal);
+    let now = chrono::Utc::now().timestamp_millis();
+    let at = |id: &str, state, activated: i64, time: i64| RemoteAlarm {
+        activated_ms: Some(activated),
+        time_ms: Some(time),
+        ..remote(id, state, None)
+    };
+    // Returned unacknowledged, and active acknowledged, before the hub ever saw them.
+    a.on_remote(
+        "plant/gw1",
+        true,
+        vec![
+            at("B_BOILER_001.HI", AlarmState::ReturnedUnacknowledged, now - 60_000, now - 30_000),
+            RemoteAlarm {
+                acknowledged_by: Some("op".into()),
+                ..at("B_BOILER_001.HIHI", AlarmState::ActiveAcknowledged, now - 50_000, now - 20_000)
+            },
+        ],
+    );
+    let (_, hi) = a.get("B_BOILER_001.HI").unwrap();
+    assert_eq!((hi.state, hi.activated_ms), (AlarmState::ReturnedUnacknowledged, Some(now - 60_000)));
+    let (_, hihi) = a.get("B_BOILER_001.HIHI").unwrap();
+    assert_eq!(
+        (hihi.state, hihi.activated_ms, hihi.acknowledged_ms, hihi.acknowledged_by.as_deref()),
+        (AlarmState::ActiveAcknowledged, Some(now - 50_000), Some(now - 20_000), Some("op"))
+    );
+    // The HIHI cleared and activated again on the edge while the hub was away.
+    a.on_remote(
+        "plant/gw1",
+        false,
+        vec![at("B_BOILER_001.HIHI", AlarmState::ActiveUnacknowledged, now - 10_000, now - 10_000)],
+    );
+    let (_, again) = a.get("B_BOILER_001.HIHI").unwrap();
+    assert_eq!((again.state, again.activated_ms), (AlarmState::ActiveUnacknowledged, Some(now - 10_000)));
+    assert!(again.event_id > hihi.event_id, "a new event");
+    // Shelved, then out of service, on the edge.
+    let mut shelved = at("B_BOILER_001.HIHI", AlarmState::ActiveUnacknowledged, now - 10_000, now - 10_000);
+    shelved.shelved_until_ms = Some(now + 3_600_000);
+    a.on_remote("plant/gw1", false, vec![shelved.clone()]);
+    assert_eq!(a.get("B_BOILER_001.HIHI").unwrap().1.shelved_until_ms, Some(now + 3_600_000));
+    let out =
+        RemoteAlarm { out_of_service: true, state: AlarmState::Normal, shelved_until_ms: None, ..shelved };
+    a.on_remote("plant/gw1", false, vec![out.clone()]);
+    let i = a.get("B_BOILER_001.HIHI").unwrap().1;
+    assert!(i.out_of_service && i.state == AlarmState::Normal, "{i:?}");
+    let acks = journal.events(0, i64::MAX, None, 100).unwrap();
+    assert!(
+        !acks.iter().any(|e| e.kind == EventKind::Acknowledged && e.at_ms > now - 10_000),
+        "out of service is no acknowledgement: {acks:?}"
+    );
+    a.on_remote("plant/gw1", false, vec![RemoteAlarm { out_of_service: false, ..out }]);
+    assert!(!a.get("B_BOILER_001.HIHI").unwrap().1.out_of_service);
 }

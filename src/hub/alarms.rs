@@ -23,11 +23,11 @@ pub struct AlarmAliases {
     by_edge: HashMap<String, HashMap<u64, String>>,
 }
 
-/// An ID as an alarm ID: `OWNER.NAME`, 3-100 of `A-Z a-z 0-9 _ . -`.
+/// An ID as an alarm ID: the grammar the tools take (`SENSOR_ID.NAME`, `DEVICE_ID.NAME`).
 fn is_alarm_id(id: &str) -> bool {
-    (3..=100).contains(&id.len())
-        && id.contains('.')
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+    static GRAMMAR: std::sync::LazyLock<Option<regex::Regex>> =
+        std::sync::LazyLock::new(|| regex::Regex::new(crate::tools::defs::ALARM_ID_PATTERN).ok());
+    id.len() <= 100 && GRAMMAR.as_ref().is_some_and(|g| g.is_match(id))
 }
 
 fn state_of(text: &str) -> Option<AlarmState> {
@@ -40,8 +40,20 @@ fn state_of(text: &str) -> Option<AlarmState> {
     })
 }
 
+fn prop<'a>(m: &'a Metric, key: &str) -> Option<&'a PropertyValueKind> {
+    m.properties.as_ref()?.get(key)?.value.as_ref()
+}
+
+/// A DateTime (or integer) property, ms since the epoch.
+fn time(m: &Metric, key: &str) -> Option<i64> {
+    match prop(m, key)? {
+        PropertyValueKind::Long(t) => i64::try_from(*t).ok(),
+        _ => None,
+    }
+}
+
 fn text(m: &Metric, key: &str) -> Option<String> {
-    match m.properties.as_ref()?.get(key)?.value.as_ref()? {
+    match prop(m, key)? {
         PropertyValueKind::String(s) => Some(crate::plain::shown(s).chars().take(MAX_TEXT).collect()),
         _ => None,
     }
@@ -64,12 +76,15 @@ fn parse(id: &str, m: &Metric) -> Option<RemoteAlarm> {
         sensor: text(m, "sensor"),
         plant: text(m, "plant").unwrap_or_default(),
         zone: text(m, "zone").unwrap_or_default(),
-        limit: match m.properties.as_ref().and_then(|p| p.get("limit")).and_then(|v| v.value.as_ref()) {
+        limit: match prop(m, "limit") {
             Some(PropertyValueKind::Double(l)) if l.is_finite() => Some(*l),
             _ => None,
         },
         unit: text(m, "unit").unwrap_or_default(),
         acknowledged_by: text(m, "acknowledgedBy"),
+        activated_ms: time(m, "activatedAt"),
+        shelved_until_ms: time(m, "shelvedUntil"),
+        out_of_service: matches!(prop(m, "outOfService"), Some(PropertyValueKind::Boolean(true))),
     })
 }
 
@@ -133,6 +148,7 @@ mod tests {
                 Metric::new(Some("bdSeq"), None, datatype::INT64, Some(Value::Long(0))),
                 alarm(Some("Alarms/B_BOILER_001.HIHI"), 7, "normal"),
                 alarm(Some("Alarms/x/../y"), 8, "normal"),
+                alarm(Some("Alarms/X_FLOOD_00001.HI"), 10, "normal"),
                 alarm(Some("Alarms/B_BOILER_001.HI"), 9, "blinking"),
             ],
             ..Payload::default()

@@ -68,6 +68,8 @@ pub struct Counters {
     /// Values applied (live and historical).
     pub values: AtomicU64,
     pub undecodable: AtomicU64,
+    /// Edge messages with alarms dropped: more waited to be journaled than the queue holds.
+    pub alarm_news_dropped: AtomicU64,
     pub rebirths_requested: AtomicU64,
     pub sensors: AtomicU64,
     pub online: AtomicBool,
@@ -125,6 +127,11 @@ impl Counters {
                 "fieldgate_hub_undecodable_messages",
                 "Messages whose payload is no Sparkplug B payload.",
                 n(&self.undecodable),
+            ),
+            (
+                "fieldgate_hub_alarm_messages_dropped",
+                "Edge messages with alarms not journaled: more waited than the queue holds (the edge's next birth says them again).",
+                n(&self.alarm_news_dropped),
             ),
             (
                 "fieldgate_hub_rebirth_requests",

@@ -24,7 +24,7 @@ use crate::driver::Drivers;
 use crate::reading::record::stored_of;
 use crate::spb::link::{self, Link, Settings, Will};
 use crate::spb::payload::{Metric, Payload, Value, datatype};
-use crate::spb::topic::{self, Address};
+use crate::spb::topic::{self, Address, Kind};
 use crate::tools::ToolService;
 
 const TICK: Duration = Duration::from_millis(100);
@@ -61,9 +61,32 @@ pub(super) struct Host {
     updates: Vec<Update>,
     /// Log lines the broker's clients can cause at will, one a minute per kind.
     throttle: crate::logs::Throttle,
-    /// The edge nodes' alarm metrics, and what they said since last journaled (in order).
+    /// The edge nodes' alarm metrics, and the queue of what they said to the task that
+    /// journals it (in order, never holding up this one).
     alarm_aliases: super::alarms::AlarmAliases,
-    alarm_news: Vec<(String, bool, Vec<crate::alarms::remote::RemoteAlarm>)>,
+    alarm_news: Option<tokio::sync::mpsc::Sender<AlarmNews>>,
+}
+
+/// What one edge node said of its alarms: its `group/node`, whether in a birth, and them.
+type AlarmNews = (String, bool, Vec<crate::alarms::remote::RemoteAlarm>);
+
+/// Messages with alarms waiting to be journaled, at most (beyond: dropped and counted;
+/// the edge's next birth says its alarms again).
+const ALARM_NEWS: usize = 256;
+
+/// Journals what the edge nodes said of their alarms, in the order it came, off the
+/// async threads, until the hub's task ends.
+async fn journal_alarms(mut rx: tokio::sync::mpsc::Receiver<AlarmNews>, tools: ToolService) {
+    while let Some(news) = rx.recv().await {
+        let Some(alarms) = tools.core().alarms.clone() else { continue };
+        let done = tokio::task::spawn_blocking(move || {
+            let (edge, birth, list) = news;
+            alarms.on_remote(&edge, birth, list);
+        });
+        if done.await.is_err() {
+            tracing::error!("hub: an edge's alarms could not be journaled");
+        }
+    }
 }
 
 impl Host {
@@ -100,11 +123,14 @@ impl Host {
             updates: Vec::new(),
             throttle: crate::logs::Throttle::default(),
             alarm_aliases: Default::default(),
-            alarm_news: Vec::new(),
+            alarm_news: None,
         }
     }
 
     pub(super) async fn run(mut self, stop: CancellationToken) {
+        let (news, rx) = tokio::sync::mpsc::channel(ALARM_NEWS);
+        self.alarm_news = Some(news);
+        let journal = tokio::spawn(journal_alarms(rx, self.tools.clone()));
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -122,26 +148,10 @@ impl Host {
                 },
                 _ = tick.tick() => self.on_tick(),
             }
-            if !self.alarm_news.is_empty() {
-                self.journal_alarms().await;
-            }
         }
+        self.alarm_news = None;
+        let _ = journal.await;
         self.leave().await;
-    }
-
-    /// What the edge nodes said of their alarms, journaled in the order it came (off the
-    /// async threads; the next message waits for it).
-    async fn journal_alarms(&mut self) {
-        let news = std::mem::take(&mut self.alarm_news);
-        let Some(alarms) = self.tools.core().alarms.clone() else { return };
-        let done = tokio::task::spawn_blocking(move || {
-            for (edge, birth, list) in news {
-                alarms.on_remote(&edge, birth, list);
-            }
-        });
-        if done.await.is_err() {
-            tracing::error!("hub: the edges' alarms could not be journaled");
-        }
     }
 
     fn state_payload(online: bool, ts: u64) -> Vec<u8> {
@@ -267,8 +277,16 @@ impl Host {
                             fleet.on_message(From { group, node, kind, device }, p, clock, &mut self.updates);
                         if let Some((birth, list)) = alarms
                             && fleet.strangers().births_refused == refused
+                            && let Some(news) = &self.alarm_news
+                            && news.try_send((edge, birth, list)).is_err()
                         {
-                            self.alarm_news.push((edge, birth, list));
+                            Counters::add(&self.counters.alarm_news_dropped, 1);
+                            if let Some(skipped) = self.throttle.allow("alarm news dropped") {
+                                tracing::warn!(
+                                    skipped,
+                                    "hub: edges' alarm messages come faster than they are journaled; one dropped (its edge's next birth says them again; one line a minute)"
+                                );
+                            }
                         }
                         self.dirty |= changed.catalogue;
                         if fleet.strangers().births_refused > refused
@@ -285,7 +303,10 @@ impl Host {
                     }
                     Err(_) => {
                         Counters::add(&self.counters.undecodable, 1);
-                        fleet.undecodable(group, node, clock);
+                        // A command is nobody's message of the edge node's: nothing to ask it.
+                        if !matches!(kind, Kind::NCmd | Kind::DCmd) {
+                            fleet.undecodable(group, node, clock);
+                        }
                     }
                 }
                 drop(fleet);

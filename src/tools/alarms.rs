@@ -56,6 +56,10 @@ fn info(view: &View, entry: &Entry, i: &Instance) -> AlarmInfo {
         alarm_id: entry.id.clone(),
         sensor_id: entry.sensor_id(registry),
         device_id: entry.device_id(registry),
+        edge: match &entry.watch {
+            Watch::Remote(r) => Some(r.edge.clone()),
+            _ => None,
+        },
         kind: entry.kind().to_string(),
         priority: entry.priority,
         message: entry.message.clone(),

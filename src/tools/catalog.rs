@@ -450,9 +450,11 @@ pub static TOOLS: [ToolSpec; 11] = [
         true,
         ListAlarmsArgs,
         ListAlarmsData,
-        "The configured alarms (SENSOR_ID.NAME) and their state now: normal, active or returned, \
-         acknowledged or not, shelved, out of service, with priority, message, limit, when it \
-         activated and who acknowledged it. Use it for what stands now (state=\"not_normal\") or \
+        "The alarms and their state now: normal, active or returned, acknowledged or not, \
+         shelved, out of service, with priority, message, limit, when it activated and who \
+         acknowledged it. An ID is SENSOR_ID.NAME (a sensor's limit alarm, or an OPC UA server's \
+         condition on it) or DEVICE_ID.NAME (a device's own: DEVICE_ID.COMM when it stops \
+         answering). Use it for what stands now (state=\"not_normal\") or \
          what waits for an operator (state=\"unacknowledged\"). Do not use it for what happened \
          over a period (call get_alarm_history) or for a shift's figures (call get_alarm_summary). \
          `counts` covers every alarm. Pages with `next_cursor`. No side effects; you cannot \

@@ -147,3 +147,28 @@ async fn a_servers_conditions_are_followed_acknowledged_on_it_and_restored() {
     assert_eq!((status, e["error"]["code"].as_str()), (503, Some("DEVICE_UNAVAILABLE")), "{e}");
     until(addr, "t-peer.COMM", "active_unacknowledged").await;
 }
+
+/// In `mode = "subscribe"` the conditions' event item shares the values' subscription: the
+/// values still arrive, a standing condition is listed and its acknowledgement reaches the
+/// server.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscribed_device_follows_its_conditions_beside_its_values() {
+    let peer = OpcuaPeer::start(&nodes(95.0, 50.0)).await;
+    let file = peer.device_file(&[("T_PEER_001", "Temp"), ("T_PEER_002", "Level")]).replace(
+        "security_mode = \"None\"\n",
+        "security_mode = \"None\"\nalarms = true\nmode = \"subscribe\"\n",
+    );
+    let devices = device_dir(&[("t-peer.toml", &file)]);
+    let data = tempfile::tempdir().unwrap();
+    let mut served = support::serve_binary(devices.path(), data.path(), &env()).await;
+    let _log = served.drain_stderr();
+    let addr = served.addr;
+    until(addr, TEMP, "active_unacknowledged").await;
+    let (status, e) =
+        post(addr, "/v1/tools/get_sensor_reading", AGENT, json!({ "sensor_id": "T_PEER_001" })).await;
+    assert_eq!((status, e["data"]["value"].as_f64()), (200, Some(95.0)), "{e}");
+    let (status, e) =
+        post(addr, &format!("/v1/alarms/{TEMP}/acknowledge"), OPERATOR, json!({ "comment": "sub" })).await;
+    assert_eq!(status, 200, "{e}");
+    peer.said("acknowledged Temp.Alarm: sub").await;
+}

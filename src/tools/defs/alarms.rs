@@ -84,6 +84,9 @@ pub struct AlarmInfo {
     /// on no configured sensor).
     pub sensor_id: Option<String>,
     pub device_id: String,
+    /// Fleet hub only: the edge node that evaluates it, as "group/node" (act on it there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge: Option<String>,
     /// high, high_high, low, low_low, off_normal (a device file's limit alarms),
     /// communication (the device answers nothing) or condition (the OPC UA server's own).
     #[serde(rename = "type")]

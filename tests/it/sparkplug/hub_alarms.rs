@@ -80,6 +80,7 @@ async fn the_hub_lists_the_edges_alarms_and_their_history() {
         "B's three limit alarms and its two devices' communication alarms: {e}"
     );
     assert_eq!((listed["limit"].as_f64(), listed["unit"].as_str()), (Some(90.0), Some("degC")), "{listed}");
+    assert_eq!(listed["edge"], "B/gw-b", "the edge node that evaluates it: {listed}");
 
     sim.set_wave("B_BOILER_001", Wave::Constant { value: 91.0 });
     until(edge.addr, HIHI, "active_unacknowledged").await;
