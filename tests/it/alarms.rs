@@ -22,20 +22,8 @@ fn env() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-/// `POST path` with `token` and `body`: the status and the envelope.
 async fn post(addr: std::net::SocketAddr, path: &str, token: &str, body: Value) -> (u16, Value) {
-    fieldgate::tls::install_crypto_provider();
-    let res = reqwest::Client::new()
-        .post(format!("http://{addr}{path}"))
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .expect("the service answers");
-    let status = res.status().as_u16();
-    (status, serde_json::from_slice(&res.bytes().await.expect("a body")).expect("an envelope"))
+    support::post_as(addr, path, token, body).await
 }
 
 async fn tool(addr: std::net::SocketAddr, name: &str, args: Value) -> Value {

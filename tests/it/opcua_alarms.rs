@@ -36,18 +36,7 @@ fn nodes(temp: f64, level: f64) -> Value {
 }
 
 async fn post(addr: std::net::SocketAddr, path: &str, token: &str, body: Value) -> (u16, Value) {
-    fieldgate::tls::install_crypto_provider();
-    let res = reqwest::Client::new()
-        .post(format!("http://{addr}{path}"))
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .timeout(Duration::from_secs(20))
-        .send()
-        .await
-        .expect("the service answers");
-    let status = res.status().as_u16();
-    (status, serde_json::from_slice(&res.bytes().await.expect("a body")).expect("an envelope"))
+    support::post_as(addr, path, token, body).await
 }
 
 /// Every alarm `list_alarms` shows, by ID.

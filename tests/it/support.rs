@@ -371,6 +371,22 @@ pub async fn hub_binary(data: &Path, env: &[(&str, &str)]) -> Served {
 }
 
 /// A tool called over `addr`'s HTTP API (no token: loopback), within 10 s.
+/// `POST path` with `token` and a JSON `body`: the status and the envelope.
+pub async fn post_as(addr: std::net::SocketAddr, path: &str, token: &str, body: Value) -> (u16, Value) {
+    fieldgate::tls::install_crypto_provider();
+    let res = reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .timeout(std::time::Duration::from_secs(20))
+        .send()
+        .await
+        .expect("the service answers");
+    let status = res.status().as_u16();
+    (status, serde_json::from_slice(&res.bytes().await.expect("a body")).expect("an envelope"))
+}
+
 pub async fn tool_over_http(addr: std::net::SocketAddr, tool: &str, args: Value) -> Value {
     fieldgate::tls::install_crypto_provider();
     let res = reqwest::Client::new()

@@ -18,18 +18,7 @@ const OPERATOR: &str = "operator-token-0123456789";
 const HIHI: &str = "B_BOILER_001.HIHI";
 
 async fn post(addr: std::net::SocketAddr, path: &str, token: &str, body: Value) -> (u16, Value) {
-    fieldgate::tls::install_crypto_provider();
-    let res = reqwest::Client::new()
-        .post(format!("http://{addr}{path}"))
-        .bearer_auth(token)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .timeout(T)
-        .send()
-        .await
-        .expect("the service answers");
-    let status = res.status().as_u16();
-    (status, serde_json::from_slice(&res.bytes().await.expect("a body")).expect("an envelope"))
+    support::post_as(addr, path, token, body).await
 }
 
 /// The alarm `id` as `list_alarms` at `addr` shows it, once it is in `state`.
