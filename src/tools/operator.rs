@@ -52,6 +52,21 @@ impl ToolService {
     ) -> Envelope {
         let started = Instant::now();
         let result = alarms::act(&self.view(), caller, alarm_id, action, body).await;
-        finish(&format!("alarm_{action}"), started, 0, result)
+        // An act refused is logged for audit too (who tried what), naming a known action only.
+        let known = ALARM_ACTIONS.contains(&action);
+        if let Err(e) = &result {
+            tracing::info!(
+                target: "audit",
+                event = "operator_alarm_act",
+                caller = caller.id.as_str(),
+                alarm = crate::tools::envelope::cut(alarm_id).as_str(),
+                action = if known { action } else { "unknown" },
+                outcome = "refused",
+                code = <&'static str>::from(e.code),
+                "alarm act refused"
+            );
+        }
+        let tool = if known { format!("alarm_{action}") } else { "alarm_act".to_string() };
+        finish(&tool, started, 0, result)
     }
 }

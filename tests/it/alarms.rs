@@ -133,6 +133,9 @@ async fn an_alarm_comes_is_acknowledged_shelved_and_clears_and_a_killed_process_
     let (status, e) = post(addr, "/v1/alarms/B_BOILER_001.HX/acknowledge", OPERATOR, json!({})).await;
     assert_eq!((status, e["error"]["code"].as_str()), (404, Some("ALARM_NOT_FOUND")), "{e}");
     assert_eq!(e["error"]["suggestions"][0], "B_BOILER_001.HI", "{e}");
+    // An unknown action is refused and not echoed as a tool's name.
+    let (status, e) = post(addr, "/v1/alarms/B_BOILER_001.HI/explode_now", OPERATOR, json!({})).await;
+    assert_eq!((status, e["meta"]["tool"].as_str()), (400, Some("alarm_act")), "{e}");
     let (status, e) = post(addr, path, OPERATOR, json!({ "comment": 5 })).await;
     assert_eq!((status, e["error"]["parameter"].as_str()), (400, Some("body")), "{e}");
 
