@@ -130,10 +130,13 @@ pub async fn run(
                         let mut every = tokio::time::interval(ROUND_TRIP_EVERY);
                         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                         let mut overflowed = false;
+                        // With conditions' events, a server busy with a burst is waited for
+                        // longer: dropping its session would throw away the events it queued.
+                        let grace = if events { EVENT_GRACE } else { interval.max(WIRE) };
                         let lost = loop {
                             tokio::select! {
                                 s = conn.closed() => break format!("session lost ({})", s.sub_code().name()),
-                                () = heard.silent(interval.max(WIRE)) => {
+                                () = heard.silent(grace) => {
                                     // The server stopped publishing (hung, or the library reconnected
                                     // the session without its publish requests): start afresh.
                                     let _ = tokio::time::timeout(target.request_timeout, conn.session.disconnect()).await;
@@ -213,6 +216,9 @@ async fn round_trip(conn: &Connection, limit: Duration) -> Option<Duration> {
 const KEEP_ALIVE_COUNT: u32 = 5;
 /// The least time allowed for a message on its way (a loaded server or network).
 const WIRE: Duration = Duration::from_secs(1);
+/// The time allowed past a missed keep-alive when the subscription carries conditions'
+/// events: a server applying a burst (node-opcua stalls for seconds) still holds them.
+const EVENT_GRACE: Duration = Duration::from_secs(10);
 
 /// When the subscription last heard from its server (data or keep-alive), and how often
 /// it must hear at least.
