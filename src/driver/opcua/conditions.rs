@@ -18,6 +18,8 @@ use opcua::types::{
 
 /// The event item's client handle (the sensors' items use 1..=n).
 pub const EVENT_HANDLE: u32 = u32::MAX;
+/// Events the event item asks the server to queue (a refresh, a burst).
+pub const EVENT_QUEUE: u32 = 10_000;
 
 /// The most bytes of an EventId kept (a server's are 16 to 32).
 const MAX_EVENT_ID: usize = 256;
@@ -109,8 +111,9 @@ pub fn event_item() -> MonitoredItemCreateRequest {
             client_handle: EVENT_HANDLE,
             sampling_interval: 0.0,
             filter: ExtensionObject::from_message(event_filter()),
-            queue_size: 10_000,
-            discard_oldest: false,
+            queue_size: EVENT_QUEUE,
+            // Full, the server keeps the newest: the state now matters more than the past.
+            discard_oldest: true,
         },
     }
 }

@@ -361,6 +361,15 @@ async fn subscribe(
     if events {
         match created.get(monitored.len()).map(|c| c.result.status_code) {
             Some(s) if s.is_good() => {
+                let queue = created.get(monitored.len()).map_or(0, |c| c.result.revised_queue_size);
+                if queue < conditions::EVENT_QUEUE {
+                    // A burst beyond it is lost on the server (said by an overflow event, if
+                    // the server sends one: then the conditions are refreshed).
+                    tracing::info!(
+                        queue,
+                        "OPC UA server keeps fewer events for fieldgate than asked (10,000)"
+                    );
+                }
                 // The new subscription knows no condition yet: the server re-sends those it holds.
                 refresh(conn, id).await;
             }
