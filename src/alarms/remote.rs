@@ -188,18 +188,21 @@ impl Alarms {
 fn follow(out: &mut Vec<Pending>, i: usize, was: &Instance, a: &RemoteAlarm, now: i64) {
     let on_edge = || Some(ON_EDGE_ACT.to_string());
     let at = a.time_ms.unwrap_or(now).min(now).max(was.since_ms);
+    // The edge does not say when it was shelved or taken out of service (its metric's
+    // time is its state's): the hub stamps those when it learns them.
+    let learned = now.max(was.since_ms);
     match (was.out_of_service, a.out_of_service) {
         (false, true) => {
-            out.push((i, Act::OutOfService, at, on_edge(), None));
+            out.push((i, Act::OutOfService, learned, on_edge(), None));
             return;
         }
         (true, true) => return,
-        (true, false) => out.push((i, Act::InService, at, on_edge(), None)),
+        (true, false) => out.push((i, Act::InService, learned, on_edge(), None)),
         (false, false) => {}
     }
     match (was.shelved_until_ms, a.shelved_until_ms) {
-        (w, Some(u)) if w != Some(u) => out.push((i, Act::Shelve { until_ms: u }, at, on_edge(), None)),
-        (Some(_), None) => out.push((i, Act::Unshelve, at, on_edge(), None)),
+        (w, Some(u)) if w != Some(u) => out.push((i, Act::Shelve { until_ms: u }, learned, on_edge(), None)),
+        (Some(_), None) => out.push((i, Act::Unshelve, learned, on_edge(), None)),
         _ => {}
     }
     let mut state = if was.out_of_service { AlarmState::Normal } else { was.state };

@@ -119,6 +119,11 @@ fn a_late_hub_takes_each_event_as_the_edge_says_and_its_shelving_and_service() {
     shelved.shelved_until_ms = Some(now + 3_600_000);
     a.on_remote("plant/gw1", false, vec![shelved.clone()]);
     assert_eq!(a.get("B_BOILER_001.HIHI").unwrap().1.shelved_until_ms, Some(now + 3_600_000));
+    let shelving = journal.events(0, i64::MAX, None, 100).unwrap().pop().unwrap();
+    assert!(
+        shelving.kind == EventKind::Shelved && shelving.at_ms >= now,
+        "stamped when the hub learned it, not with the state's older time: {shelving:?}"
+    );
     let out =
         RemoteAlarm { out_of_service: true, state: AlarmState::Normal, shelved_until_ms: None, ..shelved };
     a.on_remote("plant/gw1", false, vec![out.clone()]);
