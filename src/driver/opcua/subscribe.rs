@@ -87,8 +87,14 @@ async fn serve(conn: &Connection, command: Command, limit: Duration) {
             None => Err(conditions::AckFailed::Other("BadUnexpectedError")),
         },
         Ok(Err(e)) => conditions::ack_status(e.status()),
-        Err(_) => Err(conditions::AckFailed::Unavailable),
+        Err(_) => {
+            tracing::warn!(condition = %node, limit_ms = limit.as_millis() as u64, "OPC UA server did not answer an operator's acknowledgement in time");
+            Err(conditions::AckFailed::Unavailable)
+        }
     };
+    if let Err(error @ (conditions::AckFailed::Stale | conditions::AckFailed::Other(_))) = &answer {
+        tracing::warn!(condition = %node, %error, "OPC UA server did not take an operator's acknowledgement");
+    }
     let _ = reply.send(answer);
 }
 
