@@ -29,10 +29,12 @@ use crate::metrics::Sheet;
 use crate::reading::Reader;
 use crate::reading::feed::Batch;
 use crate::registry::{OpcUaMode, Registry, Sensor, SensorSource};
-use crate::store::alarm_journal::{Act, AlarmJournal, AlarmState, Instance, JournalError};
+use crate::store::alarm_journal::{Act, ActRequest, AlarmJournal, AlarmState, Instance, JournalError};
 
 /// How often transitions older than `[alarms] journal_days` are removed.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Transitions written in one journal transaction, at most.
+const COMMIT_AT_ONCE: usize = 512;
 
 /// Transitions kept for a journal that cannot write, at most.
 pub const MAX_UNSAVED: usize = 10_000;
@@ -255,30 +257,28 @@ impl Alarms {
     }
 
     /// Writes `acts` in order, as far as the journal takes them; what it does not take
-    /// stays at the front of `acts`.
+    /// stays at the front of `acts`. Up to [`COMMIT_AT_ONCE`] go in one transaction, the
+    /// table released between them (a reader waits for one, not for all).
     pub(super) fn commit(&self, acts: &mut VecDeque<Pending>) {
-        let mut t = self.table.lock();
-        while let Some((i, act, at, note, by)) = acts.front() {
-            match self.journal.act(&t.entries[*i].id, act, *at, by.as_deref(), note.as_deref()) {
-                // An act its state no longer allows (a server's repeat): nothing to write.
-                Err(JournalError::Refused { .. }) => {
-                    acts.pop_front();
-                }
-                Ok(now) => {
-                    if let Some(now) = now {
-                        t.instances[*i] = now;
-                        self.touched();
-                        if matches!(act, Act::Activate { .. } | Act::Clear { .. }) {
-                            self.counters.transitions.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    acts.pop_front();
-                    if self.journal_failing.swap(false, Ordering::Relaxed) {
-                        tracing::info!(
-                            "alarm journal: writing again; the transitions that waited are written"
-                        );
-                    }
-                }
+        while !acts.is_empty() {
+            let mut t = self.table.lock();
+            let n = acts.len().min(COMMIT_AT_ONCE);
+            let written = {
+                let requests: Vec<ActRequest> = acts
+                    .iter()
+                    .take(n)
+                    .map(|(i, act, at_ms, note, by)| ActRequest {
+                        alarm_id: &t.entries[*i].id,
+                        act,
+                        at_ms: *at_ms,
+                        by: by.as_deref(),
+                        comment: note.as_deref(),
+                    })
+                    .collect();
+                self.journal.act_all(&requests)
+            };
+            let done = match written {
+                Ok(done) => done,
                 Err(error) => {
                     self.counters.journal_failures.fetch_add(1, Ordering::Relaxed);
                     if !self.journal_failing.swap(true, Ordering::Relaxed) {
@@ -286,6 +286,20 @@ impl Alarms {
                     }
                     return;
                 }
+            };
+            // A refusal is an act its state no longer allows (a server's repeat): nothing
+            // to write.
+            for (done, (i, act, ..)) in done.into_iter().zip(acts.drain(..n)) {
+                if let Ok(Some(now)) = done {
+                    t.instances[i] = now;
+                    self.touched();
+                    if matches!(act, Act::Activate { .. } | Act::Clear { .. }) {
+                        self.counters.transitions.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            if self.journal_failing.swap(false, Ordering::Relaxed) {
+                tracing::info!("alarm journal: writing again; the transitions that waited are written");
             }
         }
     }

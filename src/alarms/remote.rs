@@ -115,6 +115,12 @@ impl Alarms {
         Some(i)
     }
 
+    /// Alarm metrics of the edge nodes left out before they reached the table (not an
+    /// alarm ID, no known state, not born, beyond the most), counted.
+    pub fn remote_left_out(&self, n: usize) {
+        self.counters.remote_left_out.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
     /// Edge node `edge`'s alarms as it published them (`birth`: every one of them),
     /// journaled (blocking: call it off the async threads, in the order they came).
     pub fn on_remote(&self, edge: &str, birth: bool, alarms: Vec<RemoteAlarm>) {

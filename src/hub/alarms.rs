@@ -1,11 +1,13 @@
 //! Edge nodes' alarms as they publish them (node metrics `Alarms/<ALARM_ID>`,
 //! docs/sparkplug.md "Alarms"), read from their NBIRTH and NDATA for the hub's alarm table
-//! (`alarms/remote.rs`). A metric that does not say a known state, or whose ID is not an
-//! alarm ID, is left out; texts are cleaned and cut as device text is.
+//! (`alarms/remote.rs`). A metric that does not say a known state, whose ID is not an
+//! alarm ID, or (in an NDATA) that its edge node's birth did not carry, is left out and
+//! counted; texts are cleaned and cut as device text is. An NDATA metric without
+//! properties says only a state: the rest is as last told.
 
 use std::collections::HashMap;
 
-use crate::alarms::remote::RemoteAlarm;
+use crate::alarms::remote::{MAX_REMOTE, RemoteAlarm};
 use crate::registry::AlarmPriority;
 use crate::spb::ALARM_PREFIX;
 use crate::spb::payload::{Metric, Payload, PropertyValueKind, Value};
@@ -17,10 +19,30 @@ const MAX_PER_EDGE: usize = 20_000;
 /// The most characters of a text property kept.
 const MAX_TEXT: usize = 200;
 
-/// Per edge node (`group/node`): its alarms' aliases, from its last NBIRTH.
+/// Per edge node (`group/node`): its alarms as last told, and their aliases, from its
+/// last NBIRTH on.
 #[derive(Default)]
 pub struct AlarmAliases {
-    by_edge: HashMap<String, HashMap<u64, String>>,
+    by_edge: HashMap<String, Born>,
+    /// Alarms held over every edge node.
+    held: usize,
+}
+
+/// One edge node's alarms born.
+#[derive(Default)]
+struct Born {
+    aliases: HashMap<u64, String>,
+    told: HashMap<String, RemoteAlarm>,
+}
+
+/// What one message said of its edge node's alarms.
+#[derive(Debug, Default)]
+pub struct AlarmNews {
+    /// A birth: every one of the edge node's alarms.
+    pub birth: bool,
+    pub alarms: Vec<RemoteAlarm>,
+    /// Alarm metrics left out (not an alarm ID, no known state, not born, beyond the most).
+    pub left_out: usize,
 }
 
 /// An ID as an alarm ID: the grammar the tools take (`SENSOR_ID.NAME`, `DEVICE_ID.NAME`).
@@ -59,16 +81,31 @@ fn text(m: &Metric, key: &str) -> Option<String> {
     }
 }
 
-/// One alarm metric read: `None` when it is no alarm fieldgate can follow.
-fn parse(id: &str, m: &Metric) -> Option<RemoteAlarm> {
+/// One alarm metric read (`last`: the alarm as last told, for a metric that says only
+/// its state): `None` when it is no alarm fieldgate can follow.
+fn parse(id: &str, m: &Metric, last: Option<&RemoteAlarm>) -> Option<RemoteAlarm> {
     if !is_alarm_id(id) {
         return None;
     }
     let Some(Value::String(s)) = &m.value else { return None };
+    let state = state_of(s)?;
+    let time_ms = m.timestamp.and_then(|t| i64::try_from(t).ok());
+    if let Some(last) = last
+        && m.properties.as_ref().is_none_or(|p| p.keys.is_empty())
+    {
+        // Who acknowledged and when it activated belong to an event this does not name.
+        return Some(RemoteAlarm {
+            state,
+            time_ms,
+            acknowledged_by: None,
+            activated_ms: None,
+            ..last.clone()
+        });
+    }
     Some(RemoteAlarm {
         id: id.to_string(),
-        state: state_of(s)?,
-        time_ms: m.timestamp.and_then(|t| i64::try_from(t).ok()),
+        state,
+        time_ms,
         priority: text(m, "priority").and_then(|p| p.parse().ok()).unwrap_or(AlarmPriority::Medium),
         kind: text(m, "type").unwrap_or_default(),
         message: text(m, "message").unwrap_or_default(),
@@ -89,36 +126,59 @@ fn parse(id: &str, m: &Metric) -> Option<RemoteAlarm> {
 }
 
 impl AlarmAliases {
-    /// The alarms a message of edge node `edge` carries, and whether it is a birth (then
-    /// they are all of its alarms); `None` for a message that says nothing of them.
-    pub fn read(&mut self, edge: &str, kind: Kind, p: &Payload) -> Option<(bool, Vec<RemoteAlarm>)> {
+    /// What a message of edge node `edge` says of its alarms; `None` for a message that
+    /// says nothing of them.
+    pub fn read(&mut self, edge: &str, kind: Kind, p: &Payload) -> Option<AlarmNews> {
         let named =
             |m: &Metric| m.name.as_deref().and_then(|n| n.strip_prefix(ALARM_PREFIX)).map(str::to_string);
         match kind {
             Kind::NBirth => {
-                let mut aliases = HashMap::new();
-                let mut out = Vec::new();
-                for m in p.metrics.iter().filter(|m| named(m).is_some()).take(MAX_PER_EDGE) {
+                let was = self.by_edge.remove(edge).map_or(0, |b| b.told.len());
+                self.held = self.held.saturating_sub(was);
+                // Every edge node's alarms together stay within what the hub follows.
+                let room = MAX_PER_EDGE.min(MAX_REMOTE.saturating_sub(self.held));
+                let mut born = Born::default();
+                let mut news = AlarmNews { birth: true, ..AlarmNews::default() };
+                for m in p.metrics.iter() {
                     let Some(id) = named(m) else { continue };
-                    if let Some(a) = m.alias {
-                        aliases.insert(a, id.clone());
+                    let a = match parse(&id, m, None) {
+                        Some(a) if born.told.len() < room || born.told.contains_key(&id) => a,
+                        _ => {
+                            news.left_out += 1;
+                            continue;
+                        }
+                    };
+                    if let Some(alias) = m.alias {
+                        born.aliases.insert(alias, id.clone());
                     }
-                    out.extend(parse(&id, m));
+                    born.told.insert(id, a.clone());
+                    news.alarms.push(a);
                 }
-                self.by_edge.insert(edge.to_string(), aliases);
-                Some((true, out))
+                self.held += born.told.len();
+                self.by_edge.insert(edge.to_string(), born);
+                Some(news)
             }
             Kind::NData => {
-                let aliases = self.by_edge.get(edge)?;
-                let out: Vec<RemoteAlarm> = p
-                    .metrics
-                    .iter()
-                    .filter_map(|m| {
-                        let id = named(m).or_else(|| aliases.get(&m.alias?).cloned())?;
-                        parse(&id, m)
-                    })
-                    .collect();
-                (!out.is_empty()).then_some((false, out))
+                let born = self.by_edge.get_mut(edge)?;
+                let mut news = AlarmNews::default();
+                for m in &p.metrics {
+                    let Some(id) = named(m).or_else(|| born.aliases.get(&m.alias?).cloned()) else {
+                        continue;
+                    };
+                    // Only an alarm its birth carried (Sparkplug: NDATA metrics are born).
+                    let Some(told) = born.told.get_mut(&id) else {
+                        news.left_out += 1;
+                        continue;
+                    };
+                    match parse(&id, m, Some(told)) {
+                        Some(a) => {
+                            *told = a.clone();
+                            news.alarms.push(a);
+                        }
+                        None => news.left_out += 1,
+                    }
+                }
+                (!news.alarms.is_empty() || news.left_out > 0).then_some(news)
             }
             _ => None,
         }
@@ -153,15 +213,17 @@ mod tests {
             ],
             ..Payload::default()
         };
-        let (is_birth, got) = a.read("plant/gw", Kind::NBirth, &birth).unwrap();
+        let news = a.read("plant/gw", Kind::NBirth, &birth).unwrap();
+        let (is_birth, got) = (news.birth, news.alarms);
         assert!(is_birth);
         assert_eq!(got.len(), 1, "an ID outside the grammar and an unknown state are left out");
+        assert_eq!(news.left_out, 3, "the grammar's two and the unknown state");
         assert_eq!((got[0].priority, got[0].device.as_str()), (AlarmPriority::Critical, "b-boiler-rtu"));
         assert!(!got[0].message.contains('\u{202e}'));
         let data = Payload { metrics: vec![alarm(None, 7, "active_unacknowledged")], ..Payload::default() };
-        let (is_birth, got) = a.read("plant/gw", Kind::NData, &data).unwrap();
+        let news = a.read("plant/gw", Kind::NData, &data).unwrap();
         assert_eq!(
-            (is_birth, got[0].id.as_str(), got[0].state),
+            (news.birth, news.alarms[0].id.as_str(), news.alarms[0].state),
             (false, "B_BOILER_001.HIHI", AlarmState::ActiveUnacknowledged)
         );
         assert!(a.read("plant/other", Kind::NData, &data).is_none(), "no birth seen: not placed");
@@ -170,5 +232,59 @@ mod tests {
             ..Payload::default()
         };
         assert!(a.read("plant/gw", Kind::NData, &other).is_none());
+    }
+
+    #[test]
+    fn data_without_properties_changes_only_the_state_and_unborn_alarms_are_left_out() {
+        let mut a = AlarmAliases::default();
+        let birth = Payload {
+            metrics: vec![alarm(Some("Alarms/B_BOILER_001.HIHI"), 7, "normal")],
+            ..Payload::default()
+        };
+        let born = a.read("plant/gw", Kind::NBirth, &birth).unwrap().alarms.remove(0);
+        let bare =
+            Metric::new(None, Some(7), datatype::STRING, Some(Value::String("active_unacknowledged".into())));
+        let unborn = Metric::new(
+            Some("Alarms/B_BOILER_002.HI"),
+            None,
+            datatype::STRING,
+            Some(Value::String("active_unacknowledged".into())),
+        );
+        let data = Payload { metrics: vec![bare, unborn], ..Payload::default() };
+        let news = a.read("plant/gw", Kind::NData, &data).unwrap();
+        assert_eq!(news.left_out, 1, "an alarm its birth did not carry");
+        let got = &news.alarms[0];
+        assert_eq!(
+            (got.state, got.priority, got.device.as_str(), got.message.as_str()),
+            (
+                AlarmState::ActiveUnacknowledged,
+                AlarmPriority::Critical,
+                "b-boiler-rtu",
+                born.message.as_str()
+            )
+        );
+    }
+
+    #[test]
+    fn every_edge_nodes_alarms_together_stay_within_what_the_hub_follows() {
+        let mut a = AlarmAliases::default();
+        let birth = |from: usize, n: usize| Payload {
+            metrics: (from..from + n)
+                .map(|k| alarm(Some(&format!("Alarms/B_BOILER_001.A{k}")), k as u64, "normal"))
+                .collect(),
+            ..Payload::default()
+        };
+        let news = a.read("g/one", Kind::NBirth, &birth(0, MAX_PER_EDGE + 5)).unwrap();
+        assert_eq!((news.alarms.len(), news.left_out), (MAX_PER_EDGE, 5));
+        for e in 1..5 {
+            let news = a.read(&format!("g/n{e}"), Kind::NBirth, &birth(0, MAX_PER_EDGE)).unwrap();
+            assert_eq!(news.alarms.len(), MAX_PER_EDGE);
+        }
+        let news = a.read("g/late", Kind::NBirth, &birth(0, 10)).unwrap();
+        assert_eq!((news.alarms.len(), news.left_out), (0, 10), "{MAX_REMOTE} held already");
+        // A rebirth of a smaller set gives its room back.
+        a.read("g/one", Kind::NBirth, &birth(0, 10)).unwrap();
+        let news = a.read("g/late", Kind::NBirth, &birth(0, 10)).unwrap();
+        assert_eq!(news.alarms.len(), 10);
     }
 }

@@ -293,6 +293,14 @@ impl Fleet {
         }
     }
 
+    /// What a message of a known edge node said was lost after it was taken: a rebirth
+    /// is asked for (paced).
+    pub fn want_rebirth(&mut self, group: &str, node: &str) {
+        if let Some(e) = self.known(group, node) {
+            self.edges[e].rebirth_wanted = true;
+        }
+    }
+
     /// One message from the broker, decoded; values applied go to `out`.
     pub fn on_message(
         &mut self,

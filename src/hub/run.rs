@@ -67,11 +67,11 @@ pub(super) struct Host {
     alarm_news: Option<tokio::sync::mpsc::Sender<AlarmNews>>,
 }
 
-/// What one edge node said of its alarms: its `group/node`, whether in a birth, and them.
-type AlarmNews = (String, bool, Vec<crate::alarms::remote::RemoteAlarm>);
+/// What one edge node said of its alarms, with its `group/node`.
+type AlarmNews = (String, super::alarms::AlarmNews);
 
-/// Messages with alarms waiting to be journaled, at most (beyond: dropped and counted;
-/// the edge's next birth says its alarms again).
+/// Messages with alarms waiting to be journaled, at most (beyond: dropped and counted, and
+/// the edge node asked for a rebirth, which says its alarms again).
 const ALARM_NEWS: usize = 256;
 
 /// Journals what the edge nodes said of their alarms, in the order it came, off the
@@ -80,8 +80,9 @@ async fn journal_alarms(mut rx: tokio::sync::mpsc::Receiver<AlarmNews>, tools: T
     while let Some(news) = rx.recv().await {
         let Some(alarms) = tools.core().alarms.clone() else { continue };
         let done = tokio::task::spawn_blocking(move || {
-            let (edge, birth, list) = news;
-            alarms.on_remote(&edge, birth, list);
+            let (edge, news) = news;
+            alarms.remote_left_out(news.left_out);
+            alarms.on_remote(&edge, news.birth, news.alarms);
         });
         if done.await.is_err() {
             tracing::error!("hub: an edge's alarms could not be journaled");
@@ -275,16 +276,18 @@ impl Host {
                             if device.is_none() { self.alarm_aliases.read(&edge, kind, &p) } else { None };
                         let changed =
                             fleet.on_message(From { group, node, kind, device }, p, clock, &mut self.updates);
-                        if let Some((birth, list)) = alarms
+                        if let Some(news) = alarms
                             && fleet.strangers().births_refused == refused
-                            && let Some(news) = &self.alarm_news
-                            && news.try_send((edge, birth, list)).is_err()
+                            && let Some(queue) = &self.alarm_news
+                            && queue.try_send((edge, news)).is_err()
                         {
                             Counters::add(&self.counters.alarm_news_dropped, 1);
+                            // What it said of its alarms is lost: its birth says them again.
+                            fleet.want_rebirth(group, node);
                             if let Some(skipped) = self.throttle.allow("alarm news dropped") {
                                 tracing::warn!(
                                     skipped,
-                                    "hub: edges' alarm messages come faster than they are journaled; one dropped (its edge's next birth says them again; one line a minute)"
+                                    "hub: edges' alarm messages come faster than they are journaled; one dropped, its edge node asked for a rebirth (one line a minute)"
                                 );
                             }
                         }

@@ -465,73 +465,122 @@ impl AlarmJournal {
         by: Option<&str>,
         comment: Option<&str>,
     ) -> Result<Option<Instance>, JournalError> {
-        self.db
-            .write(|d| {
-                let tx = d.begin_write().map_err(db)?;
-                let done = {
-                    let mut instances = tx.open_table(INSTANCES).map_err(db)?;
-                    let was: Instance = match instances.get(alarm_id).map_err(db)? {
-                        Some(v) => serde_json::from_slice(v.value()).map_err(|_| JournalError::Corrupt)?,
-                        None => Instance::new(alarm_id, at_ms),
-                    };
-                    let refused = |refusal| JournalError::Refused { alarm_id: alarm_id.to_string(), refusal };
-                    let Some(mut now) = apply(&was, act, at_ms, by).map_err(refused)? else {
-                        return Ok(None);
-                    };
-                    let mut meta = tx.open_table(META).map_err(db)?;
-                    let seq = meta.get("next_seq").map_err(db)?.map_or(1, |v| v.value());
-                    meta.insert("next_seq", seq + 1).map_err(db)?;
-                    let (kind, value, until_ms) = match act {
-                        Act::Activate { value, .. } => {
-                            let id = meta.get("next_event").map_err(db)?.map_or(1, |v| v.value());
-                            meta.insert("next_event", id + 1).map_err(db)?;
-                            now.event_id = id;
-                            (EventKind::Activated, *value, None)
-                        }
-                        Act::Clear { value } => (EventKind::Cleared, *value, None),
-                        Act::Acknowledge { .. } => (EventKind::Acknowledged, None, None),
-                        Act::Shelve { until_ms } => (EventKind::Shelved, None, Some(*until_ms)),
-                        Act::Unshelve => (EventKind::Unshelved, None, None),
-                        Act::OutOfService => (EventKind::OutOfService, None, None),
-                        Act::InService => (EventKind::InService, None, None),
-                    };
-                    let e = Event {
-                        seq,
-                        alarm_id: alarm_id.to_string(),
-                        event_id: now.event_id,
-                        kind,
-                        at_ms,
-                        value,
-                        by: by.map(str::to_string),
-                        comment: comment.map(str::to_string),
-                        until_ms,
-                        priority: match act {
-                            Act::Activate { priority, .. } => Some(*priority),
-                            _ => None,
-                        },
-                        activated_ms: match kind {
-                            EventKind::Activated => Some(at_ms),
-                            EventKind::Cleared | EventKind::Acknowledged => was.activated_ms,
-                            EventKind::OutOfService => was.activated_ms.filter(|_| was.state.is_active()),
-                            _ => None,
-                        },
-                        shelved: kind == EventKind::Activated && was.shelved_until_ms.is_some(),
-                    };
-                    instances.insert(alarm_id, json(&now).as_slice()).map_err(db)?;
-                    tx.open_table(EVENTS)
-                        .map_err(db)?
-                        .insert((at_ms, seq), json(&e).as_slice())
-                        .map_err(db)?;
-                    now
+        let one = ActRequest { alarm_id, act, at_ms, by, comment };
+        match self.act_all(std::slice::from_ref(&one))?.pop() {
+            Some(Ok(done)) => Ok(done),
+            Some(Err(refusal)) => Err(JournalError::Refused { alarm_id: alarm_id.to_string(), refusal }),
+            None => Ok(None),
+        }
+    }
+
+    /// Applies `acts` in order, in one transaction (one write to disk however many): for
+    /// each, the instance after it, `None` when it changes nothing, or its refusal (which
+    /// leaves the others to be done). A storage failure writes none of them.
+    pub fn act_all(
+        &self,
+        acts: &[ActRequest],
+    ) -> Result<Vec<Result<Option<Instance>, Refusal>>, JournalError> {
+        let mut given = None;
+        let done = self.db.write(|d| {
+            let tx = d.begin_write().map_err(db)?;
+            let mut out = Vec::with_capacity(acts.len());
+            {
+                let mut tables = Tables {
+                    instances: tx.open_table(INSTANCES).map_err(db)?,
+                    meta: tx.open_table(META).map_err(db)?,
+                    events: tx.open_table(EVENTS).map_err(db)?,
                 };
-                tx.commit().map_err(db)?;
-                Ok(Some(done))
-            })
-            .inspect(|done| {
-                if let (Act::Activate { .. }, Some(i)) = (act, done) {
-                    self.mark_given(i.event_id);
+                for a in acts {
+                    let done = tables.record(a)?;
+                    if let (Act::Activate { .. }, Ok(Some(i))) = (a.act, &done) {
+                        given = Some(i.event_id);
+                    }
+                    out.push(done);
                 }
-            })
+            }
+            tx.commit().map_err(db)?;
+            Ok(out)
+        })?;
+        if let Some(id) = given {
+            self.mark_given(id);
+        }
+        Ok(done)
+    }
+}
+
+/// One act for [`AlarmJournal::act_all`]: `act` on `alarm_id` at `at_ms`, by `by`, with
+/// `comment`.
+#[derive(Debug, Clone, Copy)]
+pub struct ActRequest<'a> {
+    pub alarm_id: &'a str,
+    pub act: &'a Act,
+    pub at_ms: i64,
+    pub by: Option<&'a str>,
+    pub comment: Option<&'a str>,
+}
+
+/// The tables one write transaction records acts in.
+struct Tables<'tx> {
+    instances: redb::Table<'tx, &'static str, &'static [u8]>,
+    meta: redb::Table<'tx, &'static str, u64>,
+    events: redb::Table<'tx, (i64, u64), &'static [u8]>,
+}
+
+impl Tables<'_> {
+    /// Records act `a`: the instance after it, `None` when it changes nothing, or its
+    /// refusal.
+    fn record(&mut self, a: &ActRequest) -> Result<Result<Option<Instance>, Refusal>, JournalError> {
+        let ActRequest { alarm_id, act, at_ms, by, comment } = *a;
+        let was: Instance = match self.instances.get(alarm_id).map_err(db)? {
+            Some(v) => serde_json::from_slice(v.value()).map_err(|_| JournalError::Corrupt)?,
+            None => Instance::new(alarm_id, at_ms),
+        };
+        let mut now = match apply(&was, act, at_ms, by) {
+            Ok(Some(now)) => now,
+            Ok(None) => return Ok(Ok(None)),
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let seq = self.meta.get("next_seq").map_err(db)?.map_or(1, |v| v.value());
+        self.meta.insert("next_seq", seq + 1).map_err(db)?;
+        let (kind, value, until_ms) = match act {
+            Act::Activate { value, .. } => {
+                let id = self.meta.get("next_event").map_err(db)?.map_or(1, |v| v.value());
+                self.meta.insert("next_event", id + 1).map_err(db)?;
+                now.event_id = id;
+                (EventKind::Activated, *value, None)
+            }
+            Act::Clear { value } => (EventKind::Cleared, *value, None),
+            Act::Acknowledge { .. } => (EventKind::Acknowledged, None, None),
+            Act::Shelve { until_ms } => (EventKind::Shelved, None, Some(*until_ms)),
+            Act::Unshelve => (EventKind::Unshelved, None, None),
+            Act::OutOfService => (EventKind::OutOfService, None, None),
+            Act::InService => (EventKind::InService, None, None),
+        };
+        let e = Event {
+            seq,
+            alarm_id: alarm_id.to_string(),
+            event_id: now.event_id,
+            kind,
+            at_ms,
+            value,
+            by: by.map(str::to_string),
+            comment: comment.map(str::to_string),
+            until_ms,
+            priority: match act {
+                Act::Activate { priority, .. } => Some(*priority),
+                _ => None,
+            },
+            activated_ms: match kind {
+                EventKind::Activated => Some(at_ms),
+                EventKind::Cleared | EventKind::Acknowledged => was.activated_ms,
+                EventKind::OutOfService => was.activated_ms.filter(|_| was.state.is_active()),
+                _ => None,
+            },
+            shelved: kind == EventKind::Activated && was.shelved_until_ms.is_some(),
+        };
+        self.instances.insert(alarm_id, json(&now).as_slice()).map_err(db)?;
+        self.events.insert((at_ms, seq), json(&e).as_slice()).map_err(db)?;
+        Ok(Ok(Some(now)))
     }
 }
 

@@ -158,3 +158,37 @@ fn a_restart_finds_every_instance_and_event_id_as_they_were() {
     assert_eq!(activate(&j, "A_LINE1_001.HI", 3_000, 102.0), None, "no second activation");
     assert_eq!(activate(&j, "A_LINE1_002.LO", 3_000, 0.5).unwrap().event_id, 3, "IDs go on");
 }
+
+#[test]
+fn acts_in_one_transaction_see_each_other_and_a_refusal_leaves_the_rest_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = AlarmJournal::open_in(dir.path()).unwrap();
+    let on = Act::Activate { value: Some(1.0), priority: AlarmPriority::High };
+    let (off, ack) = (Act::Clear { value: None }, Act::Acknowledge { event_id: None });
+    let req = |alarm_id, act, at_ms| ActRequest { alarm_id, act, at_ms, by: Some("op"), comment: None };
+    let done = j
+        .act_all(&[
+            req("A_LINE1_001.HI", &on, 1_000),
+            req("A_LINE1_001.HI", &off, 2_000),
+            req("A_LINE1_002.HI", &ack, 2_500),
+            req("A_LINE1_001.HI", &on, 3_000),
+            req("A_LINE1_001.HI", &on, 3_500),
+        ])
+        .unwrap();
+    let states: Vec<_> = done.iter().map(|d| d.clone().map(|i| i.map(|i| (i.state, i.event_id)))).collect();
+    assert_eq!(
+        states,
+        [
+            Ok(Some((AlarmState::ActiveUnacknowledged, 1))),
+            Ok(Some((AlarmState::ReturnedUnacknowledged, 1))),
+            Err(Refusal::NothingToAcknowledge),
+            Ok(Some((AlarmState::ActiveUnacknowledged, 2))),
+            Ok(None),
+        ]
+    );
+    assert_eq!(j.events(0, i64::MAX, None, 100).unwrap().len(), 3);
+    assert_eq!(std::fs::read_to_string(dir.path().join("alarms.last_event")).unwrap(), "2");
+    drop(j);
+    let j = AlarmJournal::open_in(dir.path()).unwrap();
+    assert_eq!(activate(&j, "A_LINE1_002.HI", 4_000, 1.0).unwrap().event_id, 3, "IDs go on");
+}

@@ -552,3 +552,13 @@ fn data_by_name_finds_its_metric_and_an_unknown_name_is_never_guessed() {
 }
 
 mod strangers;
+
+#[test]
+fn a_message_lost_after_it_was_taken_asks_its_edge_node_for_a_rebirth() {
+    let (mut f, now) = born();
+    f.want_rebirth("A", "nobody");
+    assert!(f.rebirths(now, usize::MAX).is_empty(), "a node never born is asked nothing");
+    f.want_rebirth("A", "gw1");
+    assert_eq!(f.rebirths(now, usize::MAX), [("A".to_string(), "gw1".to_string())]);
+    assert_eq!(f.edge("A", "gw1").unwrap().stats.dropped, 0, "the message itself was taken");
+}

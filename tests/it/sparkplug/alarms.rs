@@ -96,6 +96,28 @@ async fn alarm_states_are_node_metrics_born_and_sent_when_they_change() {
     let m = ndata_of(&acked, alias, "active_acknowledged").unwrap();
     assert_eq!(prop(&m, "acknowledgedBy"), Some(&PropertyValueKind::String("shift-lead".into())));
     assert_eq!(prop(&m, "eventId"), Some(&PropertyValueKind::Long(event)), "the same event");
+
+    // Sparkplug's NDATA statements, on what crossed the broker: QoS 0, a timestamp, and the
+    // node's one `seq` going on by one from the NBIRTH's 0 through every message after it.
+    host.take();
+    let mut seq = None;
+    let mut ndata = 0;
+    for m in host.seen.iter().filter(|m| ["NBIRTH", "NDATA", "DBIRTH", "DDATA", "DDEATH"].contains(&m.kind()))
+    {
+        let got = m.payload.seq.expect("every message but NDEATH has a seq");
+        match (m.kind(), seq) {
+            ("NBIRTH", _) => assert_eq!(got, 0, "an NBIRTH's seq"),
+            (kind, Some(before)) => assert_eq!(got, (before + 1) % 256, "{kind} after seq {before}"),
+            (_, None) => continue,
+        }
+        seq = Some(got);
+        if m.kind() == "NDATA" {
+            ndata += 1;
+            assert_eq!(m.qos, 0, "NDATA is QoS 0");
+            assert!(m.payload.timestamp.is_some_and(|t| t > 1_700_000_000_000), "NDATA's timestamp");
+        }
+    }
+    assert!(ndata >= 2, "the activation's and the acknowledgement's NDATA were checked");
     served.child.start_kill().unwrap();
     let _ = support::exited(&mut served.child, "served").await;
 }

@@ -105,6 +105,31 @@ async fn the_hub_lists_the_edges_alarms_and_their_history() {
     assert_eq!(kinds, [("activated", ""), ("acknowledged", "shift-lead"), ("cleared", "")], "{h}");
     let (_, s) = post(hub.addr, "/v1/tools/get_alarm_summary", AGENT, json!({ "from": "-1h" })).await;
     assert_eq!(s["data"]["by_priority"]["critical"], 1, "{s}");
+
+    // A command the hub cannot decode is nobody's message of the edge node's: the edge is
+    // neither charged with a dropped message nor asked for a rebirth. A garbage message of
+    // a node never born, sent after it, says when the hub has taken both.
+    let status = || async {
+        let (_, s) = post(hub.addr, "/v1/tools/get_device_status", AGENT, json!({})).await;
+        s["data"]["hub"].clone()
+    };
+    let dropped = |h: &Value| {
+        h["edge_nodes"]
+            .as_array()
+            .and_then(|n| n.iter().find(|n| n["edge"] == "B/gw-b"))
+            .and_then(|n| n["dropped"].as_u64())
+    };
+    let before = status().await;
+    let mqtt = super::broker::Host::connect(broker.port).await;
+    mqtt.publish("spBv1.0/B/NCMD/gw-b", b"\xff\xff garbage".to_vec(), false).await;
+    mqtt.publish("spBv1.0/B/NDATA/never-born", b"\xff\xff garbage".to_vec(), false).await;
+    let after = support::wait_for("the never-born node's message at the hub", T, || async {
+        let h = status().await;
+        (h["never_born"]["messages"].as_u64() > before["never_born"]["messages"].as_u64()).then_some(h)
+    })
+    .await;
+    assert_eq!(dropped(&after), dropped(&before), "{after}");
+    assert!(dropped(&before).is_some(), "{before}");
     edge.child.start_kill().unwrap();
     hub.child.start_kill().unwrap();
     let _ = support::exited(&mut edge.child, "edge").await;
