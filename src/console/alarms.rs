@@ -8,7 +8,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::auth::NO_TOKENS;
-use super::view::layout;
+use super::view::{layout, number};
 use super::viewer::Viewer;
 use super::{Console, ConsoleError, page};
 use crate::tools::ToolError;
@@ -102,9 +102,9 @@ fn card(viewer: &Viewer, a: &AlarmInfo) -> Markup {
                 } }
             p.muted {
                 (a.kind.replace('_', " "))
-                @if let Some(l) = a.limit { " at " (l) " " (a.unit) }
+                @if let Some(l) = a.limit { " at " (number(l)) " " (a.unit) }
                 @if let Some(t) = &a.activated_at { " · activated " (t) }
-                @if let Some(v) = a.value { " at " (v) }
+                @if let Some(v) = a.value { " at " (number(v)) }
                 @if let Some(b) = &a.acknowledged_by { " · acknowledged by " (b) }
             }
             form.decide method="post" action={ "/console/alarms/" (a.alarm_id) } {

@@ -327,7 +327,7 @@ impl ActBody {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(ActBody::default());
         }
-        serde_json::from_slice(body).map_err(|_| {
+        let not_an_act = || {
             ToolError::invalid(
                 "body",
                 None,
@@ -335,7 +335,43 @@ impl ActBody {
                 "The request body is not an alarm act.",
                 "Send e.g. {\"comment\": \"seen\"}, or {\"comment\": \"known cause\", \"duration_s\": 3600} to shelve.",
             )
-        })
+        };
+        let Ok(serde_json::Value::Object(fields)) = serde_json::from_slice(body) else {
+            return Err(not_an_act());
+        };
+        // Each field named when it is the wrong one or of the wrong type.
+        for (name, value) in &fields {
+            let received = serde_json::to_string(value).unwrap_or_default();
+            let expected = match name.as_str() {
+                "comment" if value.is_string() || value.is_null() => continue,
+                "duration_s" | "event_id" if value.as_u64().is_some() || value.is_null() => continue,
+                "comment" => "text",
+                "duration_s" => "a whole number of seconds, 1 to 604800 (7 days)",
+                "event_id" => "a whole number: the event's ID as list_alarms shows it",
+                _ => {
+                    let mut e = ToolError::invalid(
+                        name.as_str(),
+                        None,
+                        "comment, duration_s or event_id",
+                        format!("An alarm act takes no `{}`.", cut(name)),
+                        "Send only comment, duration_s (shelve) and event_id (acknowledge).",
+                    );
+                    e.suggestions = crate::suggest::closest(name, ["comment", "duration_s", "event_id"])
+                        .map(str::to_string)
+                        .into_iter()
+                        .collect();
+                    return Err(e);
+                }
+            };
+            return Err(ToolError::invalid(
+                name.as_str(),
+                Some(&received),
+                expected,
+                format!("`{name}` must be {expected}."),
+                "Send e.g. {\"comment\": \"known cause\", \"duration_s\": 3600} to shelve.",
+            ));
+        }
+        serde_json::from_value(serde_json::Value::Object(fields)).map_err(|_| not_an_act())
     }
 }
 

@@ -126,6 +126,20 @@ async fn an_alarm_comes_is_acknowledged_shelved_and_clears_and_a_killed_process_
     assert_eq!((status, e["error"]["parameter"].as_str()), (400, Some("comment")), "{e}");
     let (status, e) = post(addr, shelve, OPERATOR, json!({ "duration_s": 999_999, "comment": "x" })).await;
     assert_eq!((status, e["error"]["parameter"].as_str()), (400, Some("duration_s")), "{e}");
+    // A field of the wrong type, or one an act does not take, is named.
+    for (body, parameter, received) in [
+        (json!({ "duration_s": "1h", "comment": "x" }), "duration_s", Some("\"1h\"")),
+        (json!({ "duration_s": -5, "comment": "x" }), "duration_s", Some("-5")),
+        (json!({ "duration_s": 60, "comment": 5 }), "comment", Some("5")),
+        (json!({ "duration_s": 60, "comment": "x", "duraton_s": 1 }), "duraton_s", None),
+    ] {
+        let (status, e) = post(addr, shelve, OPERATOR, body.clone()).await;
+        assert_eq!(
+            (status, e["error"]["parameter"].as_str(), e["error"]["received"].as_str()),
+            (400, Some(parameter), received),
+            "{body}: {e}"
+        );
+    }
     let (status, e) =
         post(addr, shelve, OPERATOR, json!({ "duration_s": 3600, "comment": "sensor drift known" })).await;
     assert_eq!(status, 200, "{e}");
@@ -136,7 +150,7 @@ async fn an_alarm_comes_is_acknowledged_shelved_and_clears_and_a_killed_process_
     // An unknown action is refused and not echoed as a tool's name.
     let (status, e) = post(addr, "/v1/alarms/B_BOILER_001.HI/explode_now", OPERATOR, json!({})).await;
     assert_eq!((status, e["meta"]["tool"].as_str()), (400, Some("alarm_act")), "{e}");
-    let (status, e) = post(addr, path, OPERATOR, json!({ "comment": 5 })).await;
+    let (status, e) = post(addr, path, OPERATOR, json!(["seen"])).await;
     assert_eq!((status, e["error"]["parameter"].as_str()), (400, Some("body")), "{e}");
 
     // Back to 80: the acknowledged HIHI returns to normal, the HI waits for an acknowledgement.

@@ -5,6 +5,7 @@ mod alarms;
 mod chaos;
 mod cli;
 mod console;
+mod console_alarms;
 mod console_browser;
 mod crash_storage;
 mod crash_window;
