@@ -46,7 +46,7 @@ pub(super) struct Counters {
     pub remote_left_out: AtomicU64,
     evaluated: AtomicU64,
     pub transitions: AtomicU64,
-    unsaved_dropped: AtomicU64,
+    pub unsaved_dropped: AtomicU64,
     journal_failures: AtomicU64,
 }
 
@@ -69,6 +69,11 @@ pub struct Alarms {
     held: Vec<usize>,
     /// The journal failed its last write (its warning is said once per failure).
     journal_failing: AtomicBool,
+    /// Held by whoever writes the journal (before the table, when both): transitions
+    /// reach the journal and the table in one order.
+    writer: Mutex<()>,
+    /// The hub: the alarm table reached its bound once (said once).
+    pub(super) remote_full: AtomicBool,
     /// Samples the engine's queue had no room for.
     pub lost: Arc<AtomicU64>,
     /// How long the journal keeps a transition.
@@ -132,6 +137,7 @@ impl Alarms {
             instances,
             conditions: HashMap::new(),
             refreshing: HashMap::new(),
+            per_edge: HashMap::new(),
         };
         table.restore_conditions(registry, journal.conditions()?, &mut stored);
         let (server_events, rx) = mpsc::channel(EVENT_QUEUE);
@@ -145,6 +151,8 @@ impl Alarms {
             resync,
             held,
             journal_failing: AtomicBool::new(false),
+            writer: Mutex::new(()),
+            remote_full: AtomicBool::new(false),
             lost: Arc::default(),
             keep: Duration::from_secs(config.journal_days.saturating_mul(86_400)),
             counters: Counters::default(),
@@ -241,6 +249,7 @@ impl Alarms {
         by: Option<&str>,
         comment: Option<&str>,
     ) -> Result<Instance, ActError> {
+        let _writing = self.writer.lock();
         let mut t = self.table.lock();
         let i = *t.by_id.get(alarm_id).ok_or_else(|| ActError::NotFound(alarm_id.to_string()))?;
         if let Some(now) = self.journal.act(alarm_id, act, at_ms, by, comment)? {
@@ -258,25 +267,29 @@ impl Alarms {
 
     /// Writes `acts` in order, as far as the journal takes them; what it does not take
     /// stays at the front of `acts`. Up to [`COMMIT_AT_ONCE`] go in one transaction, the
-    /// table released between them (a reader waits for one, not for all).
-    pub(super) fn commit(&self, acts: &mut VecDeque<Pending>) {
+    /// table locked only to apply what was written (a reader never waits for the disk).
+    /// Not `durable`, they reach the disk with the next durable write.
+    pub(super) fn commit(&self, acts: &mut VecDeque<Pending>, durable: bool) {
+        let _writing = self.writer.lock();
         while !acts.is_empty() {
-            let mut t = self.table.lock();
             let n = acts.len().min(COMMIT_AT_ONCE);
-            let written = {
-                let requests: Vec<ActRequest> = acts
-                    .iter()
-                    .take(n)
-                    .map(|(i, act, at_ms, note, by)| ActRequest {
-                        alarm_id: &t.entries[*i].id,
-                        act,
-                        at_ms: *at_ms,
-                        by: by.as_deref(),
-                        comment: note.as_deref(),
-                    })
-                    .collect();
-                self.journal.act_all(&requests)
+            let entries: Vec<Arc<Entry>> = {
+                let t = self.table.lock();
+                acts.iter().take(n).map(|(i, ..)| t.entries[*i].clone()).collect()
             };
+            let requests: Vec<ActRequest> = acts
+                .iter()
+                .zip(&entries)
+                .map(|((_, act, at_ms, note, by), e)| ActRequest {
+                    alarm_id: &e.id,
+                    act,
+                    at_ms: *at_ms,
+                    by: by.as_deref(),
+                    comment: note.as_deref(),
+                })
+                .collect();
+            let written = self.journal.act_all(&requests, durable && n == acts.len());
+            drop(requests);
             let done = match written {
                 Ok(done) => done,
                 Err(error) => {
@@ -289,6 +302,7 @@ impl Alarms {
             };
             // A refusal is an act its state no longer allows (a server's repeat): nothing
             // to write.
+            let mut t = self.table.lock();
             for (done, (i, act, ..)) in done.into_iter().zip(acts.drain(..n)) {
                 if let Ok(Some(now)) = done {
                     t.instances[i] = now;
@@ -298,6 +312,7 @@ impl Alarms {
                     }
                 }
             }
+            drop(t);
             if self.journal_failing.swap(false, Ordering::Relaxed) {
                 tracing::info!("alarm journal: writing again; the transitions that waited are written");
             }
@@ -473,7 +488,7 @@ impl Alarms {
                 let me = self.clone();
                 let mut acts = std::mem::take(&mut unsaved);
                 unsaved = tokio::task::spawn_blocking(move || {
-                    me.commit(&mut acts);
+                    me.commit(&mut acts, true);
                     acts
                 })
                 .await
@@ -487,7 +502,7 @@ impl Alarms {
         }
         if !unsaved.is_empty() {
             let me = self.clone();
-            let _ = tokio::task::spawn_blocking(move || me.commit(&mut unsaved)).await;
+            let _ = tokio::task::spawn_blocking(move || me.commit(&mut unsaved, true)).await;
         }
     }
 
@@ -533,7 +548,7 @@ impl Alarms {
         );
         s.counter(
             "fieldgate_alarm_transitions_dropped",
-            "Transitions dropped because more than 10,000 waited for the journal.",
+            "Transitions dropped: more than 10,000 waited for the journal, or (the hub) the journal did not take an edge's.",
             load(&c.unsaved_dropped),
         );
     }

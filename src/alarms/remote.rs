@@ -14,7 +14,7 @@
 //! - While an edge node is offline its alarms hold as last published.
 //! - Operators act on an alarm where it is evaluated, on its edge: the hub refuses acts.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -27,6 +27,9 @@ use crate::store::alarm_journal::{Act, AlarmState, Instance};
 
 /// Alarms the hub follows, at most (beyond: left out and counted).
 pub const MAX_REMOTE: usize = 100_000;
+/// Alarms of one edge node the hub follows, at most, those it no longer publishes
+/// included (beyond: left out and counted): one node cannot fill the table.
+pub const MAX_PER_EDGE: usize = 20_000;
 
 const ON_EDGE: &str = "acknowledged on the edge";
 const ON_EDGE_ACT: &str = "on the edge";
@@ -72,7 +75,13 @@ fn flags(state: AlarmState) -> (bool, bool) {
 impl Alarms {
     /// The entry of edge node `edge`'s alarm `a`, made or renewed; `None` when its ID is
     /// another's or the hub follows as many as it takes.
-    fn remote_entry(&self, t: &mut Table, edge: &str, a: &RemoteAlarm) -> Option<usize> {
+    fn remote_entry(
+        &self,
+        t: &mut Table,
+        edge: &str,
+        a: &RemoteAlarm,
+        restored: &mut HashMap<String, Instance>,
+    ) -> Option<usize> {
         let entry = Entry {
             id: a.id.clone(),
             device: usize::MAX,
@@ -99,14 +108,21 @@ impl Alarms {
             }
             return Some(i);
         }
-        if t.entries.len() >= MAX_REMOTE {
+        let held = t.per_edge.get(edge).copied().unwrap_or(0);
+        if t.entries.len() >= MAX_REMOTE || held >= MAX_PER_EDGE {
+            if !self.remote_full.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    edge,
+                    max = MAX_REMOTE,
+                    per_edge = MAX_PER_EDGE,
+                    "hub: alarms left out, the hub follows as many as it takes (those no edge publishes any more stay until it restarts; fieldgate_alarm_remote_left_out counts them; said once)"
+                );
+            }
             return None;
         }
+        t.per_edge.insert(edge.to_string(), held + 1);
         // Known before (the hub restarted): its instance as the journal holds it.
-        let instance = match self.journal.instance(&a.id) {
-            Ok(Some(i)) => i,
-            _ => Instance::normal(&a.id),
-        };
+        let instance = restored.remove(&a.id).unwrap_or_else(|| Instance::normal(&a.id));
         let i = t.entries.len();
         t.by_id.insert(a.id.clone(), i);
         t.instances.push(instance);
@@ -122,15 +138,31 @@ impl Alarms {
     }
 
     /// Edge node `edge`'s alarms as it published them (`birth`: every one of them),
-    /// journaled (blocking: call it off the async threads, in the order they came).
-    pub fn on_remote(&self, edge: &str, birth: bool, alarms: Vec<RemoteAlarm>) {
+    /// journaled durably (blocking: call it off the async threads, in the order they came).
+    pub fn on_remote(&self, edge: &str, birth: bool, alarms: Vec<RemoteAlarm>) -> usize {
+        self.follow_remote(edge, birth, alarms, true)
+    }
+
+    /// As [`Alarms::on_remote`]; not `durable`, written to disk with the next durable
+    /// write (a batch of messages, the last durable). The number of transitions the
+    /// journal did not take (lost: counted; the edge's next birth says its states again).
+    pub fn follow_remote(&self, edge: &str, birth: bool, alarms: Vec<RemoteAlarm>, durable: bool) -> usize {
         let now = chrono::Utc::now().timestamp_millis();
         let mut out = Vec::new();
+        // What the journal holds of alarms new to the table, read before it is locked.
+        let new: Vec<&str> = {
+            let t = self.table.lock();
+            alarms.iter().map(|a| a.id.as_str()).filter(|id| !t.by_id.contains_key(*id)).collect()
+        };
+        let mut restored: HashMap<String, Instance> = match self.journal.instances_of(&new) {
+            Ok(found) => found.into_iter().map(|i| (i.alarm_id.clone(), i)).collect(),
+            Err(_) => HashMap::new(),
+        };
         {
             let mut t = self.table.lock();
             let mut seen = HashSet::new();
             for a in &alarms {
-                let Some(i) = self.remote_entry(&mut t, edge, a) else {
+                let Some(i) = self.remote_entry(&mut t, edge, a, &mut restored) else {
                     self.counters.remote_left_out.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
@@ -176,15 +208,10 @@ impl Alarms {
             }
         }
         let mut pending = out.into();
-        self.commit(&mut pending);
-        if !pending.is_empty() {
-            // The edge's next birth says the states again.
-            tracing::warn!(
-                waiting = pending.len(),
-                edge,
-                "alarm journal: an edge's alarm transitions are not written"
-            );
-        }
+        self.commit(&mut pending, durable);
+        // Said once by `commit` while the journal fails; counted here.
+        self.counters.unsaved_dropped.fetch_add(pending.len() as u64, Ordering::Relaxed);
+        pending.len()
     }
 }
 

@@ -137,3 +137,42 @@ fn a_late_hub_takes_each_event_as_the_edge_says_and_its_shelving_and_service() {
     a.on_remote("plant/gw1", false, vec![RemoteAlarm { out_of_service: false, ..out }]);
     assert!(!a.get("B_BOILER_001.HIHI").unwrap().1.out_of_service);
 }
+
+#[test]
+fn one_edge_node_cannot_fill_the_table_with_births_of_new_alarms() {
+    let journal = Arc::new(AlarmJournal::in_memory().unwrap());
+    let a = hub(&journal);
+    let birth = |from: usize, n: usize| -> Vec<RemoteAlarm> {
+        (from..from + n).map(|k| remote(&format!("X_FLOOD_001.A{k}"), AlarmState::Normal, None)).collect()
+    };
+    a.on_remote("X/fake", true, birth(0, MAX_PER_EDGE - 5));
+    // A second birth of other IDs: those of the first stay (as normal), so only 5 more fit.
+    a.on_remote("X/fake", true, birth(MAX_PER_EDGE, 10));
+    assert_eq!(a.count(), MAX_PER_EDGE);
+    assert_eq!(a.counters.remote_left_out.load(Ordering::Relaxed), 5);
+    // A real edge's alarm is still followed.
+    a.on_remote("B/gw-b", true, vec![remote("B_BOILER_001.HIHI", AlarmState::ActiveUnacknowledged, None)]);
+    assert_eq!(a.get("B_BOILER_001.HIHI").unwrap().1.state, AlarmState::ActiveUnacknowledged);
+}
+
+#[test]
+fn a_batch_written_to_disk_once_keeps_every_transition_and_event_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Arc::new(AlarmJournal::open_in(dir.path()).unwrap());
+    let a = hub(&journal);
+    let id = "B_BOILER_001.HIHI";
+    a.follow_remote("B/gw-b", true, vec![remote(id, AlarmState::Normal, None)], false);
+    a.follow_remote("B/gw-b", false, vec![remote(id, AlarmState::ActiveUnacknowledged, None)], false);
+    a.follow_remote("B/gw-b", false, vec![remote(id, AlarmState::ActiveAcknowledged, Some("op"))], true);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("alarms.last_event")).unwrap(),
+        "1",
+        "marked once durable"
+    );
+    drop(a);
+    drop(journal);
+    let journal = Arc::new(AlarmJournal::open_in(dir.path()).unwrap());
+    let kinds: Vec<EventKind> =
+        journal.events(0, i64::MAX, None, 10).unwrap().iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Activated, EventKind::Acknowledged]);
+}

@@ -26,6 +26,8 @@ pub struct Table {
     pub conditions: HashMap<(usize, String), Served>,
     /// Device → the conditions its refresh under way has re-sent.
     pub refreshing: HashMap<usize, HashSet<usize>>,
+    /// The hub: edge node → the alarms of it followed (those it no longer publishes too).
+    pub per_edge: HashMap<String, usize>,
 }
 
 /// A condition followed: its alarm and the server's latest EventId of it.

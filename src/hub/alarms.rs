@@ -81,8 +81,10 @@ fn text(m: &Metric, key: &str) -> Option<String> {
     }
 }
 
-/// One alarm metric read (`last`: the alarm as last told, for a metric that says only
-/// its state): `None` when it is no alarm fieldgate can follow.
+/// One alarm metric read (`last`: the alarm as last told): `None` when it is no alarm
+/// fieldgate can follow. A metric without properties says only its state; one with some
+/// says the rest, what describes the alarm kept as last told where it is missing or not
+/// understood (who acknowledged, when it activated and the shelving are as sent).
 fn parse(id: &str, m: &Metric, last: Option<&RemoteAlarm>) -> Option<RemoteAlarm> {
     if !is_alarm_id(id) {
         return None;
@@ -102,26 +104,33 @@ fn parse(id: &str, m: &Metric, last: Option<&RemoteAlarm>) -> Option<RemoteAlarm
             ..last.clone()
         });
     }
+    let told = |key: &str, was: Option<&String>| text(m, key).or_else(|| was.cloned()).unwrap_or_default();
     Some(RemoteAlarm {
         id: id.to_string(),
         state,
         time_ms,
-        priority: text(m, "priority").and_then(|p| p.parse().ok()).unwrap_or(AlarmPriority::Medium),
-        kind: text(m, "type").unwrap_or_default(),
-        message: text(m, "message").unwrap_or_default(),
-        device: text(m, "device").unwrap_or_default(),
-        sensor: text(m, "sensor"),
-        plant: text(m, "plant").unwrap_or_default(),
-        zone: text(m, "zone").unwrap_or_default(),
+        priority: text(m, "priority")
+            .and_then(|p| p.parse().ok())
+            .or(last.map(|l| l.priority))
+            .unwrap_or(AlarmPriority::Medium),
+        kind: told("type", last.map(|l| &l.kind)),
+        message: told("message", last.map(|l| &l.message)),
+        device: told("device", last.map(|l| &l.device)),
+        sensor: text(m, "sensor").or_else(|| last.and_then(|l| l.sensor.clone())),
+        plant: told("plant", last.map(|l| &l.plant)),
+        zone: told("zone", last.map(|l| &l.zone)),
         limit: match prop(m, "limit") {
             Some(PropertyValueKind::Double(l)) if l.is_finite() => Some(*l),
-            _ => None,
+            _ => last.and_then(|l| l.limit),
         },
-        unit: text(m, "unit").unwrap_or_default(),
+        unit: told("unit", last.map(|l| &l.unit)),
         acknowledged_by: text(m, "acknowledgedBy"),
         activated_ms: time(m, "activatedAt"),
         shelved_until_ms: time(m, "shelvedUntil"),
-        out_of_service: matches!(prop(m, "outOfService"), Some(PropertyValueKind::Boolean(true))),
+        out_of_service: match prop(m, "outOfService") {
+            Some(PropertyValueKind::Boolean(b)) => *b,
+            _ => last.is_some_and(|l| l.out_of_service),
+        },
     })
 }
 
@@ -262,6 +271,29 @@ mod tests {
                 "b-boiler-rtu",
                 born.message.as_str()
             )
+        );
+    }
+
+    #[test]
+    fn data_with_some_properties_keeps_what_describes_the_alarm() {
+        let mut a = AlarmAliases::default();
+        let birth = Payload {
+            metrics: vec![alarm(Some("Alarms/B_BOILER_001.HIHI"), 7, "normal")],
+            ..Payload::default()
+        };
+        let born = a.read("plant/gw", Kind::NBirth, &birth).unwrap().alarms.remove(0);
+        let mut m =
+            Metric::new(None, Some(7), datatype::STRING, Some(Value::String("active_acknowledged".into())));
+        let mut p = PropertySet::default();
+        p.push("priority", PropertyValue::string("bogus"));
+        p.push("acknowledgedBy", PropertyValue::string("op"));
+        m.properties = Some(p);
+        let news =
+            a.read("plant/gw", Kind::NData, &Payload { metrics: vec![m], ..Payload::default() }).unwrap();
+        let got = &news.alarms[0];
+        assert_eq!(
+            (got.priority, got.device.as_str(), got.message.as_str(), got.acknowledged_by.as_deref()),
+            (AlarmPriority::Critical, "b-boiler-rtu", born.message.as_str(), Some("op"))
         );
     }
 

@@ -293,11 +293,11 @@ impl Fleet {
         }
     }
 
-    /// What a message of a known edge node said was lost after it was taken: a rebirth
-    /// is asked for (paced).
+    /// What a message of a known edge node said was lost after it was taken (its alarms
+    /// not journaled): counted as dropped, and a rebirth asked for (paced).
     pub fn want_rebirth(&mut self, group: &str, node: &str) {
         if let Some(e) = self.known(group, node) {
-            self.edges[e].rebirth_wanted = true;
+            self.edges[e].drop_and_ask();
         }
     }
 

@@ -7,6 +7,7 @@
 //! from (conflicts withheld); `source.rs` the fleet's latest values behind the `Driver`
 //! trait (`EDGE_OFFLINE`, stale values); `run.rs` the task on the broker.
 
+mod alarm_queue;
 pub mod alarms;
 pub mod catalogue;
 pub mod fleet;

@@ -15,6 +15,7 @@ use rumqttc::{ConnectionError, Event, Incoming, QoS};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::alarm_queue::{ALARM_NEWS, AlarmNews, Waiting, journal_alarms, queued};
 use super::catalogue;
 use super::fleet::{Clock, Fleet, From, Update};
 use super::{Counters, Hub};
@@ -65,29 +66,8 @@ pub(super) struct Host {
     /// journals it (in order, never holding up this one).
     alarm_aliases: super::alarms::AlarmAliases,
     alarm_news: Option<tokio::sync::mpsc::Sender<AlarmNews>>,
-}
-
-/// What one edge node said of its alarms, with its `group/node`.
-type AlarmNews = (String, super::alarms::AlarmNews);
-
-/// Messages with alarms waiting to be journaled, at most (beyond: dropped and counted, and
-/// the edge node asked for a rebirth, which says its alarms again).
-const ALARM_NEWS: usize = 256;
-
-/// Journals what the edge nodes said of their alarms, in the order it came, off the
-/// async threads, until the hub's task ends.
-async fn journal_alarms(mut rx: tokio::sync::mpsc::Receiver<AlarmNews>, tools: ToolService) {
-    while let Some(news) = rx.recv().await {
-        let Some(alarms) = tools.core().alarms.clone() else { continue };
-        let done = tokio::task::spawn_blocking(move || {
-            let (edge, news) = news;
-            alarms.remote_left_out(news.left_out);
-            alarms.on_remote(&edge, news.birth, news.alarms);
-        });
-        if done.await.is_err() {
-            tracing::error!("hub: an edge's alarms could not be journaled");
-        }
-    }
+    /// Edge node → its messages waiting in that queue (one node takes a share of it only).
+    alarm_waiting: Waiting,
 }
 
 impl Host {
@@ -125,13 +105,19 @@ impl Host {
             throttle: crate::logs::Throttle::default(),
             alarm_aliases: Default::default(),
             alarm_news: None,
+            alarm_waiting: Arc::default(),
         }
     }
 
     pub(super) async fn run(mut self, stop: CancellationToken) {
         let (news, rx) = tokio::sync::mpsc::channel(ALARM_NEWS);
         self.alarm_news = Some(news);
-        let journal = tokio::spawn(journal_alarms(rx, self.tools.clone()));
+        let journal = tokio::spawn(journal_alarms(
+            rx,
+            self.tools.clone(),
+            self.fleet.clone(),
+            self.alarm_waiting.clone(),
+        ));
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -279,7 +265,7 @@ impl Host {
                         if let Some(news) = alarms
                             && fleet.strangers().births_refused == refused
                             && let Some(queue) = &self.alarm_news
-                            && queue.try_send((edge, news)).is_err()
+                            && !queued(queue, &self.alarm_waiting, edge, news)
                         {
                             Counters::add(&self.counters.alarm_news_dropped, 1);
                             // What it said of its alarms is lost: its birth says them again.

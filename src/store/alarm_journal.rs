@@ -225,6 +225,8 @@ pub struct AlarmJournal {
     db: Db,
     /// `alarms.last_event` beside a file-backed journal: the highest event ID ever given.
     marker: Option<std::path::PathBuf>,
+    /// The highest event ID given by transactions not yet durable (0: none).
+    unmarked: std::sync::atomic::AtomicU64,
 }
 
 /// What `act` does to `was`: the instance after it, or `None` when it changes nothing
@@ -355,7 +357,7 @@ impl AlarmJournal {
             tx.open_table(CONDITIONS).map_err(self::db)?;
             tx.commit().map_err(self::db)
         })?;
-        Ok(AlarmJournal { db, marker: None })
+        Ok(AlarmJournal { db, marker: None, unmarked: Default::default() })
     }
 
     pub fn problem(&self) -> Option<Problem> {
@@ -385,6 +387,21 @@ impl AlarmJournal {
                 Some(v) => serde_json::from_slice(v.value()).map(Some).map_err(|_| JournalError::Corrupt),
                 None => Ok(None),
             }
+        })
+    }
+
+    /// The instances of those of `ids` that have one (one read).
+    pub fn instances_of(&self, ids: &[&str]) -> Result<Vec<Instance>, JournalError> {
+        self.db.read(|d| {
+            let tx = d.begin_read().map_err(db)?;
+            let t = tx.open_table(INSTANCES).map_err(db)?;
+            let mut out = Vec::new();
+            for id in ids {
+                if let Some(v) = t.get(*id).map_err(db)? {
+                    out.push(serde_json::from_slice(v.value()).map_err(|_| JournalError::Corrupt)?);
+                }
+            }
+            Ok(out)
         })
     }
 
@@ -466,7 +483,7 @@ impl AlarmJournal {
         comment: Option<&str>,
     ) -> Result<Option<Instance>, JournalError> {
         let one = ActRequest { alarm_id, act, at_ms, by, comment };
-        match self.act_all(std::slice::from_ref(&one))?.pop() {
+        match self.act_all(std::slice::from_ref(&one), true)?.pop() {
             Some(Ok(done)) => Ok(done),
             Some(Err(refusal)) => Err(JournalError::Refused { alarm_id: alarm_id.to_string(), refusal }),
             None => Ok(None),
@@ -475,14 +492,20 @@ impl AlarmJournal {
 
     /// Applies `acts` in order, in one transaction (one write to disk however many): for
     /// each, the instance after it, `None` when it changes nothing, or its refusal (which
-    /// leaves the others to be done). A storage failure writes none of them.
+    /// leaves the others to be done). A storage failure writes none of them. Not
+    /// `durable`, the transaction reaches the disk with the next durable one (a crash
+    /// before loses it; the event IDs it gave are marked given only then).
     pub fn act_all(
         &self,
         acts: &[ActRequest],
+        durable: bool,
     ) -> Result<Vec<Result<Option<Instance>, Refusal>>, JournalError> {
         let mut given = None;
         let done = self.db.write(|d| {
-            let tx = d.begin_write().map_err(db)?;
+            let mut tx = d.begin_write().map_err(db)?;
+            if !durable {
+                tx.set_durability(redb::Durability::None).map_err(db)?;
+            }
             let mut out = Vec::with_capacity(acts.len());
             {
                 let mut tables = Tables {
@@ -502,7 +525,13 @@ impl AlarmJournal {
             Ok(out)
         })?;
         if let Some(id) = given {
-            self.mark_given(id);
+            self.unmarked.fetch_max(id, std::sync::atomic::Ordering::Relaxed);
+        }
+        if durable {
+            let id = self.unmarked.swap(0, std::sync::atomic::Ordering::Relaxed);
+            if id > 0 {
+                self.mark_given(id);
+            }
         }
         Ok(done)
     }

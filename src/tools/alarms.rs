@@ -472,6 +472,23 @@ pub(crate) async fn act(
             "Say why, e.g. \"transmitter being replaced, work order WO-000123\".",
         )
     };
+    let stray = match action {
+        "acknowledge" => body.duration_s.map(|_| "duration_s"),
+        "shelve" => body.event_id.map(|_| "event_id"),
+        "unshelve" | "out_of_service" | "in_service" => {
+            body.duration_s.map(|_| "duration_s").or(body.event_id.map(|_| "event_id"))
+        }
+        _ => None,
+    };
+    if let Some(field) = stray {
+        return Err(ToolError::invalid(
+            field,
+            None,
+            format!("no {field} with {action}"),
+            format!("`{action}` takes no `{field}`."),
+            "Send duration_s only to shelve, and event_id only to acknowledge.",
+        ));
+    }
     let now = Utc::now().timestamp_millis();
     let what = match action {
         "acknowledge" => Act::Acknowledge { event_id: body.event_id },

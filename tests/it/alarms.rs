@@ -132,6 +132,7 @@ async fn an_alarm_comes_is_acknowledged_shelved_and_clears_and_a_killed_process_
         (json!({ "duration_s": -5, "comment": "x" }), "duration_s", Some("-5")),
         (json!({ "duration_s": 60, "comment": 5 }), "comment", Some("5")),
         (json!({ "duration_s": 60, "comment": "x", "duraton_s": 1 }), "duraton_s", None),
+        (json!({ "duration_s": 60, "comment": "x", "event_id": 1 }), "event_id", None),
     ] {
         let (status, e) = post(addr, shelve, OPERATOR, body.clone()).await;
         assert_eq!(
