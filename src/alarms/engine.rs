@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 
 use super::entry::{self, Entry, Watch};
 use super::limit::{LimitState, Transition, Value};
+use super::table::pressing;
 pub(super) use super::table::{EVENT_QUEUE, Pending, Table};
 use crate::config::AlarmsConfig;
 use crate::driver::opcua::conditions::{Command, ServerEvent};
@@ -29,7 +30,7 @@ use crate::metrics::Sheet;
 use crate::reading::Reader;
 use crate::reading::feed::Batch;
 use crate::registry::{OpcUaMode, Registry, Sensor, SensorSource};
-use crate::store::alarm_journal::{Act, ActRequest, AlarmJournal, AlarmState, Instance, JournalError};
+use crate::store::alarm_journal::{Act, ActRequest, AlarmJournal, Instance, JournalError};
 
 /// How often transitions older than `[alarms] journal_days` are removed.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -138,6 +139,7 @@ impl Alarms {
             conditions: HashMap::new(),
             refreshing: HashMap::new(),
             per_edge: HashMap::new(),
+            by_remote_sensor: HashMap::new(),
         };
         table.restore_conditions(registry, journal.conditions()?, &mut stored);
         let (server_events, rx) = mpsc::channel(EVENT_QUEUE);
@@ -213,24 +215,18 @@ impl Alarms {
     /// returned-unacknowledged; the higher priority among equals; shelved and out of
     /// service left out): its entry and instance, or `None` when the sensor has no alarm.
     /// `Some((entry, None))`: the first of its alarms, none standing.
-    pub fn of_sensor(&self, sensor: usize) -> Option<(&Entry, Option<Instance>)> {
+    pub fn of_sensor(&self, sensor: usize) -> Option<(Arc<Entry>, Option<Instance>)> {
         let watching = self.by_sensor.get(&sensor)?;
         let table = self.table.lock();
         let instances = &table.instances;
-        let rank = |i: &Instance| match i.state {
-            AlarmState::ActiveUnacknowledged => 3,
-            AlarmState::ActiveAcknowledged => 2,
-            AlarmState::ReturnedUnacknowledged => 1,
-            AlarmState::Normal => 0,
-        };
         let worst = watching
             .iter()
             .map(|&e| (e, &instances[e]))
-            .filter(|(_, i)| rank(i) > 0 && i.shelved_until_ms.is_none() && !i.out_of_service)
-            .max_by_key(|(e, i)| (rank(i), self.fixed[*e].priority));
+            .filter(|(_, i)| pressing(i) > 0)
+            .max_by_key(|(e, i)| (pressing(i), self.fixed[*e].priority));
         match worst {
-            Some((e, i)) => Some((&self.fixed[e], Some(i.clone()))),
-            None => Some((&self.fixed[watching[0]], None)),
+            Some((e, i)) => Some((self.fixed[e].clone(), Some(i.clone()))),
+            None => Some((self.fixed[watching[0]].clone(), None)),
         }
     }
 

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use super::Alarms;
 use super::conditions::to_state;
 use super::entry::{Entry, Remote, Watch, kind_of};
-use super::table::{Pending, Table};
+use super::table::{Pending, Table, pressing};
 use crate::registry::AlarmPriority;
 use crate::store::alarm_journal::{Act, AlarmState, Instance};
 
@@ -32,6 +32,8 @@ pub const MAX_REMOTE: usize = 100_000;
 pub const MAX_PER_EDGE: usize = 20_000;
 
 const ON_EDGE: &str = "acknowledged on the edge";
+/// The longest shelving, as an edge allows it (7 days, in ms).
+const MAX_SHELVE_MS: i64 = 7 * 86_400_000;
 const ON_EDGE_ACT: &str = "on the edge";
 const NOT_PUBLISHED: &str = "no longer published by the edge";
 
@@ -103,6 +105,12 @@ impl Alarms {
                 return None;
             }
             if *t.entries[i] != entry {
+                if let Some(s) = &a.sensor {
+                    let on = t.by_remote_sensor.entry(s.clone()).or_default();
+                    if !on.contains(&i) {
+                        on.push(i);
+                    }
+                }
                 t.entries[i] = Arc::new(entry);
                 self.touched();
             }
@@ -124,11 +132,38 @@ impl Alarms {
         // Known before (the hub restarted): its instance as the journal holds it.
         let instance = restored.remove(&a.id).unwrap_or_else(|| Instance::normal(&a.id));
         let i = t.entries.len();
+        if let Some(s) = &a.sensor {
+            t.by_remote_sensor.entry(s.clone()).or_default().push(i);
+        }
         t.by_id.insert(a.id.clone(), i);
         t.instances.push(instance);
         t.entries.push(Arc::new(entry));
         self.touched();
         Some(i)
+    }
+
+    /// The edges' alarms on sensor `sensor`: the most pressing one standing and its
+    /// instance, or one of them and `None` when none stands; `None` without any.
+    pub fn of_remote_sensor(&self, sensor: &str) -> Option<(Arc<Entry>, Option<Instance>)> {
+        let t = self.table.lock();
+        let on: Vec<usize> = t
+            .by_remote_sensor
+            .get(sensor)?
+            .iter()
+            .copied()
+            .filter(
+                |&i| matches!(&t.entries[i].watch, Watch::Remote(r) if r.sensor.as_deref() == Some(sensor)),
+            )
+            .collect();
+        let first = *on.first()?;
+        let worst = on
+            .into_iter()
+            .filter(|&i| pressing(&t.instances[i]) > 0)
+            .max_by_key(|&i| (pressing(&t.instances[i]), t.entries[i].priority));
+        Some(match worst {
+            Some(i) => (t.entries[i].clone(), Some(t.instances[i].clone())),
+            None => (t.entries[first].clone(), None),
+        })
     }
 
     /// Alarm metrics of the edge nodes left out before they reached the table (not an
@@ -233,7 +268,15 @@ fn follow(out: &mut Vec<Pending>, i: usize, was: &Instance, a: &RemoteAlarm, now
         (true, false) => out.push((i, Act::InService, learned, on_edge(), None)),
         (false, false) => {}
     }
-    match (was.shelved_until_ms, a.shelved_until_ms) {
+    // A shelving lasts 7 days at most, as on an edge: one said longer is taken as 7 days
+    // from when the hub learned it (and kept while it lasts).
+    let bound = learned.saturating_add(MAX_SHELVE_MS);
+    let theirs = a.shelved_until_ms.map(|u| match was.shelved_until_ms {
+        _ if u <= bound => u,
+        Some(w) if w > now => w,
+        _ => bound,
+    });
+    match (was.shelved_until_ms, theirs) {
         (w, Some(u)) if w != Some(u) => out.push((i, Act::Shelve { until_ms: u }, learned, on_edge(), None)),
         (Some(_), None) => out.push((i, Act::Unshelve, learned, on_edge(), None)),
         _ => {}

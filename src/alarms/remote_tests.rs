@@ -176,3 +176,24 @@ fn a_batch_written_to_disk_once_keeps_every_transition_and_event_id() {
         journal.events(0, i64::MAX, None, 10).unwrap().iter().map(|e| e.kind).collect();
     assert_eq!(kinds, [EventKind::Activated, EventKind::Acknowledged]);
 }
+
+#[test]
+fn a_shelving_said_longer_than_an_edge_allows_is_seven_days() {
+    let journal = Arc::new(AlarmJournal::in_memory().unwrap());
+    let a = hub(&journal);
+    let id = "B_BOILER_001.HIHI";
+    let mut far = remote(id, AlarmState::ActiveUnacknowledged, None);
+    far.shelved_until_ms = Some(99_999_999_999_999);
+    a.on_remote("B/gw-b", true, vec![far.clone()]);
+    a.on_remote("B/gw-b", false, vec![far]);
+    let until = a.get(id).unwrap().1.shelved_until_ms.unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    assert!(until <= now + MAX_SHELVE_MS && until > now + MAX_SHELVE_MS - 60_000, "{until}");
+    let shelved = journal
+        .events(0, i64::MAX, None, 10)
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == EventKind::Shelved)
+        .count();
+    assert_eq!(shelved, 1, "kept, not shelved again by every message");
+}

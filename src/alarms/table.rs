@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::entry::{Entry, Watch};
 use crate::registry::Registry;
-use crate::store::alarm_journal::{Act, ConditionRecord, Instance};
+use crate::store::alarm_journal::{Act, AlarmState, ConditionRecord, Instance};
 
 /// Server events waiting for the engine, at most (beyond: counted and dropped).
 pub const EVENT_QUEUE: usize = 4096;
@@ -28,6 +28,21 @@ pub struct Table {
     pub refreshing: HashMap<usize, HashSet<usize>>,
     /// The hub: edge node → the alarms of it followed (those it no longer publishes too).
     pub per_edge: HashMap<String, usize>,
+    /// The hub: sensor ID → the edges' alarms on it.
+    pub by_remote_sensor: HashMap<String, Vec<usize>>,
+}
+
+/// How pressing an instance is, for a reading's alarm state (0: nothing stands).
+pub fn pressing(i: &Instance) -> u8 {
+    if i.shelved_until_ms.is_some() || i.out_of_service {
+        return 0;
+    }
+    match i.state {
+        AlarmState::ActiveUnacknowledged => 3,
+        AlarmState::ActiveAcknowledged => 2,
+        AlarmState::ReturnedUnacknowledged => 1,
+        AlarmState::Normal => 0,
+    }
 }
 
 /// A condition followed: its alarm and the server's latest EventId of it.

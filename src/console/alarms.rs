@@ -71,7 +71,10 @@ pub async fn alarms(
                 a href={ "/console/alarms?state=" (f) } class=[(name == f).then_some("here")] { (f.replace('_', " ")) }
             }
         }
-        @if list.alarms.is_empty() { p #alarms-empty { "No alarm in this state." } }
+        @if list.alarms.is_empty() {
+            p #alarms-empty { "No alarm in this state."
+                @if n.shelved > 0 && name == "not_normal" { " Shelved alarms are not shown here: see " a href="/console/alarms?state=shelved" { "shelved" } "." } }
+        }
         @for a in &list.alarms { (card(&viewer, a)) }
     };
     Ok(page(layout(&c, &viewer, "Alarms", "/console/alarms", None, body)))

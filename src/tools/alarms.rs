@@ -100,11 +100,13 @@ const PAGING: super::cursor::Paging =
 
 /// A sensor's alarm state as its readings carry it; `None` for a sensor without alarms.
 pub(crate) fn reading_alarm(view: &View, sensor: &crate::registry::Sensor) -> Option<ReadingAlarm> {
-    let (entry, standing) = view.core.alarms.as_ref()?.of_sensor(sensor.place.sensor)?;
-    // The sensor at that place is this one (a renewed hub registry places others there).
-    if !entry.id.starts_with(sensor.id.as_str()) {
-        return None;
-    }
+    let alarms = view.core.alarms.as_ref()?;
+    // The sensor at that place is this one (a renewed hub registry places others there);
+    // at the hub, the edges' alarms on it.
+    let (entry, standing) = alarms
+        .of_sensor(sensor.place.sensor)
+        .filter(|(e, _)| e.id.starts_with(sensor.id.as_str()))
+        .or_else(|| alarms.of_remote_sensor(sensor.id.as_str()))?;
     Some(match standing {
         Some(i) => {
             ReadingAlarm { state: i.state, alarm_id: Some(i.alarm_id), priority: Some(entry.priority) }

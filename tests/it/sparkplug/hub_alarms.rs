@@ -74,6 +74,14 @@ async fn the_hub_lists_the_edges_alarms_and_their_history() {
     sim.set_wave("B_BOILER_001", Wave::Constant { value: 91.0 });
     until(edge.addr, HIHI, "active_unacknowledged").await;
     until(hub.addr, HIHI, "active_unacknowledged").await;
+    // A reading at the hub carries the sensor's alarm state as the edge's does.
+    let (_, r) =
+        post(hub.addr, "/v1/tools/get_sensor_reading", AGENT, json!({ "sensor_id": "B_BOILER_001" })).await;
+    assert_eq!(
+        (r["data"]["alarm"]["alarm_id"].as_str(), r["data"]["alarm"]["state"].as_str()),
+        (Some(HIHI), Some("active_unacknowledged")),
+        "the most pressing of HI and HIHI: {r}"
+    );
     let (status, e) =
         post(edge.addr, &format!("/v1/alarms/{HIHI}/acknowledge"), OPERATOR, json!({ "comment": "on it" }))
             .await;
