@@ -9,9 +9,9 @@
 //! takes at 10,000 samples a second. Target: ≤ 5 % of one core.
 //!
 //! Then the fleet hub's side: an edge node's messages, every alarm changing state in each
-//! (100 of 250 alarms; 2,000 of 20), followed into a journal on disk, each message written
-//! to disk, and (the hub's journaling task) 64 messages written to disk at once. Reported:
-//! transitions and messages journaled per second, and the longest message.
+//! (100 of 250 alarms; 2,000 of 20), followed into a journal on disk, each message in one
+//! durable write. Reported: transitions and messages journaled per second, and the
+//! longest message.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -131,16 +131,14 @@ fn main() {
         100.0 * cpu_s / SECONDS as f64,
         cpu_s / base_cpu.max(1e-9)
     );
-    // The hub: big messages, each written to disk; small ones, each written (as before
-    // batching) and a batch of 64 written once (as the hub's journaling task does).
-    hub(100, 250, 1);
-    hub(2_000, 20, 1);
-    hub(2_000, 20, 64);
+    // The hub: big messages and small ones, each written to disk.
+    hub(100, 250);
+    hub(2_000, 20);
 }
 
 /// The hub's side: one edge node's `messages` of `per_message` alarms each followed into
-/// a journal on disk, written to disk once per `batch` messages.
-fn hub(messages: usize, per_message: usize, batch: usize) {
+/// a journal on disk, each in one durable write.
+fn hub(messages: usize, per_message: usize) {
     let text = "id = \"h-dev\"\nplant = \"H\"\nzone = \"Z\"\ndescription = \"bench\"\nprotocol = \"modbus-tcp\"\nendpoint = \"127.0.0.1:1\"\n\n[[sensors]]\nid = \"H_Z_001\"\ndescription = \"t\"\nkind = \"temperature\"\nunit = \"degC\"\ntable = \"holding\"\naddress = 0\ntype = \"f32\"\n";
     let registry = Registry::from_texts(&[("h.toml".to_string(), text.to_string())])
         .expect("the hub bench's device file");
@@ -177,16 +175,14 @@ fn hub(messages: usize, per_message: usize, batch: usize) {
     };
     let list: Vec<Vec<RemoteAlarm>> = (0..messages).map(message).collect();
     let (mut longest, w0) = (0.0f64, Instant::now());
-    for (m, one) in list.into_iter().enumerate() {
+    for one in list {
         let w = Instant::now();
-        alarms.follow_remote("G/edge", false, one, (m + 1) % batch == 0 || m + 1 == messages);
+        alarms.on_remote("G/edge", false, one);
         longest = longest.max(w.elapsed().as_secs_f64());
     }
     let wall = w0.elapsed().as_secs_f64();
     let transitions = journal.events(0, i64::MAX, None, usize::MAX).map(|e| e.len()).unwrap_or(0);
-    println!(
-        "hub: {messages} messages of {per_message} alarms from one edge node, into a journal on disk, a write to disk per {batch}"
-    );
+    println!("hub: {messages} messages of {per_message} alarms from one edge node, into a journal on disk");
     println!(
         "  {transitions} transitions in {wall:.2} s: {:.0} transitions/s, {:.0} messages/s; longest message {:.1} ms",
         transitions as f64 / wall.max(1e-9),

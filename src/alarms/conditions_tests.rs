@@ -48,7 +48,7 @@ fn alarms(journal: &Arc<AlarmJournal>) -> Arc<Alarms> {
 fn apply(a: &Alarms, events: Vec<ServerEvent>) {
     let acts = a.on_server_events(&registry(), events.into_iter().map(|e| (0, e)).collect());
     let mut acts: std::collections::VecDeque<Pending> = acts.into();
-    a.commit(&mut acts, true);
+    a.commit(&mut acts);
     assert!(acts.is_empty());
 }
 

@@ -34,8 +34,6 @@ use crate::store::alarm_journal::{Act, ActRequest, AlarmJournal, Instance, Journ
 
 /// How often transitions older than `[alarms] journal_days` are removed.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
-/// Transitions written in one journal transaction, at most.
-const COMMIT_AT_ONCE: usize = 512;
 
 /// Transitions kept for a journal that cannot write, at most.
 pub const MAX_UNSAVED: usize = 10_000;
@@ -261,57 +259,56 @@ impl Alarms {
         Ok(t.instances[i].clone())
     }
 
-    /// Writes `acts` in order, as far as the journal takes them; what it does not take
-    /// stays at the front of `acts`. Up to [`COMMIT_AT_ONCE`] go in one transaction, the
-    /// table locked only to apply what was written (a reader never waits for the disk).
-    /// Not `durable`, they reach the disk with the next durable write.
-    pub(super) fn commit(&self, acts: &mut VecDeque<Pending>, durable: bool) {
+    /// Writes `acts` in order, in one durable transaction, or none of them (they stay in
+    /// `acts`). The table is locked only to apply what was written: a reader never waits
+    /// for the disk.
+    pub(super) fn commit(&self, acts: &mut VecDeque<Pending>) {
+        if acts.is_empty() {
+            return;
+        }
         let _writing = self.writer.lock();
-        while !acts.is_empty() {
-            let n = acts.len().min(COMMIT_AT_ONCE);
-            let entries: Vec<Arc<Entry>> = {
-                let t = self.table.lock();
-                acts.iter().take(n).map(|(i, ..)| t.entries[*i].clone()).collect()
-            };
-            let requests: Vec<ActRequest> = acts
-                .iter()
-                .zip(&entries)
-                .map(|((_, act, at_ms, note, by), e)| ActRequest {
-                    alarm_id: &e.id,
-                    act,
-                    at_ms: *at_ms,
-                    by: by.as_deref(),
-                    comment: note.as_deref(),
-                })
-                .collect();
-            let written = self.journal.act_all(&requests, durable && n == acts.len());
-            drop(requests);
-            let done = match written {
-                Ok(done) => done,
-                Err(error) => {
-                    self.counters.journal_failures.fetch_add(1, Ordering::Relaxed);
-                    if !self.journal_failing.swap(true, Ordering::Relaxed) {
-                        tracing::warn!(%error, waiting = acts.len(), "alarm journal: transitions wait to be written (said once until it writes again)");
-                    }
-                    return;
+        let entries: Vec<Arc<Entry>> = {
+            let t = self.table.lock();
+            acts.iter().map(|(i, ..)| t.entries[*i].clone()).collect()
+        };
+        let requests: Vec<ActRequest> = acts
+            .iter()
+            .zip(&entries)
+            .map(|((_, act, at_ms, note, by), e)| ActRequest {
+                alarm_id: &e.id,
+                act,
+                at_ms: *at_ms,
+                by: by.as_deref(),
+                comment: note.as_deref(),
+            })
+            .collect();
+        let written = self.journal.act_all(&requests);
+        drop(requests);
+        let done = match written {
+            Ok(done) => done,
+            Err(error) => {
+                self.counters.journal_failures.fetch_add(1, Ordering::Relaxed);
+                if !self.journal_failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(%error, waiting = acts.len(), "alarm journal: transitions wait to be written (said once until it writes again)");
                 }
-            };
-            // A refusal is an act its state no longer allows (a server's repeat): nothing
-            // to write.
-            let mut t = self.table.lock();
-            for (done, (i, act, ..)) in done.into_iter().zip(acts.drain(..n)) {
-                if let Ok(Some(now)) = done {
-                    t.instances[i] = now;
-                    self.touched();
-                    if matches!(act, Act::Activate { .. } | Act::Clear { .. }) {
-                        self.counters.transitions.fetch_add(1, Ordering::Relaxed);
-                    }
+                return;
+            }
+        };
+        // A refusal is an act its state no longer allows (a server's repeat): nothing to
+        // write.
+        let mut t = self.table.lock();
+        for (done, (i, act, ..)) in done.into_iter().zip(acts.drain(..)) {
+            if let Ok(Some(now)) = done {
+                t.instances[i] = now;
+                self.touched();
+                if matches!(act, Act::Activate { .. } | Act::Clear { .. }) {
+                    self.counters.transitions.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            drop(t);
-            if self.journal_failing.swap(false, Ordering::Relaxed) {
-                tracing::info!("alarm journal: writing again; the transitions that waited are written");
-            }
+        }
+        drop(t);
+        if self.journal_failing.swap(false, Ordering::Relaxed) {
+            tracing::info!("alarm journal: writing again; the transitions that waited are written");
         }
     }
 
@@ -484,7 +481,7 @@ impl Alarms {
                 let me = self.clone();
                 let mut acts = std::mem::take(&mut unsaved);
                 unsaved = tokio::task::spawn_blocking(move || {
-                    me.commit(&mut acts, true);
+                    me.commit(&mut acts);
                     acts
                 })
                 .await
@@ -498,7 +495,7 @@ impl Alarms {
         }
         if !unsaved.is_empty() {
             let me = self.clone();
-            let _ = tokio::task::spawn_blocking(move || me.commit(&mut unsaved, true)).await;
+            let _ = tokio::task::spawn_blocking(move || me.commit(&mut unsaved)).await;
         }
     }
 

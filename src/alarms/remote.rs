@@ -173,15 +173,10 @@ impl Alarms {
     }
 
     /// Edge node `edge`'s alarms as it published them (`birth`: every one of them),
-    /// journaled durably (blocking: call it off the async threads, in the order they came).
+    /// journaled in one durable write (blocking: call it off the async threads, in the
+    /// order they came). The number of transitions the journal did not take (lost:
+    /// counted; the edge's next birth says its states again).
     pub fn on_remote(&self, edge: &str, birth: bool, alarms: Vec<RemoteAlarm>) -> usize {
-        self.follow_remote(edge, birth, alarms, true)
-    }
-
-    /// As [`Alarms::on_remote`]; not `durable`, written to disk with the next durable
-    /// write (a batch of messages, the last durable). The number of transitions the
-    /// journal did not take (lost: counted; the edge's next birth says its states again).
-    pub fn follow_remote(&self, edge: &str, birth: bool, alarms: Vec<RemoteAlarm>, durable: bool) -> usize {
         let now = chrono::Utc::now().timestamp_millis();
         let mut out = Vec::new();
         // What the journal holds of alarms new to the table, read before it is locked.
@@ -243,7 +238,7 @@ impl Alarms {
             }
         }
         let mut pending = out.into();
-        self.commit(&mut pending, durable);
+        self.commit(&mut pending);
         // Said once by `commit` while the journal fails; counted here.
         self.counters.unsaved_dropped.fetch_add(pending.len() as u64, Ordering::Relaxed);
         pending.len()

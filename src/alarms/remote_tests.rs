@@ -156,28 +156,6 @@ fn one_edge_node_cannot_fill_the_table_with_births_of_new_alarms() {
 }
 
 #[test]
-fn a_batch_written_to_disk_once_keeps_every_transition_and_event_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = Arc::new(AlarmJournal::open_in(dir.path()).unwrap());
-    let a = hub(&journal);
-    let id = "B_BOILER_001.HIHI";
-    a.follow_remote("B/gw-b", true, vec![remote(id, AlarmState::Normal, None)], false);
-    a.follow_remote("B/gw-b", false, vec![remote(id, AlarmState::ActiveUnacknowledged, None)], false);
-    a.follow_remote("B/gw-b", false, vec![remote(id, AlarmState::ActiveAcknowledged, Some("op"))], true);
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("alarms.last_event")).unwrap(),
-        "1",
-        "marked once durable"
-    );
-    drop(a);
-    drop(journal);
-    let journal = Arc::new(AlarmJournal::open_in(dir.path()).unwrap());
-    let kinds: Vec<EventKind> =
-        journal.events(0, i64::MAX, None, 10).unwrap().iter().map(|e| e.kind).collect();
-    assert_eq!(kinds, [EventKind::Activated, EventKind::Acknowledged]);
-}
-
-#[test]
 fn a_shelving_said_longer_than_an_edge_allows_is_seven_days() {
     let journal = Arc::new(AlarmJournal::in_memory().unwrap());
     let a = hub(&journal);

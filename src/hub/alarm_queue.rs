@@ -1,5 +1,5 @@
 //! The hub's queue of what edge nodes said of their alarms, and the task that journals it
-//! (`Alarms::follow_remote`) in the order it came, off the broker's task: a full queue, or
+//! (`Alarms::on_remote`) in the order it came, off the broker's task: a full queue, or
 //! a node past its share of it, drops the message and asks that node for a rebirth.
 
 use std::collections::HashMap;
@@ -44,12 +44,12 @@ pub(super) fn queued(
     }
 }
 
-/// Messages journaled together at most (one write to disk for them all).
+/// Messages taken off the queue together at most (one blocking task for them).
 const ALARM_BATCH: usize = 64;
 
 /// Journals what the edge nodes said of their alarms, in the order it came, off the
-/// async threads, until the hub's task ends: what waits is taken together, written to disk
-/// once. An edge node whose transitions the journal did not take is asked for a rebirth.
+/// async threads, until the hub's task ends, each message in one durable write. An edge
+/// node whose transitions the journal did not take is asked for a rebirth.
 pub(super) async fn journal_alarms(
     mut rx: tokio::sync::mpsc::Receiver<AlarmNews>,
     tools: ToolService,
@@ -76,11 +76,10 @@ pub(super) async fn journal_alarms(
         }
         let Some(alarms) = tools.core().alarms.clone() else { continue };
         let done = tokio::task::spawn_blocking(move || {
-            let last = batch.len() - 1;
             let mut lost = Vec::new();
-            for (k, (edge, news)) in batch.into_iter().enumerate() {
+            for (edge, news) in batch {
                 alarms.remote_left_out(news.left_out);
-                if alarms.follow_remote(&edge, news.birth, news.alarms, k == last) > 0 {
+                if alarms.on_remote(&edge, news.birth, news.alarms) > 0 {
                     lost.push(edge);
                 }
             }

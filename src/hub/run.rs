@@ -253,13 +253,16 @@ impl Host {
                 let clock = Clock { now: Instant::now(), wall: Utc::now() };
                 // Decoded before the fleet is locked: readings wait only for the applying.
                 let decoded = Payload::decode_bytes(payload);
+                // The node's alarms too (a birth may carry 20,000): readers wait for neither.
+                let edge = format!("{group}/{node}");
+                let alarms = match (&decoded, device) {
+                    (Ok(p), None) => self.alarm_aliases.read(&edge, kind, p),
+                    _ => None,
+                };
                 let mut fleet = self.fleet.lock();
                 match decoded {
                     Ok(p) => {
                         let refused = fleet.strangers().births_refused;
-                        let edge = format!("{group}/{node}");
-                        let alarms =
-                            if device.is_none() { self.alarm_aliases.read(&edge, kind, &p) } else { None };
                         let changed =
                             fleet.on_message(From { group, node, kind, device }, p, clock, &mut self.updates);
                         if let Some(news) = alarms

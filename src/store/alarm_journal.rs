@@ -225,8 +225,6 @@ pub struct AlarmJournal {
     db: Db,
     /// `alarms.last_event` beside a file-backed journal: the highest event ID ever given.
     marker: Option<std::path::PathBuf>,
-    /// The highest event ID given by transactions not yet durable (0: none).
-    unmarked: std::sync::atomic::AtomicU64,
 }
 
 /// What `act` does to `was`: the instance after it, or `None` when it changes nothing
@@ -357,7 +355,7 @@ impl AlarmJournal {
             tx.open_table(CONDITIONS).map_err(self::db)?;
             tx.commit().map_err(self::db)
         })?;
-        Ok(AlarmJournal { db, marker: None, unmarked: Default::default() })
+        Ok(AlarmJournal { db, marker: None })
     }
 
     pub fn problem(&self) -> Option<Problem> {
@@ -483,29 +481,23 @@ impl AlarmJournal {
         comment: Option<&str>,
     ) -> Result<Option<Instance>, JournalError> {
         let one = ActRequest { alarm_id, act, at_ms, by, comment };
-        match self.act_all(std::slice::from_ref(&one), true)?.pop() {
+        match self.act_all(std::slice::from_ref(&one))?.pop() {
             Some(Ok(done)) => Ok(done),
             Some(Err(refusal)) => Err(JournalError::Refused { alarm_id: alarm_id.to_string(), refusal }),
             None => Ok(None),
         }
     }
 
-    /// Applies `acts` in order, in one transaction (one write to disk however many): for
-    /// each, the instance after it, `None` when it changes nothing, or its refusal (which
-    /// leaves the others to be done). A storage failure writes none of them. Not
-    /// `durable`, the transaction reaches the disk with the next durable one (a crash
-    /// before loses it; the event IDs it gave are marked given only then).
+    /// Applies `acts` in order, in one durable transaction: for each, the instance after
+    /// it, `None` when it changes nothing, or its refusal (which leaves the others to be
+    /// done). A storage failure writes none of them.
     pub fn act_all(
         &self,
         acts: &[ActRequest],
-        durable: bool,
     ) -> Result<Vec<Result<Option<Instance>, Refusal>>, JournalError> {
         let mut given = None;
         let done = self.db.write(|d| {
-            let mut tx = d.begin_write().map_err(db)?;
-            if !durable {
-                tx.set_durability(redb::Durability::None).map_err(db)?;
-            }
+            let tx = d.begin_write().map_err(db)?;
             let mut out = Vec::with_capacity(acts.len());
             {
                 let mut tables = Tables {
@@ -525,13 +517,7 @@ impl AlarmJournal {
             Ok(out)
         })?;
         if let Some(id) = given {
-            self.unmarked.fetch_max(id, std::sync::atomic::Ordering::Relaxed);
-        }
-        if durable {
-            let id = self.unmarked.swap(0, std::sync::atomic::Ordering::Relaxed);
-            if id > 0 {
-                self.mark_given(id);
-            }
+            self.mark_given(id);
         }
         Ok(done)
     }

@@ -167,16 +167,13 @@ fn acts_in_one_transaction_see_each_other_and_a_refusal_leaves_the_rest_done() {
     let (off, ack) = (Act::Clear { value: None }, Act::Acknowledge { event_id: None });
     let req = |alarm_id, act, at_ms| ActRequest { alarm_id, act, at_ms, by: Some("op"), comment: None };
     let done = j
-        .act_all(
-            &[
-                req("A_LINE1_001.HI", &on, 1_000),
-                req("A_LINE1_001.HI", &off, 2_000),
-                req("A_LINE1_002.HI", &ack, 2_500),
-                req("A_LINE1_001.HI", &on, 3_000),
-                req("A_LINE1_001.HI", &on, 3_500),
-            ],
-            true,
-        )
+        .act_all(&[
+            req("A_LINE1_001.HI", &on, 1_000),
+            req("A_LINE1_001.HI", &off, 2_000),
+            req("A_LINE1_002.HI", &ack, 2_500),
+            req("A_LINE1_001.HI", &on, 3_000),
+            req("A_LINE1_001.HI", &on, 3_500),
+        ])
         .unwrap();
     let states: Vec<_> = done.iter().map(|d| d.clone().map(|i| i.map(|i| (i.state, i.event_id)))).collect();
     assert_eq!(
